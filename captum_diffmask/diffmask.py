@@ -1,0 +1,502 @@
+"""DiffMask as a Captum attribution: fit an amortised probe once, attribute in one pass."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from captum.attr import Attribution
+from captum.log import log_usage
+from torch import nn, Tensor
+from tqdm.auto import tqdm
+
+from .forward import Batch, check_token_ids, ModelForward, split_batch
+from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
+from .objective import kl_divergence, l0_penalty, LagrangeMultipliers, log_probs
+from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
+from .sites import SiteLocator
+
+_MODES = ("input", "hidden")
+_CHECKPOINT_FORMAT = 1
+
+
+def model_signature(model: nn.Module) -> str:
+    r"""A fingerprint of a model's architecture: its class and parameter shapes."""
+    parts = [type(model).__name__] + [
+        f"{name}:{tuple(p.shape)}" for name, p in model.named_parameters()
+    ]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()
+
+
+def check_layer(layer: Any, num_layers: int, allow_none: bool = True) -> Optional[int]:
+    r"""Validates ``layer`` (0..L, or None for all); ValueError naming it otherwise."""
+    if layer is None and allow_none:
+        return None
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"layer must be an int in 0..{num_layers}, got {layer!r}")
+    if not 0 <= layer <= num_layers:
+        raise ValueError(f"layer must be in 0..{num_layers}, got {layer}")
+    return layer
+
+
+class DiffMask(Attribution):
+    r"""
+    Differentiable Masking (De Cao, Schlichtkrull, Aziz and Titov, EMNLP 2020).
+
+    A probe reads the model's hidden states up to layer k and predicts, per token,
+    a Hard Concrete gate; gated-off positions are replaced by a learned baseline.
+    :meth:`fit` trains the probe to close as many gates as possible while the
+    masked model's output stays within ``KL(original || masked) <= eps``
+    (a Lagrangian with one multiplier per layer). :meth:`attribute` then returns
+    the probability that each gate stays open: one capture pass, no sampling.
+
+    - ``mode="input"``: gates on the input token embeddings; at layer k the token
+      is kept only if every vote read from ``hidden.0 .. hidden.k`` is non-zero.
+      The attribution at layer k says which input tokens the model, as far as it
+      has read them at depth k, still needs.
+    - ``mode="hidden"``: gates on the states of ``hidden.k``, read from
+      ``hidden.k``; it says which states at depth k store what the prediction needs.
+
+    Args:
+
+        model (nn.Module): the analysed model; frozen and in eval mode while fitted.
+        mode (str, optional): ``"input"`` or ``"hidden"``. Default: ``"input"``
+        sites (SiteLocator or dict, optional): where ``input`` and
+                    ``hidden.0 .. hidden.L`` live; located automatically for
+                    Hugging Face models (see :meth:`SiteLocator.locate`).
+                    Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)`` returning
+                    logits; the model itself when None. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding mask in
+                    ``additional_forward_args``; ``"auto"`` = 0 for Hugging Face
+                    models, none otherwise. Default: ``"auto"``
+        temperature (float, optional): Hard Concrete temperature. Default: 0.2
+        stretch (tuple[float, float], optional): Hard Concrete ``(l, r)``.
+                    Default: ``(-0.2, 1.0)``
+        probe_hidden_size (int, optional): hidden size of each gate network;
+                    ``max(H // 4, 32)`` with H the largest site size when None.
+                    Default: None
+        l0 (str, optional): the sparsity term: ``"expected"`` (the paper: sum of
+                    ``P(z != 0)`` over real tokens) or ``"log"`` (the authors' code:
+                    mean of ``log P(z != 0)``). Default: ``"expected"``
+
+    Examples::
+
+        >>> dm = DiffMask(model, mode="hidden")
+        >>> history = dm.fit(train_loader, epochs=10, eps=0.1)
+        >>> attributions = dm.attribute(input_ids, additional_forward_args=(mask,), layer=3)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        mode: str = "input",
+        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+        temperature: float = DIFFMASK_DEFAULTS[0],
+        stretch: Tuple[float, float] = DIFFMASK_DEFAULTS[1:],
+        probe_hidden_size: Optional[int] = None,
+        l0: str = "expected",
+    ) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
+        if l0 not in ("expected", "log"):
+            raise ValueError(f"l0 must be 'expected' or 'log', got {l0!r}")
+        HardConcrete(torch.zeros(1), temperature, stretch)  # validates both
+        self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
+        Attribution.__init__(self, self.model_forward)
+        self.model = model
+        self.locator = SiteLocator.locate(model, sites)
+        self.mode = mode
+        self.temperature = float(temperature)
+        self.stretch = (float(stretch[0]), float(stretch[1]))
+        self.probe_hidden_size = probe_hidden_size
+        self.l0 = l0
+        self.probe: Optional[nn.Module] = None
+        self.lambdas: Optional[LagrangeMultipliers] = None
+        self.site_sizes: Dict[str, int] = {}
+
+    # --------------------------------------------------------------- captum API
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return False
+
+    def has_convergence_delta(self) -> bool:
+        return False
+
+    @property
+    def num_layers(self) -> int:
+        r"""L: ``layer`` ranges over ``0..L``."""
+        return self.locator.num_layers
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.probe is not None
+
+    # -------------------------------------------------------------- internals
+    def _needed_sites(self, layer: Optional[int]) -> List[str]:
+        last = self.num_layers if layer is None else layer
+        if self.mode == "input":
+            return ["input"] + [f"hidden.{j}" for j in range(last + 1)]
+        if layer is None:
+            return [f"hidden.{j}" for j in range(self.num_layers + 1)]
+        return [f"hidden.{layer}"]
+
+    def _build(self, states: Dict[str, Tensor], mask: Tensor) -> None:
+        r"""Creates the probe from the site sizes seen in the first batch."""
+        self.site_sizes = {name: int(state.shape[-1]) for name, state in states.items()}
+        self._make_modules()
+        assert self.probe is not None
+        self.probe.init_baselines(states, mask)
+
+    def _make_modules(self) -> None:
+        hidden_sizes = [self.site_sizes[f"hidden.{j}"] for j in range(self.num_layers + 1)]
+        width = self.probe_hidden_size or max(max(self.site_sizes.values()) // 4, 32)
+        if self.mode == "input":
+            self.probe = InputGateProbe(self.site_sizes["input"], hidden_sizes, width)
+        else:
+            self.probe = HiddenGateProbe(hidden_sizes, width)
+        self.lambdas = LagrangeMultipliers(self.num_layers + 1)
+        device = next(iter(self.model.parameters()), torch.empty(0)).device
+        self.probe.to(device)
+        self.lambdas.to(device)
+
+    def _gate_logits(self, states: Dict[str, Tensor], layer: int) -> Tensor:
+        r"""(B, T, layer + 1) vote logits (input mode) or (B, T) gate logits (hidden)."""
+        assert self.probe is not None
+        if self.mode == "input":
+            hidden = [states[f"hidden.{j}"] for j in range(layer + 1)]
+            return self.probe(states["input"], hidden)
+        return self.probe(states[f"hidden.{layer}"], layer)
+
+    def _hard_concrete(self, logits: Tensor) -> HardConcrete:
+        return HardConcrete(logits, self.temperature, self.stretch)
+
+    def _capture(self, ids: Tensor, extra: Tuple[Any, ...], names: Sequence[str], run_all: bool) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
+        with torch.no_grad():
+            with self.locator.capture(names, stop_early=not run_all) as states:
+                logits = self.model_forward(ids, extra)
+                return states, logits
+        return states, None  # the forward pass stopped once the sites were read
+
+    # -------------------------------------------------------------------- fit
+    def fit(
+        self,
+        dataloader: Iterable[Batch],
+        epochs: int = 10,
+        eps: float = 0.1,
+        lr: float = 1e-3,
+        lr_baseline: float = 1e-3,
+        lr_lambda: float = 1.0,
+        layers: Optional[Sequence[int]] = None,
+        max_steps: Optional[int] = None,
+        seed: Optional[int] = None,
+        verbose: bool = True,
+        optimizer: str = "rmsprop",
+    ) -> List[Dict[str, float]]:
+        r"""
+        Trains the probe and the baselines (the model stays frozen).
+
+        Each step: one capture pass without gradients (all sites and the original
+        logits), a layer k drawn uniformly from ``layers``, gates sampled from the
+        probe, one pass with the site replaced by ``z * h + (1 - z) * b``, and the
+        Lagrangian ``L0 + lambda_k * (mean KL - eps)``: the probe and baselines
+        descend (centred RMSprop), ``lambda_k`` ascends (gradient ascent, clamped
+        to [0, 200]).
+
+        Args:
+
+            dataloader (iterable): batches as ``attribute`` takes them: token ids
+                        (B, T), or ``(ids, *additional_forward_args)``, or a mapping
+                        with ``input_ids``/``attention_mask``.
+            epochs (int, optional): passes over ``dataloader``. Default: 10
+            eps (float, optional): the margin on KL(original || masked) in nats.
+                        Default: 0.1
+            lr (float, optional): learning rate of the gate networks. Default: 1e-3
+            lr_baseline (float, optional): learning rate of the baselines. Default: 1e-3
+            lr_lambda (float, optional): learning rate of the multipliers (plain
+                        gradient ascent). Default: 1.0
+            layers (sequence of int, optional): the layers to train; all when None.
+                        Default: None
+            max_steps (int, optional): stop after this many steps. Default: None
+            seed (int, optional): seeds torch's RNG (probe init and gate noise).
+                        Default: None
+            verbose (bool, optional): tqdm progress bar. Default: True
+            optimizer (str, optional): ``"rmsprop"`` (centred, as the authors') or
+                        ``"adam"`` for the probe and baselines. Default: ``"rmsprop"``
+
+        Returns:
+            *list* of dicts, one per (epoch, layer) trained in it, with the means of
+            ``kl`` (nats), ``l0`` (share of real tokens whose gate is open),
+            ``agreement`` (masked argmax == original argmax), the final ``lambda``
+            and the number of ``steps``.
+        """
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        train_layers = list(range(self.num_layers + 1)) if layers is None else list(layers)
+        if not train_layers:
+            raise ValueError("layers must name at least one layer")
+        for k in train_layers:
+            check_layer(k, self.num_layers, allow_none=False)
+        if seed is not None:
+            torch.manual_seed(seed)
+        rng = random.Random(seed)
+        history: List[Dict[str, float]] = []
+        was_training = self.model.training
+        grad_flags = [p.requires_grad for p in self.model.parameters()]
+        self.model.eval()
+        self.model.requires_grad_(False)
+        optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
+        step = 0
+        try:
+            for epoch in range(1, epochs + 1):
+                sums: Dict[int, Dict[str, float]] = {}
+                bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{epochs}", disable=None if verbose else True, leave=False)
+                for batch in bar:
+                    ids, extra = split_batch(batch)
+                    ids, _ = check_token_ids(ids, "dataloader batch")
+                    mask = self.model_forward.padding_mask(ids, extra)
+                    states, original = self._capture(ids, extra, self._needed_sites(None), run_all=True)
+                    if self.probe is None:
+                        self._build(states, mask)
+                    if optimizers is None:
+                        optimizers = self._optimizers(optimizer, lr, lr_baseline, lr_lambda)
+                    k = rng.choice(train_layers)
+                    record = self._step(ids, extra, mask, states, original, k, eps, optimizers)
+                    acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
+                    for key in ("kl", "l0", "agreement"):
+                        acc[key] += record[key]
+                    acc["steps"] += 1
+                    step += 1
+                    if max_steps is not None and step >= max_steps:
+                        break
+                assert self.lambdas is not None
+                for k in sorted(sums):
+                    n = sums[k]["steps"]
+                    history.append(
+                        {
+                            "epoch": epoch,
+                            "layer": k,
+                            "kl": sums[k]["kl"] / n,
+                            "l0": sums[k]["l0"] / n,
+                            "agreement": sums[k]["agreement"] / n,
+                            "lambda": float(self.lambdas(k).detach()),
+                            "steps": n,
+                        }
+                    )
+                if max_steps is not None and step >= max_steps:
+                    break
+        finally:
+            for p, flag in zip(self.model.parameters(), grad_flags):
+                p.requires_grad_(flag)
+            self.model.train(was_training)
+        return history
+
+    def _optimizers(self, kind: str, lr: float, lr_baseline: float, lr_lambda: float) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+        assert self.probe is not None and self.lambdas is not None
+        baselines = {id(p) for n, p in self.probe.named_parameters() if n.startswith("baseline")}
+        gates = [p for p in self.probe.parameters() if id(p) not in baselines]
+        base = [p for p in self.probe.parameters() if id(p) in baselines]
+        groups = [{"params": gates, "lr": lr}, {"params": base, "lr": lr_baseline}]
+        if kind == "rmsprop":
+            # The authors' choice. Its short second-moment memory matters: after
+            # the multiplier has pushed gates open, the small L0 gradient regains
+            # its scale within ~100 steps (Adam's 0.999 takes ~1000, and on the
+            # toy task the gates then stay saturated open).
+            probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
+        elif kind == "adam":
+            probe_opt = torch.optim.Adam(groups, betas=(0.9, 0.99))
+        else:
+            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {kind!r}")
+        return probe_opt, self.lambdas.optimizer(lr_lambda)
+
+    def _step(
+        self,
+        ids: Tensor,
+        extra: Tuple[Any, ...],
+        mask: Tensor,
+        states: Dict[str, Tensor],
+        original: Tensor,
+        layer: int,
+        eps: float,
+        optimizers: Tuple[torch.optim.Optimizer, torch.optim.Optimizer],
+    ) -> Dict[str, float]:
+        assert self.probe is not None and self.lambdas is not None
+        probe_opt, lambda_opt = optimizers
+        dist = self._hard_concrete(self._gate_logits(states, layer))
+        gates = dist.rsample()
+        log_keep = dist.log_prob_nonzero()
+        if self.mode == "input":
+            gates = gates.prod(-1)  # kept only if every vote up to k is non-zero
+            log_keep = log_keep.sum(-1)
+            site, baseline = "input", self.probe.baseline
+        else:
+            site, baseline = f"hidden.{layer}", self.probe.baselines[layer]
+        masked_state = mix_baseline(states[site], gates, baseline)
+        with self.locator.replace({site: masked_state}):
+            masked = self.model_forward(ids, extra)
+        log_p, log_q = log_probs(original), log_probs(masked)
+        kl = kl_divergence(log_p, log_q)
+        penalty = l0_penalty(log_keep, mask, self.l0)
+        constraint = kl.mean() - eps
+        loss = penalty.mean() + self.lambdas(layer) * constraint
+        probe_opt.zero_grad(set_to_none=True)
+        lambda_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        probe_opt.step()
+        lambda_opt.step()
+        self.lambdas.clamp_()
+        real = mask.float()
+        with torch.no_grad():
+            kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
+            agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
+        return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
+
+    # -------------------------------------------------------------- attribute
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: Any = None,
+        additional_forward_args: Any = None,
+        layer: Optional[int] = None,
+    ) -> Union[Tensor, Tuple[Tensor]]:
+        r"""
+        The probability that each token (input mode) or state (hidden mode) is kept.
+
+        One capture pass (stopped as soon as the needed sites are read), the probe,
+        and ``P(z != 0)`` in closed form; no sampling.
+
+        Args:
+
+            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            target: ignored; DiffMask explains the whole output distribution.
+                        Accepted for Captum compatibility. Default: None
+            additional_forward_args (Any, optional): the model's other positional
+                        arguments (e.g. the attention mask). Default: None
+            layer (int, optional): the depth k the probe reads, 0..L; None for all.
+                        Default: None
+
+        Returns:
+            *Tensor* (or a 1-tuple, when ``inputs`` is a tuple) of **attributions**
+            in [0, 1]: (B, T) for a layer, (B, T, L + 1) for ``layer=None``; 0 at
+            padded positions.
+        """
+        if not self.is_fitted:
+            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) before attribute")
+        ids, was_tuple = check_token_ids(inputs)
+        layer = check_layer(layer, self.num_layers)
+        mask = self.model_forward.padding_mask(ids, additional_forward_args)
+        states, _ = self._capture(ids, additional_forward_args, self._needed_sites(layer), run_all=False)
+        with torch.no_grad():
+            keep = self._keep_probabilities(states, layer)
+        keep = keep * (mask.unsqueeze(-1) if keep.dim() == 3 else mask).to(keep.dtype)
+        return (keep,) if was_tuple else keep
+
+    def _keep_probabilities(self, states: Dict[str, Tensor], layer: Optional[int]) -> Tensor:
+        last = self.num_layers if layer is None else layer
+        if self.mode == "input":
+            log_votes = self._hard_concrete(self._gate_logits(states, last)).log_prob_nonzero()
+            keep = log_votes.cumsum(-1).exp()  # P(every vote up to j is non-zero)
+            return keep if layer is None else keep[..., layer]
+        if layer is not None:
+            return self._hard_concrete(self._gate_logits(states, layer)).prob_nonzero()
+        return torch.stack(
+            [self._hard_concrete(self._gate_logits(states, j)).prob_nonzero() for j in range(last + 1)],
+            dim=-1,
+        )
+
+    def attribute_future(self) -> None:
+        r"""Not implemented for DiffMask."""
+        raise NotImplementedError("attribute_future is not implemented for DiffMask")
+
+    # ------------------------------------------------------------ checkpoints
+    def _config(self) -> Dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "temperature": self.temperature,
+            "stretch": list(self.stretch),
+            "probe_hidden_size": self.probe_hidden_size,
+            "l0": self.l0,
+        }
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        r"""
+        Saves the fitted probe, baselines and multipliers with what identifies the
+        model they belong to (its sites and parameter shapes).
+
+        Args:
+
+            path (str or PathLike): the file to write.
+        """
+        if not self.is_fitted:
+            raise ValueError("DiffMask is not fitted: nothing to save")
+        assert self.probe is not None and self.lambdas is not None
+        torch.save(
+            {
+                "format": _CHECKPOINT_FORMAT,
+                "config": self._config(),
+                "site_sizes": dict(self.site_sizes),
+                "sites": [list(s) for s in self.locator.describe()],
+                "model_signature": model_signature(self.model),
+                "probe": self.probe.state_dict(),
+                "lambdas": self.lambdas.state_dict(),
+            },
+            path,
+        )
+
+    @classmethod
+    def load(
+        cls,
+        path: Union[str, os.PathLike],
+        model: nn.Module,
+        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+    ) -> "DiffMask":
+        r"""
+        Loads a checkpoint written by :meth:`save` for ``model``.
+
+        Args:
+
+            path (str or PathLike): the checkpoint.
+            model (nn.Module): the analysed model; must be the one it was fitted on
+                        (same architecture, same sites).
+            sites, forward_func, padding_mask_arg: as in the constructor.
+
+        Returns:
+            *DiffMask*, fitted.
+
+        Raises:
+            ValueError: the checkpoint belongs to another model or is not a
+                        DiffMask checkpoint.
+        """
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(checkpoint, dict) or checkpoint.get("format") != _CHECKPOINT_FORMAT:
+            raise ValueError(f"path: {path} is not a DiffMask checkpoint")
+        config = dict(checkpoint["config"])
+        config["stretch"] = tuple(config["stretch"])
+        explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg, **config)
+        saved_sites = [tuple(s) for s in checkpoint["sites"]]
+        if saved_sites != explainer.locator.describe():
+            raise ValueError(
+                f"model: the checkpoint was fitted on a model with sites {saved_sites}, "
+                f"this model has {explainer.locator.describe()}"
+            )
+        if checkpoint["model_signature"] != model_signature(model):
+            raise ValueError(
+                "model: the checkpoint was fitted on another model (its parameter "
+                f"shapes differ from those of this {type(model).__name__})"
+            )
+        explainer.site_sizes = dict(checkpoint["site_sizes"])
+        explainer._make_modules()
+        assert explainer.probe is not None and explainer.lambdas is not None
+        explainer.probe.load_state_dict(checkpoint["probe"])
+        explainer.lambdas.load_state_dict(checkpoint["lambdas"])
+        return explainer

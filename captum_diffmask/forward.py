@@ -1,0 +1,195 @@
+"""How every method calls the analysed model: inputs, extra arguments, padding, logits.
+
+Captum's convention is ``forward_func(inputs, *additional_forward_args)``. Hugging
+Face models take keywords and return a ``ModelOutput``; :class:`ModelForward` hides
+that difference, finds the padding mask among the extra arguments, and checks the
+token ids, so that every method in the library talks to models the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn, Tensor
+
+#: A training or attribution batch: the token ids alone, ``(ids, *extra)``, or a
+#: Hugging Face style mapping with ``input_ids`` (and ``attention_mask``).
+Batch = Union[Tensor, Sequence[Any], Mapping[str, Any]]
+
+
+def is_hf_model(model: nn.Module) -> bool:
+    r"""True for Hugging Face ``PreTrainedModel``s (duck-typed, no import)."""
+    return hasattr(model, "config") and hasattr(model, "base_model_prefix")
+
+
+def output_logits(output: Any) -> Tensor:
+    r"""The logits inside a model output: a Tensor, ``.logits``, ``["logits"]`` or
+    the first element of a tuple."""
+    if isinstance(output, Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, Tensor):
+        return logits
+    if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
+        return output["logits"]
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+        return output[0]
+    raise TypeError(
+        f"cannot read logits from a model output of type {type(output).__name__}; "
+        "pass forward_func returning a Tensor"
+    )
+
+
+def format_additional_args(additional_forward_args: Any) -> Tuple[Any, ...]:
+    r"""Captum's convention: None -> (), a tuple stays, anything else -> (x,)."""
+    if additional_forward_args is None:
+        return ()
+    if isinstance(additional_forward_args, tuple):
+        return additional_forward_args
+    if isinstance(additional_forward_args, list):
+        return tuple(additional_forward_args)
+    return (additional_forward_args,)
+
+
+def split_batch(batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
+    r"""
+    Splits a data-loader batch into ``(inputs, additional_forward_args)``.
+
+    Args:
+
+        batch: token ids (B, T); or a tuple/list ``(ids, *extra)``, exactly what
+                    ``attribute`` takes; or a mapping with ``input_ids`` and
+                    optionally ``attention_mask`` (``token_type_ids`` follows).
+
+    Returns:
+        *tuple* ``(ids, extra)``.
+    """
+    if isinstance(batch, Tensor):
+        return batch, ()
+    if isinstance(batch, Mapping):
+        if "input_ids" not in batch:
+            raise ValueError("batch: a mapping batch needs the key 'input_ids'")
+        extra = [batch.get("attention_mask")]
+        if batch.get("token_type_ids") is not None:
+            extra.append(batch["token_type_ids"])
+        return batch["input_ids"], tuple(extra)
+    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
+        return batch[0], tuple(batch[1:])
+    raise TypeError(
+        "batch must be token ids, a tuple (ids, *additional_forward_args) or a "
+        f"mapping with 'input_ids', got {type(batch).__name__}"
+    )
+
+
+def check_token_ids(inputs: Any, argument: str = "inputs") -> Tuple[Tensor, bool]:
+    r"""
+    Validates token ids given as a Tensor or a 1-tuple of a Tensor (Captum style).
+
+    Returns:
+        *tuple* ``(ids, was_tuple)``: ids of shape (B, T), integer dtype.
+
+    Raises:
+        TypeError: not a tensor of an integer dtype.
+        ValueError: not of rank 2 (batch, tokens).
+    """
+    was_tuple = isinstance(inputs, tuple)
+    if was_tuple:
+        if len(inputs) != 1:
+            raise ValueError(
+                f"{argument} must be one tensor of token ids (or a 1-tuple of it), "
+                f"got a tuple of {len(inputs)}"
+            )
+        inputs = inputs[0]
+    if not isinstance(inputs, Tensor):
+        raise TypeError(f"{argument} must be a Tensor of token ids, got {type(inputs).__name__}")
+    if inputs.dtype.is_floating_point or inputs.dtype.is_complex or inputs.dtype == torch.bool:
+        raise TypeError(f"{argument} must hold integer token ids, got dtype {inputs.dtype}")
+    if inputs.dim() != 2:
+        raise ValueError(
+            f"{argument} must have shape (batch, tokens), got {tuple(inputs.shape)}"
+        )
+    return inputs, was_tuple
+
+
+class ModelForward:
+    r"""
+    Calls the analysed model the way every method of the library does.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        forward_func (Callable, optional): ``forward_func(ids, *extra) -> output``;
+                    when None, the model itself (Hugging Face models are called
+                    with ``input_ids``, ``attention_mask`` and ``token_type_ids``
+                    from the positional extras). The output may be a Tensor, a
+                    ``ModelOutput`` with ``logits``, or a tuple.
+                    Default: None
+        padding_mask_arg (int, str or None, optional): index in
+                    ``additional_forward_args`` of the (B, T) padding mask (1 or
+                    True = real token); ``"auto"``: 0 for Hugging Face models (the
+                    attention mask), None otherwise (no padding).
+                    Default: ``"auto"``
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        if forward_func is not None and not callable(forward_func):
+            raise TypeError("forward_func must be callable")
+        if padding_mask_arg == "auto":
+            padding_mask_arg = 0 if is_hf_model(model) else None
+        if padding_mask_arg is not None and (
+            not isinstance(padding_mask_arg, int) or padding_mask_arg < 0
+        ):
+            raise ValueError(
+                f"padding_mask_arg must be 'auto', None or an index >= 0, got "
+                f"{padding_mask_arg!r}"
+            )
+        self.model = model
+        self.forward_func = forward_func
+        self.padding_mask_arg = padding_mask_arg
+
+    def __call__(self, inputs: Tensor, additional_forward_args: Any = None) -> Tensor:
+        r"""
+        Returns:
+            *Tensor* of logits: (B, C), or (B,) for a single binary logit.
+        """
+        extra = format_additional_args(additional_forward_args)
+        if self.forward_func is not None:
+            output = self.forward_func(inputs, *extra)
+        elif is_hf_model(self.model):
+            if len(extra) > 2:
+                raise ValueError(
+                    "additional_forward_args: a Hugging Face model takes at most "
+                    "(attention_mask, token_type_ids); pass forward_func for others"
+                )
+            names = ("attention_mask", "token_type_ids")
+            kwargs = {n: a for n, a in zip(names, extra) if a is not None}
+            output = self.model(input_ids=inputs, **kwargs)
+        else:
+            output = self.model(inputs, *extra)
+        return output_logits(output)
+
+    def padding_mask(self, inputs: Tensor, additional_forward_args: Any = None) -> Tensor:
+        r"""
+        Returns:
+            *Tensor* (B, T) bool, True at real tokens.
+        """
+        extra = format_additional_args(additional_forward_args)
+        index = self.padding_mask_arg
+        if index is None or index >= len(extra) or extra[index] is None:
+            return torch.ones(inputs.shape, dtype=torch.bool, device=inputs.device)
+        mask = extra[index]
+        if not isinstance(mask, Tensor) or mask.shape != inputs.shape:
+            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(
+                f"additional_forward_args[{index}] is the padding mask and must have "
+                f"the shape of inputs {tuple(inputs.shape)}, got {shape}"
+            )
+        return mask.bool()

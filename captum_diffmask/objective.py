@@ -1,0 +1,136 @@
+"""The DiffMask objective: divergences, the L0 penalty and the Lagrange multipliers.
+
+Everything here runs in float32: divergences from ``log_softmax`` (never from
+probabilities, which underflow to 0 and give ``0 * log 0 = NaN``), the L0 penalty
+from ``logsigmoid``, and the multipliers.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn, Tensor
+
+
+def log_probs(logits: Tensor) -> Tensor:
+    r"""
+    Log-probabilities of the model's output distribution.
+
+    Args:
+
+        logits (Tensor): (B, C) class logits, or (B,) / (B, 1) for one binary
+                    logit (a Bernoulli, turned into two classes).
+
+    Returns:
+        *Tensor* (B, C) of log-probabilities in float32 (C = 2 for binary logits).
+    """
+    logits = logits.float()
+    if logits.dim() == 1 or logits.shape[-1] == 1:
+        logit = logits.reshape(logits.shape[0])
+        return torch.stack([F.logsigmoid(-logit), F.logsigmoid(logit)], dim=-1)
+    return F.log_softmax(logits, dim=-1)
+
+
+def kl_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:
+    r"""
+    KL(p || q) over the last dimension, from log-probabilities.
+
+    Terms with ``p = 0`` (``log_p = -inf``, e.g. padded positions) count 0, so
+    padding gives no NaN.
+
+    Args:
+
+        log_p (Tensor): (..., C) log-probabilities of the reference p (the original
+                    output in DiffMask's constraint).
+        log_q (Tensor): (..., C) log-probabilities of q.
+
+    Returns:
+        *Tensor* (...) of divergences in nats, >= 0.
+    """
+    p = log_p.exp()
+    terms = p * (log_p - log_q)
+    kl = torch.where(p > 0, terms, torch.zeros_like(terms)).sum(-1)
+    return kl.clamp(min=0.0)  # rounding can give -1e-8 for identical distributions
+
+
+def js_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:
+    r"""
+    Jensen-Shannon divergence ``(KL(p || m) + KL(q || m)) / 2`` with ``m = (p + q) / 2``.
+
+    Args:
+
+        log_p (Tensor): (..., C) log-probabilities.
+        log_q (Tensor): (..., C) log-probabilities.
+
+    Returns:
+        *Tensor* (...) in nats, in ``[0, log 2]``.
+    """
+    log_m = torch.logaddexp(log_p, log_q) - torch.log(torch.tensor(2.0))
+    return 0.5 * (kl_divergence(log_p, log_m) + kl_divergence(log_q, log_m))
+
+
+def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -> Tensor:
+    r"""
+    The sparsity term of the objective, per example.
+
+    Args:
+
+        log_prob_nonzero (Tensor): (B, T) ``log P(z != 0)`` of each gate.
+        mask (Tensor): (B, T) bool, True at real tokens; padding does not count.
+        kind (str, optional): ``"expected"``: the paper's expected L0, the sum of
+                    ``P(z != 0)`` over real tokens; ``"log"``: the authors' code, the
+                    mean of ``log P(z != 0)`` over real tokens.
+                    Default: ``"expected"``
+
+    Returns:
+        *Tensor* (B,) in float32.
+    """
+    mask = mask.float()
+    if kind == "expected":
+        return (log_prob_nonzero.float().exp() * mask).sum(-1)
+    if kind == "log":
+        return (log_prob_nonzero.float() * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    raise ValueError(f"l0_penalty must be 'expected' or 'log', got {kind!r}")
+
+
+class LagrangeMultipliers(nn.Module):
+    r"""
+    One Lagrange multiplier per layer, lambda >= 0, trained by gradient *ascent*.
+
+    The Lagrangian is ``L0 + lambda_k * (D - eps)``; the multiplier's gradient is
+    the constraint violation ``D - eps``, so an optimiser built with
+    :meth:`optimizer` (``maximize=True``) raises lambda while the constraint is
+    violated and lowers it while it holds. :meth:`clamp_` keeps it in
+    ``[0, max_value]`` after each step.
+
+    Args:
+
+        num_layers (int): how many multipliers.
+        init (float, optional): initial value. Default: 1.0
+        max_value (float, optional): upper clamp. Default: 200.0 (the authors')
+    """
+
+    def __init__(self, num_layers: int, init: float = 1.0, max_value: float = 200.0) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        self.values = nn.Parameter(torch.full((num_layers,), float(init), dtype=torch.float32))
+        self.max_value = float(max_value)
+
+    def forward(self, layer: Optional[int] = None) -> Tensor:
+        r"""The multiplier of ``layer`` (a scalar), or all of them (num_layers,)."""
+        return self.values if layer is None else self.values[layer]
+
+    def optimizer(self, lr: float = 0.3) -> torch.optim.Optimizer:
+        r"""Plain gradient *ascent* (SGD with ``maximize=True``): lambda moves in
+        proportion to the violation. (The authors' RMSprop takes steps of about
+        ``lr`` whatever the violation, which makes lambda jump between 0 and
+        large values.)"""
+        return torch.optim.SGD([self.values], lr=lr, maximize=True)
+
+    @torch.no_grad()
+    def clamp_(self) -> None:
+        r"""Projects every multiplier back to ``[0, max_value]``."""
+        self.values.clamp_(0.0, self.max_value)

@@ -1,0 +1,413 @@
+"""Sites: the places in a model whose activations every method reads and replaces.
+
+For a model with L blocks there are L + 2 sites, in the order the data flows:
+
+- ``input``: the token embeddings (before position/type embeddings);
+- ``hidden.0``: the input of the first block (for BERT-like models, the output of
+  the embeddings module);
+- ``hidden.k``, k = 1..L: the output of block k-1 (Hugging Face's
+  ``hidden_states[k]`` numbering).
+
+A :class:`SiteLocator` finds them (a registry by architecture, a generic fallback
+for Hugging Face-like models, or modules the user names) and offers two context
+managers built on plain torch hooks, always removed in ``finally``:
+:meth:`SiteLocator.capture` records activations during a forward pass and
+:meth:`SiteLocator.replace` substitutes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from torch import nn, Tensor
+
+#: A site given by the user: a module, a dotted path inside the model, or either
+#: of those paired with the port ``"output"`` (default) or ``"input"``.
+SiteSpec = Union[nn.Module, str, Tuple[Union[nn.Module, str], str]]
+#: A replacement: a tensor shaped like the activation, or a function of it.
+Replacement = Union[Tensor, Callable[[Tensor], Tensor]]
+
+_PORTS = ("output", "input")
+_HOW_TO_PASS_SITES = (
+    "Pass them explicitly: sites={'input': <token embedding module or dotted path>, "
+    "'hidden': [<module or path whose output is hidden.0>, <block 0>, ..., "
+    "<block L-1>]}; use (module, 'input') to read a module's first input instead "
+    "of its output."
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    r"""One readable and replaceable activation.
+
+    Args:
+
+        name (str): ``"input"`` or ``"hidden.k"``.
+        module (nn.Module): the module the hook sits on.
+        port (str): ``"output"`` (a forward hook on the module's output) or
+                    ``"input"`` (a forward pre-hook on its first input).
+    """
+
+    name: str
+    module: nn.Module
+    port: str = "output"
+
+
+@dataclass(frozen=True)
+class ArchitectureSites:
+    r"""Where the sites of one Hugging Face architecture live, as dotted paths
+    relative to ``model.base_model``.
+
+    ``hidden0`` is ``None`` when ``hidden.0`` is read as the input of the first
+    block (e.g. GPT-2 adds position embeddings without an embeddings module).
+    """
+
+    input: str
+    hidden0: Optional[str]
+    blocks: str
+
+
+#: Registry of architectures by ``config.model_type``.
+ARCHITECTURES: Dict[str, ArchitectureSites] = {
+    "bert": ArchitectureSites("embeddings.word_embeddings", "embeddings", "encoder.layer"),
+    "roberta": ArchitectureSites(
+        "embeddings.word_embeddings", "embeddings", "encoder.layer"
+    ),
+    "xlm-roberta": ArchitectureSites(
+        "embeddings.word_embeddings", "embeddings", "encoder.layer"
+    ),
+    # ELECTRA may project the embeddings (embedding_size != hidden_size), so
+    # hidden.0 is read where the blocks receive it.
+    "electra": ArchitectureSites("embeddings.word_embeddings", None, "encoder.layer"),
+    "distilbert": ArchitectureSites(
+        "embeddings.word_embeddings", "embeddings", "transformer.layer"
+    ),
+    "gpt2": ArchitectureSites("wte", None, "h"),
+}
+
+
+def first_tensor(value: Any) -> Tensor:
+    r"""The activation inside a module's output: the tensor itself, the first
+    element of a tuple or list, or the first field of a ``ModelOutput``/mapping."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
+        return value[0]
+    if isinstance(value, Mapping) and value:
+        first = next(iter(value.values()))
+        if isinstance(first, Tensor):
+            return first
+    raise TypeError(
+        f"cannot find the activation tensor in a module output of type "
+        f"{type(value).__name__}"
+    )
+
+
+def with_first_tensor(value: Any, new: Tensor) -> Any:
+    r"""``value`` with its activation tensor swapped for ``new``, keeping the
+    container type (Tensor, tuple, list or ``ModelOutput``)."""
+    if isinstance(value, Tensor):
+        return new
+    if isinstance(value, tuple):
+        return (new,) + tuple(value[1:])
+    if isinstance(value, list):
+        return [new] + list(value[1:])
+    if isinstance(value, Mapping):
+        fields = OrderedDict(value)
+        first_key = next(iter(fields))
+        fields[first_key] = new
+        return type(value)(**fields)
+    raise TypeError(f"cannot replace the activation in a {type(value).__name__}")
+
+
+def _resolve_module(model: nn.Module, spec: Union[nn.Module, str], what: str) -> nn.Module:
+    if isinstance(spec, nn.Module):
+        return spec
+    if isinstance(spec, str):
+        try:
+            return model.get_submodule(spec)
+        except AttributeError as error:
+            raise ValueError(
+                f"sites: {what} path {spec!r} is not a submodule of "
+                f"{type(model).__name__}"
+            ) from error
+    raise TypeError(
+        f"sites: {what} must be an nn.Module or a dotted path, got "
+        f"{type(spec).__name__}"
+    )
+
+
+def _parse_spec(model: nn.Module, spec: SiteSpec, name: str) -> Site:
+    port = "output"
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or spec[1] not in _PORTS:
+            raise ValueError(
+                f"sites: {name} must be (module or path, 'output' | 'input'), got {spec!r}"
+            )
+        spec, port = spec
+    return Site(name, _resolve_module(model, spec, name), port)
+
+
+def _longest_block_list(model: nn.Module) -> Optional[nn.ModuleList]:
+    r"""The longest ``nn.ModuleList`` whose children share one class: the blocks."""
+    best: Optional[nn.ModuleList] = None
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 0:
+            if len({type(child) for child in module}) == 1:
+                if best is None or len(module) > len(best):
+                    best = module
+    return best
+
+
+class SiteLocator:
+    r"""
+    The ordered sites ``input, hidden.0, ..., hidden.L`` of a model, with capture
+    and replace contexts on plain torch hooks.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        input (SiteSpec): the token-embedding site.
+        hidden (sequence of SiteSpec): ``hidden.0`` .. ``hidden.L`` in data-flow
+                    order; at least one.
+
+    Use :meth:`locate` to build one for a Hugging Face model or from a dict.
+    """
+
+    def __init__(self, model: nn.Module, input: SiteSpec, hidden: Sequence[SiteSpec]) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        if isinstance(hidden, (str, nn.Module, tuple)) or len(hidden) == 0:
+            raise ValueError("sites: 'hidden' must be a non-empty list of sites")
+        self.model = model
+        sites = [_parse_spec(model, input, "input")]
+        sites += [_parse_spec(model, spec, f"hidden.{k}") for k, spec in enumerate(hidden)]
+        self._sites: "OrderedDict[str, Site]" = OrderedDict((s.name, s) for s in sites)
+
+    # ------------------------------------------------------------------ lookup
+    @classmethod
+    def locate(
+        cls,
+        model: nn.Module,
+        sites: Union[None, "SiteLocator", Mapping[str, Any]] = None,
+    ) -> "SiteLocator":
+        r"""
+        Finds the sites of ``model``.
+
+        Args:
+
+            model (nn.Module): the analysed model.
+            sites (SiteLocator or dict, optional): explicit sites,
+                        ``{"input": spec, "hidden": [spec, ...]}``; when None the
+                        architecture registry is used (BERT, RoBERTa, DistilBERT,
+                        ELECTRA, GPT-2), then a generic fallback (the input
+                        embeddings and the longest list of same-class blocks).
+                        Default: None
+
+        Returns:
+            *SiteLocator* for ``model``.
+
+        Raises:
+            ValueError: when the sites cannot be found; the message says how to
+                        pass them.
+        """
+        if isinstance(sites, SiteLocator):
+            if sites.model is not model:
+                raise ValueError("sites: the SiteLocator was built for another model")
+            return sites
+        if sites is not None:
+            if not isinstance(sites, Mapping) or set(sites) != {"input", "hidden"}:
+                raise ValueError(
+                    "sites must be a SiteLocator or a dict with exactly the keys "
+                    "'input' and 'hidden'. " + _HOW_TO_PASS_SITES
+                )
+            return cls(model, sites["input"], sites["hidden"])
+        return cls._from_registry(model)
+
+    @classmethod
+    def _from_registry(cls, model: nn.Module) -> "SiteLocator":
+        config = getattr(model, "config", None)
+        model_type = getattr(config, "model_type", None)
+        base = getattr(model, "base_model", model)
+        if not isinstance(base, nn.Module):
+            base = model
+        arch = ARCHITECTURES.get(model_type) if model_type else None
+        if arch is not None:
+            try:
+                embeddings = base.get_submodule(arch.input)
+                blocks = base.get_submodule(arch.blocks)
+                hidden0: SiteSpec = (
+                    base.get_submodule(arch.hidden0)
+                    if arch.hidden0 is not None
+                    else (blocks[0], "input")
+                )
+            except AttributeError:
+                arch = None  # a variant with other module names: try the fallback
+            else:
+                return cls(model, embeddings, [hidden0] + list(blocks))
+        get_embeddings = getattr(model, "get_input_embeddings", None)
+        embeddings_module = get_embeddings() if callable(get_embeddings) else None
+        block_list = _longest_block_list(model)
+        if not isinstance(embeddings_module, nn.Module) or block_list is None:
+            missing = (
+                "the input embeddings (model.get_input_embeddings())"
+                if not isinstance(embeddings_module, nn.Module)
+                else "a list of blocks (an nn.ModuleList of same-class modules)"
+            )
+            raise ValueError(
+                f"sites: could not locate {missing} in {type(model).__name__}. "
+                + _HOW_TO_PASS_SITES
+            )
+        return cls(model, embeddings_module, [(block_list[0], "input")] + list(block_list))
+
+    @property
+    def names(self) -> List[str]:
+        r"""All site names in data-flow order: ``["input", "hidden.0", ...]``."""
+        return list(self._sites)
+
+    @property
+    def num_layers(self) -> int:
+        r"""L: the last hidden site is ``hidden.L``; ``layer`` ranges over 0..L."""
+        return len(self._sites) - 2
+
+    def site(self, name: str) -> Site:
+        r"""The site called ``name``; ValueError naming the valid ones otherwise."""
+        if name not in self._sites:
+            raise ValueError(f"unknown site {name!r}; the sites are {self.names}")
+        return self._sites[name]
+
+    def describe(self) -> List[Tuple[str, str, str]]:
+        r"""``(name, module path, port)`` for each site, for reports and checkpoints."""
+        paths = {module: path for path, module in self.model.named_modules()}
+        return [(s.name, paths.get(s.module, "?"), s.port) for s in self._sites.values()]
+
+    # ----------------------------------------------------------------- hooking
+    @staticmethod
+    def _register(site: Site, fn: Callable[[Tensor], Optional[Tensor]], prepend: bool) -> Any:
+        r"""Registers ``fn(activation) -> replacement or None`` on a site."""
+        if site.port == "output":
+
+            def output_hook(module: nn.Module, args: Any, output: Any) -> Any:
+                new = fn(first_tensor(output))
+                return None if new is None else with_first_tensor(output, new)
+
+            return site.module.register_forward_hook(output_hook, prepend=prepend)
+
+        def input_hook(module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+            if args:
+                new = fn(first_tensor(args[0]))
+                return None if new is None else ((new,) + tuple(args[1:]), kwargs)
+            key = "hidden_states" if "hidden_states" in kwargs else next(
+                (k for k, v in kwargs.items() if isinstance(v, Tensor)), None
+            )
+            if key is None:
+                raise TypeError(f"site {site.name}: the module received no tensor input")
+            new = fn(kwargs[key])
+            if new is None:
+                return None
+            return args, {**kwargs, key: new}
+
+        return site.module.register_forward_pre_hook(
+            input_hook, with_kwargs=True, prepend=prepend
+        )
+
+    @contextlib.contextmanager
+    def capture(
+        self, names: Optional[Sequence[str]] = None, stop_early: bool = False
+    ) -> Iterator[Dict[str, Tensor]]:
+        r"""
+        Records site activations during the forward passes run inside the block.
+
+        Args:
+
+            names (sequence of str, optional): the sites to record; all when None.
+                        Default: None
+            stop_early (bool, optional): abort the forward pass as soon as every
+                        requested site has been recorded (the rest of the model is
+                        not needed); the block then ends at that forward call.
+                        Default: False
+
+        Returns:
+            *dict* from site name to the activation tensor (B, T, H), filled as the
+            forward pass reaches each site. Activations keep their graph unless
+            the pass runs under ``torch.no_grad()``.
+        """
+        wanted = self.names if names is None else [self.site(n).name for n in names]
+        states: Dict[str, Tensor] = {}
+        handles = []
+
+        def recorder(name: str) -> Callable[[Tensor], None]:
+            def record(activation: Tensor) -> None:
+                states[name] = activation
+                if stop_early and len(states) == len(wanted):
+                    raise _StopForward()
+
+            return record
+
+        try:
+            for name in wanted:
+                handles.append(self._register(self._sites[name], recorder(name), False))
+            try:
+                yield states
+            except _StopForward:
+                pass
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    @contextlib.contextmanager
+    def replace(self, replacements: Mapping[str, Replacement]) -> Iterator[None]:
+        r"""
+        Substitutes site activations during the forward passes run inside the block.
+
+        Args:
+
+            replacements (dict): site name to a tensor shaped like the activation
+                        (B, T, H), or to a function ``activation -> tensor``.
+                        Replacement hooks run before capture hooks on the same
+                        module, so a capture sees the replaced value.
+
+        Raises:
+            ValueError: at forward time, when a replacement tensor's shape differs
+                        from the activation's.
+        """
+        handles = []
+
+        def replacer(name: str, value: Replacement) -> Callable[[Tensor], Tensor]:
+            def substitute(activation: Tensor) -> Tensor:
+                new = value(activation) if callable(value) else value
+                if new.shape != activation.shape:
+                    raise ValueError(
+                        f"replacement for site {name} has shape {tuple(new.shape)}, "
+                        f"the activation has {tuple(activation.shape)}"
+                    )
+                return new
+
+            return substitute
+
+        try:
+            for name, value in replacements.items():
+                site = self.site(name)
+                handles.append(self._register(site, replacer(name, value), True))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+class _StopForward(Exception):
+    r"""Raised inside a capture hook to abort a forward pass early."""

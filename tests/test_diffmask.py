@@ -1,0 +1,141 @@
+import pytest
+import torch
+from captum.attr import Attribution
+from captum.metrics import sensitivity_max
+
+from captum_diffmask import DiffMask
+
+from conftest import tiny_bert, tiny_model, token_batch, VOCAB
+
+
+def _loader(n_batches=6, seed=0):
+    return [token_batch(batch=4, length=9, seed=seed + i) for i in range(n_batches)]
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "gpt2"])
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_fit_and_attribute_shapes_values_and_padding(kind, mode):
+    model = tiny_model(kind)
+    dm = DiffMask(model, mode=mode)
+    assert isinstance(dm, Attribution) and not dm.multiplies_by_inputs
+    history = dm.fit(_loader(), epochs=2, seed=0, verbose=False)
+    assert history and {"epoch", "layer", "kl", "l0", "agreement", "lambda", "steps"} <= set(history[0])
+    assert all(0 <= h["l0"] <= 1 and h["kl"] >= 0 and h["lambda"] >= 0 for h in history)
+    ids, mask = token_batch(seed=99)
+    for layer in range(dm.num_layers + 1):
+        attr = dm.attribute(ids, additional_forward_args=(mask,), layer=layer)
+        assert attr.shape == ids.shape
+        assert torch.isfinite(attr).all() and attr.min() >= 0 and attr.max() <= 1
+        assert (attr[mask == 0] == 0).all()
+    every = dm.attribute(ids, additional_forward_args=(mask,))
+    assert every.shape == (*ids.shape, dm.num_layers + 1)
+    assert torch.allclose(every[..., 1], dm.attribute(ids, additional_forward_args=(mask,), layer=1))
+    if mode == "input":  # a token kept at layer k was kept by every earlier vote
+        assert (every[..., 1:] <= every[..., :-1] + 1e-6).all()
+    assert dm.attribute((ids,), additional_forward_args=(mask,), layer=0)[0].shape == ids.shape
+
+
+def test_fit_leaves_model_untouched_and_learns_to_mask():
+    model = tiny_bert()
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    model.train()
+    dm = DiffMask(model, mode="hidden")
+    history = dm.fit(_loader(8), epochs=4, eps=0.05, seed=0, verbose=False)
+    assert model.training and all(p.requires_grad for p in model.parameters())
+    assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
+    first = [h["l0"] for h in history if h["epoch"] == 1]
+    last = [h["l0"] for h in history if h["epoch"] == 4]
+    assert sum(last) / len(last) < sum(first) / len(first)  # gates close as it trains
+
+
+def test_padded_positions_give_no_nan_even_when_fully_padded_rows():
+    model = tiny_bert()
+    dm = DiffMask(model, mode="input")
+    ids, mask = token_batch()
+    mask[1, 1:] = 0
+    ids[1, 1:] = 0
+    dm.fit([(ids, mask)] * 3, epochs=1, seed=0, verbose=False)
+    attr = dm.attribute(ids, additional_forward_args=(mask,))
+    assert torch.isfinite(attr).all() and (attr[1, 1:] == 0).all()
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_save_load_round_trips_attributions_exactly(tmp_path, mode):
+    model = tiny_bert()
+    dm = DiffMask(model, mode=mode)
+    dm.fit(_loader(3), epochs=1, seed=0, verbose=False)
+    ids, mask = token_batch(seed=5)
+    expected = dm.attribute(ids, additional_forward_args=(mask,))
+    path = tmp_path / "dm.pt"
+    dm.save(path)
+    loaded = DiffMask.load(path, model)
+    assert loaded.mode == mode
+    assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,)), expected)
+
+
+def test_load_refuses_a_checkpoint_for_another_model(tmp_path):
+    dm = DiffMask(tiny_bert())
+    dm.fit(_loader(2), epochs=1, seed=0, verbose=False)
+    path = tmp_path / "dm.pt"
+    dm.save(path)
+    with pytest.raises(ValueError, match="model: .*sites"):
+        DiffMask.load(path, tiny_bert(num_layers=3))
+    with pytest.raises(ValueError, match="model: .*sites"):
+        DiffMask.load(path, tiny_model("roberta"))
+    other_head = tiny_bert()
+    other_head.classifier = torch.nn.Linear(32, 5)  # same sites, other parameter shapes
+    with pytest.raises(ValueError, match="model: .*another model"):
+        DiffMask.load(path, other_head)
+    torch.save({"something": 1}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a DiffMask checkpoint"):
+        DiffMask.load(tmp_path / "other.pt", tiny_bert())
+
+
+def test_bad_input_errors_name_the_argument():
+    model = tiny_bert()
+    dm = DiffMask(model)
+    ids, mask = token_batch()
+    with pytest.raises(ValueError, match="not fitted.*fit"):
+        dm.attribute(ids, additional_forward_args=(mask,), layer=0)
+    dm.fit(_loader(1), epochs=1, verbose=False)
+    with pytest.raises(ValueError, match="layer must be in 0..2"):
+        dm.attribute(ids, additional_forward_args=(mask,), layer=3)
+    with pytest.raises(TypeError, match="layer"):
+        dm.attribute(ids, additional_forward_args=(mask,), layer="1")
+    with pytest.raises(TypeError, match="inputs must hold integer token ids"):
+        dm.attribute(ids.float(), additional_forward_args=(mask,), layer=0)
+    with pytest.raises(ValueError, match=r"inputs must have shape \(batch, tokens\)"):
+        dm.attribute(ids[0], layer=0)
+    with pytest.raises(ValueError, match="padding mask"):
+        dm.attribute(ids, additional_forward_args=(mask[:, :3],), layer=0)
+    with pytest.raises(ValueError, match="mode"):
+        DiffMask(model, mode="both")
+    with pytest.raises(ValueError, match="epochs"):
+        dm.fit(_loader(1), epochs=0)
+    with pytest.raises(ValueError, match="layer must be in"):
+        dm.fit(_loader(1), epochs=1, layers=[5])
+    with pytest.raises(ValueError, match="sites=.*'hidden'"):
+        DiffMask(torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 2)))
+
+
+def test_captum_sensitivity_max_runs_with_a_token_substitution_perturbation():
+    model = tiny_bert()
+    dm = DiffMask(model, mode="hidden")
+    dm.fit(_loader(3), epochs=1, seed=0, verbose=False)
+    ids, mask = token_batch(seed=7)
+
+    def substitute_one_token(inputs):
+        # token ids are discrete: perturb by swapping one real token for another id
+        (ids_,) = inputs if isinstance(inputs, tuple) else (inputs,)
+        perturbed = ids_.clone()
+        position = torch.randint(0, 5, (ids_.shape[0],))
+        perturbed[torch.arange(ids_.shape[0]), position] = torch.randint(3, VOCAB, (ids_.shape[0],))
+        return (perturbed,) if isinstance(inputs, tuple) else perturbed
+
+    torch.manual_seed(0)
+    sensitivity = sensitivity_max(
+        dm.attribute, ids, perturb_func=substitute_one_token, n_perturb_samples=4,
+        additional_forward_args=(mask,), layer=1,
+    )
+    assert sensitivity.shape == (ids.shape[0],)
+    assert torch.isfinite(sensitivity).all() and (sensitivity >= 0).all()

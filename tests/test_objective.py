@@ -1,0 +1,67 @@
+import math
+
+import pytest
+import torch
+
+from captum_diffmask import js_divergence, kl_divergence, LagrangeMultipliers
+from captum_diffmask.objective import l0_penalty, log_probs
+
+
+def test_kl_matches_direct_formula_and_is_zero_on_identity():
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 4), torch.randn(5, 4)
+    p, q = a.softmax(-1), b.softmax(-1)
+    direct = (p * (p.log() - q.log())).sum(-1)
+    assert torch.allclose(kl_divergence(log_probs(a), log_probs(b)), direct, atol=1e-6)
+    assert torch.allclose(kl_divergence(log_probs(a), log_probs(a)), torch.zeros(5), atol=1e-7)
+
+
+def test_kl_with_zero_mass_has_no_nan():
+    log_p = torch.tensor([[0.0, -math.inf]])  # p = (1, 0), e.g. a padded class
+    log_q = torch.tensor([[math.log(0.5), math.log(0.5)]])
+    value = kl_divergence(log_p, log_q)
+    assert torch.isfinite(value).all() and value.item() == pytest.approx(math.log(2))
+
+
+def test_js_is_symmetric_and_bounded():
+    torch.manual_seed(0)
+    a, b = log_probs(torch.randn(6, 3) * 5), log_probs(torch.randn(6, 3) * 5)
+    assert torch.allclose(js_divergence(a, b), js_divergence(b, a), atol=1e-6)
+    assert (js_divergence(a, b) <= math.log(2) + 1e-6).all()
+    disjoint = js_divergence(torch.tensor([[0.0, -math.inf]]), torch.tensor([[-math.inf, 0.0]]))
+    assert disjoint.item() == pytest.approx(math.log(2))
+
+
+def test_binary_logit_becomes_bernoulli():
+    lp = log_probs(torch.tensor([0.0, 2.0]))
+    assert lp.shape == (2, 2)
+    assert lp.exp()[1, 1].item() == pytest.approx(torch.sigmoid(torch.tensor(2.0)).item())
+
+
+def test_l0_penalty_ignores_padding():
+    log_keep = torch.log(torch.tensor([[0.5, 0.25, 0.9]]))
+    mask = torch.tensor([[True, True, False]])
+    assert l0_penalty(log_keep, mask).item() == pytest.approx(0.75)
+    assert l0_penalty(log_keep, mask, "log").item() == pytest.approx((math.log(0.5) + math.log(0.25)) / 2)
+    with pytest.raises(ValueError, match="l0_penalty"):
+        l0_penalty(log_keep, mask, "sum")
+
+
+def test_lagrange_multiplier_ascends_when_violated_and_is_clamped():
+    lambdas = LagrangeMultipliers(2)
+    opt = lambdas.optimizer(lr=0.3)
+    for violation, direction in [(1.0, 1), (-1.0, -1)]:
+        before = lambdas(0).item()
+        opt.zero_grad()
+        (lambdas(0) * violation).backward()
+        opt.step()
+        lambdas.clamp_()
+        assert (lambdas(0).item() - before) * direction > 0
+        assert lambdas(1).item() == 1.0  # the other layer's multiplier is untouched
+    for _ in range(50):
+        opt.zero_grad()
+        (lambdas(0) * -1.0).backward()
+        opt.step()
+        lambdas.clamp_()
+    assert lambdas(0).item() == 0.0
+    assert lambdas.values.dtype == torch.float32
