@@ -13,7 +13,7 @@ from captum.log import log_usage
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from .forward import Batch, check_token_ids, ModelForward, split_batch
+from .forward import Batch, check_token_ids, frozen, ModelForward, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import kl_divergence, l0_penalty, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
@@ -248,13 +248,9 @@ class DiffMask(Attribution):
             torch.manual_seed(seed)
         rng = random.Random(seed)
         history: List[Dict[str, float]] = []
-        was_training = self.model.training
-        grad_flags = [p.requires_grad for p in self.model.parameters()]
-        self.model.eval()
-        self.model.requires_grad_(False)
         optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
         step = 0
-        try:
+        with frozen(self.model):
             for epoch in range(1, epochs + 1):
                 sums: Dict[int, Dict[str, float]] = {}
                 bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{epochs}", disable=None if verbose else True, leave=False)
@@ -292,10 +288,6 @@ class DiffMask(Attribution):
                     )
                 if max_steps is not None and step >= max_steps:
                     break
-        finally:
-            for p, flag in zip(self.model.parameters(), grad_flags):
-                p.requires_grad_(flag)
-            self.model.train(was_training)
         return history
 
     def _optimizers(self, kind: str, lr: float, lr_baseline: float, lr_lambda: float) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:

@@ -8,7 +8,8 @@ token ids, so that every method in the library talks to models the same way.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple, Union
+import contextlib
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn, Tensor
@@ -193,3 +194,22 @@ class ModelForward:
                 f"the shape of inputs {tuple(inputs.shape)}, got {shape}"
             )
         return mask.bool()
+
+
+@contextlib.contextmanager
+def frozen(model: nn.Module) -> Iterator[nn.Module]:
+    r"""
+    The analysed model in eval mode (no dropout) with gradients off for its own
+    parameters, while gradients still flow through its activations to whatever
+    replaced them; both are restored on exit, also after an exception.
+    """
+    was_training = model.training
+    flags = [p.requires_grad for p in model.parameters()]
+    model.eval()
+    model.requires_grad_(False)
+    try:
+        yield model
+    finally:
+        for p, flag in zip(model.parameters(), flags):
+            p.requires_grad_(flag)
+        model.train(was_training)

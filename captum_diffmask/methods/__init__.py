@@ -1,0 +1,8 @@
+"""The methods DiffMask is compared with, as Captum attributions of one shape:
+``attribute(inputs, target=None, additional_forward_args=None, layer=k)`` returns
+(B, T) scores for the input tokens (``layer=0``) or the states of ``hidden.k``,
+higher = more important, 0 at padding."""
+
+from .base import optimize, SiteAttribution, site_for_layer
+
+__all__ = ["SiteAttribution", "optimize", "site_for_layer"]
