@@ -82,6 +82,9 @@ class DiffMask(Attribution):
         l0 (str, optional): the sparsity term: ``"expected"`` (the paper: sum of
                     ``P(z != 0)`` over real tokens) or ``"log"`` (the authors' code:
                     mean of ``log P(z != 0)``). Default: ``"expected"``
+        probe_reads_input (bool, optional): input mode: vote j reads
+                    ``[input; hidden.j]`` (the paper) or ``hidden.j`` alone.
+                    Default: True
 
     Examples::
 
@@ -101,6 +104,7 @@ class DiffMask(Attribution):
         stretch: Tuple[float, float] = DIFFMASK_DEFAULTS[1:],
         probe_hidden_size: Optional[int] = None,
         l0: str = "expected",
+        probe_reads_input: bool = True,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
@@ -116,6 +120,7 @@ class DiffMask(Attribution):
         self.stretch = (float(stretch[0]), float(stretch[1]))
         self.probe_hidden_size = probe_hidden_size
         self.l0 = l0
+        self.probe_reads_input = bool(probe_reads_input)
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
@@ -157,7 +162,9 @@ class DiffMask(Attribution):
         hidden_sizes = [self.site_sizes[f"hidden.{j}"] for j in range(self.num_layers + 1)]
         width = self.probe_hidden_size or max(max(self.site_sizes.values()) // 4, 32)
         if self.mode == "input":
-            self.probe = InputGateProbe(self.site_sizes["input"], hidden_sizes, width)
+            self.probe = InputGateProbe(
+                self.site_sizes["input"], hidden_sizes, width, read_input=self.probe_reads_input
+            )
         else:
             self.probe = HiddenGateProbe(hidden_sizes, width)
         self.lambdas = LagrangeMultipliers(self.num_layers + 1)
@@ -416,6 +423,7 @@ class DiffMask(Attribution):
             "stretch": list(self.stretch),
             "probe_hidden_size": self.probe_hidden_size,
             "l0": self.l0,
+            "probe_reads_input": self.probe_reads_input,
         }
 
     def save(self, path: Union[str, os.PathLike]) -> None:

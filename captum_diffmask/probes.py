@@ -93,14 +93,30 @@ class InputGateProbe(nn.Module):
         input_size (int): H of the ``input`` site.
         hidden_sizes (sequence of int): H of ``hidden.0 .. hidden.L``.
         hidden_features (int): hidden layer size of each vote network.
+        read_input (bool, optional): vote j reads ``[input; hidden.j]`` (the paper)
+                    when True, ``hidden.j`` alone when False. The input makes it
+                    easy for a vote to key on token identity, which can trap it in
+                    masking the same tokens whatever the context (seen on the toy
+                    task, where the input is 64-d and the state 2-d). Default: True
     """
 
-    def __init__(self, input_size: int, hidden_sizes: Sequence[int], hidden_features: int) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_sizes: Sequence[int],
+        hidden_features: int,
+        read_input: bool = True,
+    ) -> None:
         super().__init__()
-        self.votes = nn.ModuleList(
-            GateMLP(input_size + size, hidden_features) for size in hidden_sizes
-        )
+        self.read_input = read_input
+        extra = input_size if read_input else 0
+        self.votes = nn.ModuleList(GateMLP(extra + size, hidden_features) for size in hidden_sizes)
         self.baseline = nn.Parameter(torch.zeros(input_size))
+
+    def _features(self, input_state: Tensor, state: Tensor) -> Tensor:
+        if not self.read_input:
+            return state.float()
+        return torch.cat([input_state.float(), state.float()], dim=-1)
 
     @torch.no_grad()
     def init_baselines(self, states: dict, mask: Tensor) -> None:
@@ -108,7 +124,7 @@ class InputGateProbe(nn.Module):
         standardises each vote network's features."""
         self.baseline.copy_(_mean_state(states["input"], mask))
         for j, vote in enumerate(self.votes):
-            vote.standardize(torch.cat([states["input"], states[f"hidden.{j}"]], -1), mask)
+            vote.standardize(self._features(states["input"], states[f"hidden.{j}"]), mask)
 
     def forward(self, input_state: Tensor, hidden_states: Sequence[Tensor]) -> Tensor:
         r"""
@@ -121,8 +137,7 @@ class InputGateProbe(nn.Module):
             *Tensor* (B, T, k + 1) of vote logits, one column per layer read.
         """
         logits: List[Tensor] = [
-            vote(torch.cat([input_state.float(), state.float()], dim=-1))
-            for vote, state in zip(self.votes, hidden_states)
+            vote(self._features(input_state, state)) for vote, state in zip(self.votes, hidden_states)
         ]
         return torch.stack(logits, dim=-1)
 

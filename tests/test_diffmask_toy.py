@@ -28,3 +28,30 @@ def test_hidden_mode_matches_the_ground_truth_at_the_ffnn_output(toy_setup):
     # and a uniform attribution (keep everything) does not
     uniform = js_to_ground_truth(valid.mask.float(), truth, valid.mask)
     assert uniform[~torch.isnan(uniform)].mean().item() > 0.15
+
+
+def test_input_mode_layer0_is_uniform_and_layer1_concentrates_on_the_query(toy_setup):
+    """The paper's toy-task figure: conditioned on the embeddings, nothing can be
+    dropped (uniform); conditioned on the FFNN states, only the query digits are kept."""
+    model, _, train, valid = toy_setup
+    dm = DiffMask(model, mode="input", sites=toy_sites(model), padding_mask_arg=1, probe_reads_input=False)
+    # Deepest layer first, then layer 0 with the learned baseline frozen: a baseline
+    # trained on layer 0 (which cannot see the query) drifts onto one digit's
+    # embedding, where "masking" that digit costs nothing.
+    dm.fit(train.loader(128, shuffle=True, seed=0), epochs=12, eps=0.1, lr=3e-3,
+           lr_baseline=3e-2, lr_lambda=0.2, layers=[1], seed=0, verbose=False)
+    dm.fit(train.loader(128, shuffle=True, seed=1), epochs=6, eps=0.1, lr=3e-3,
+           lr_baseline=0.0, lr_lambda=0.2, layers=[0], seed=1, verbose=False)
+    every = dm.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask))
+    truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
+    real, query = valid.mask, truth.bool()
+
+    def mean_js(scores, target):
+        js = js_to_ground_truth(scores, target, real)
+        return js[~torch.isnan(js)].mean().item()
+
+    layer0, layer1 = every[..., 0], every[..., 1]
+    assert mean_js(layer0, real.float()) < 0.02  # uniform over the sequence
+    assert mean_js(layer1, truth) < 0.05  # uniform over the query digits
+    assert layer1[query].mean() - layer1[real & ~query].mean() > 0.8
+    assert abs(layer0[query].mean() - layer0[real & ~query].mean()) < 0.05

@@ -4,5 +4,15 @@
 higher = more important, 0 at padding."""
 
 from .base import optimize, SiteAttribution, site_for_layer
+from .erasure import ErasureResult, ExactErasure
+from .gradients import IntegratedGradients, Occlusion
 
-__all__ = ["SiteAttribution", "optimize", "site_for_layer"]
+__all__ = [
+    "SiteAttribution",
+    "optimize",
+    "site_for_layer",
+    "IntegratedGradients",
+    "Occlusion",
+    "ExactErasure",
+    "ErasureResult",
+]

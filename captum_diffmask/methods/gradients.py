@@ -1,0 +1,411 @@
+"""Integrated Gradients and Occlusion at a site, through Captum's own classes.
+
+Both methods see the analysed model as a function of the state ``h`` (B, T, H)
+at one site (``layer=0``: the token embeddings, ``layer=k``: ``hidden.k``):
+``f(h') = logits of the model with the site replaced by h'``. Captum's
+:class:`captum.attr.IntegratedGradients` and :class:`captum.attr.Occlusion`
+attribute ``f`` at ``h``, and the per-feature result (B, T, H) is reduced to
+one score per token.
+
+Padded positions are never moved: their baseline is the state itself, so they
+contribute nothing and score exactly 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace as _replace_fields
+from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
+
+import torch
+from captum.attr import IntegratedGradients as _CaptumIntegratedGradients
+from captum.attr import Occlusion as _CaptumOcclusion
+from torch import nn, Tensor
+
+from ..forward import frozen
+from ..sites import SiteLocator
+from .base import PreparedCall, SiteAttribution
+
+TargetType = Union[None, int, List[int], Tensor]
+BaselineType = Union[None, float, Tensor]
+
+_REDUCTIONS = ("abs_sum", "sum", "l2")
+_IG_METHODS = ("riemann_trapezoid", "gausslegendre", "riemann_left", "riemann_right", "riemann_middle")
+
+
+# --------------------------------------------------------------- shared helpers
+def resolve_target(logits: Tensor, target: TargetType, argument: str = "target") -> Optional[Tensor]:
+    r"""
+    The class whose output is attributed, per example.
+
+    Args:
+
+        logits (Tensor): (B, C) class logits, or (B,) / (B, 1) for one binary logit.
+        target (int, list, Tensor or None): for (B, C) logits an int, a list of B
+                    ints or a (B,) tensor; None means the predicted class. For a
+                    binary logit it must be None (the logit itself is attributed).
+
+    Returns:
+        *Tensor* (B,) long for (B, C) logits; None for a binary logit.
+    """
+    batch = logits.shape[0]
+    if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[1] == 1):
+        if target is not None:
+            raise ValueError(
+                f"{argument} must be None for a model with one binary logit (the logit "
+                f"itself is attributed), got {target!r}"
+            )
+        return None
+    num_classes = logits.shape[-1]
+    if target is None:
+        return logits.argmax(-1)
+    if isinstance(target, bool):
+        raise TypeError(f"{argument} must be an int, a list of ints or a (B,) tensor, got a bool")
+    if isinstance(target, int):
+        target = torch.full((batch,), target, dtype=torch.long, device=logits.device)
+    elif isinstance(target, (list, tuple)):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in target):
+            raise TypeError(f"{argument}: a list target must hold ints, got {target!r}")
+        target = torch.tensor(list(target), dtype=torch.long, device=logits.device)
+    elif isinstance(target, Tensor):
+        if target.dtype.is_floating_point or target.dtype == torch.bool:
+            raise TypeError(f"{argument} must hold integer class indices, got dtype {target.dtype}")
+        if target.dim() == 0:
+            target = target.expand(batch)
+        target = target.to(device=logits.device, dtype=torch.long)
+    else:
+        raise TypeError(
+            f"{argument} must be None, an int, a list of ints or a (B,) tensor, got "
+            f"{type(target).__name__}"
+        )
+    if target.shape != (batch,):
+        raise ValueError(f"{argument} must have one class per example ({batch}), got shape {tuple(target.shape)}")
+    if bool(((target < 0) | (target >= num_classes)).any()):
+        raise ValueError(f"{argument} must be in 0..{num_classes - 1}, got {target.tolist()}")
+    return target
+
+
+def resolve_baseline(baseline: BaselineType, state: Tensor, mask: Tensor, argument: str = "baseline") -> Tensor:
+    r"""
+    The reference state (B, T, H) that replaces ``state``: zeros (None), a constant
+    (float), a vector (H,) for every token, or a full (B, T, H) tensor. At padded
+    positions it equals ``state`` (padding is never moved).
+    """
+    if baseline is None:
+        full = torch.zeros_like(state)
+    elif isinstance(baseline, (int, float)) and not isinstance(baseline, bool):
+        full = torch.full_like(state, float(baseline))
+    elif isinstance(baseline, Tensor):
+        if baseline.shape == state.shape[-1:]:
+            full = baseline.to(state).expand_as(state)
+        elif baseline.shape == state.shape:
+            full = baseline.to(state)
+        else:
+            raise ValueError(
+                f"{argument} must be None, a float, a tensor ({state.shape[-1]},) or a tensor "
+                f"{tuple(state.shape)} shaped like the site state, got shape {tuple(baseline.shape)}"
+            )
+    else:
+        raise TypeError(f"{argument} must be None, a float or a Tensor, got {type(baseline).__name__}")
+    return torch.where(mask.unsqueeze(-1), full.detach(), state)
+
+
+def reduce_tokens(attributions: Tensor, reduction: str) -> Tensor:
+    r"""(B, T, H) per-feature attributions -> (B, T) per-token scores."""
+    if reduction == "abs_sum":
+        return attributions.sum(-1).abs()
+    if reduction == "sum":
+        return attributions.sum(-1)
+    if reduction == "l2":
+        return attributions.norm(dim=-1)
+    raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def _check_positive_int(value: Any, argument: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{argument} must be an int >= 1, got {value!r}")
+
+
+class _SiteFunction:
+    r"""``f(h', ids, *extra) -> target output`` for Captum: the model with the
+    site replaced by ``h'``. Captum repeats ``ids`` and ``extra`` (passed as its
+    ``additional_forward_args``) along the batch as it expands ``h'``, so they
+    always match."""
+
+    def __init__(self, method: SiteAttribution, call: PreparedCall) -> None:
+        self.method = method
+        self.call = call
+
+    def __call__(self, state: Tensor, ids: Tensor, *extra: Any) -> Tensor:
+        call = _replace_fields(self.call, ids=ids, extra=tuple(extra))
+        logits = self.method._replaced_logits(call, {call.site: state})
+        if logits.dim() == 2 and logits.shape[1] == 1:
+            logits = logits.reshape(-1)  # one binary logit: attribute it directly
+        return logits
+
+
+# ------------------------------------------------------------ Integrated Gradients
+class IntegratedGradients(SiteAttribution):
+    r"""
+    Integrated Gradients (Sundararajan et al., 2017) on the state at a site, the
+    gradient baseline DiffMask is compared with. Computed by Captum's
+    :class:`captum.attr.IntegratedGradients` on ``f(h') = output of the model with
+    the site replaced by h'``.
+
+    Objective: none (no optimisation). With baseline ``b`` and target output
+    ``F``, the per-feature attribution is
+    ``(h - b) * integral_0^1 dF(b + a (h - b)) / dh da``; the signed attributions
+    sum to ``F(h) - F(b)`` (completeness) up to the quadrature error, which
+    ``return_convergence_delta=True`` reports.
+
+    Readout: one score per token, ``|sum over H|`` of the attributions by default
+    (the authors' comparison), or the signed sum, or the L2 norm over H.
+
+    Cost: ``n_steps`` forward and backward passes per example (batched by
+    ``internal_batch_size``), plus one capture pass; two more forward passes when
+    the convergence delta is asked for.
+
+    The default quadrature ``"riemann_trapezoid"`` evaluates the gradient at
+    ``linspace(0, 1, n_steps)``, both ends included, as the authors' code does.
+    Captum 0.9 weights those points by ``1/n_steps`` with halved ends, weights
+    that sum to ``(n_steps - 1) / n_steps``, not 1 (even a linear model loses
+    ``1/n_steps`` of its output); the result is rescaled by
+    ``n_steps / (n_steps - 1)``, which gives the composite trapezoid rule.
+
+    A zero baseline suits states that are not normalised before use. A state
+    that feeds a LayerNorm through bias-free linear maps (``hidden.k`` for
+    0 < k < L in a config-built BERT, whose biases start at zero) gives a path
+    along which the output is constant for every a > 0 (LayerNorm ignores the
+    scale) and jumps at a = 0: the integral misses ``F(h) - F(0)`` and the
+    gradient at the a = 0 end of the trapezoid rule is huge (1e5 and more).
+    The convergence delta shows it; a learned or mean baseline avoids it.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
+                    itself when None. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding mask in
+                    ``additional_forward_args``. Default: ``"auto"``
+        baseline (float or Tensor, optional): the reference state: None for zeros
+                    (the authors'), a constant, a vector (H,) for every token (e.g.
+                    a learned DiffMask baseline), or a full (B, T, H) tensor.
+                    Padded positions always keep their state. Default: None
+        n_steps (int, optional): points of the path integral. Default: 50
+        method (str, optional): Captum's quadrature, ``"riemann_trapezoid"`` or
+                    ``"gausslegendre"`` (or another Captum Riemann rule).
+                    Default: ``"riemann_trapezoid"``
+        reduction (str, optional): per-token readout, ``"abs_sum"``, ``"sum"`` or
+                    ``"l2"`` over H. Default: ``"abs_sum"``
+        internal_batch_size (int, optional): Captum's chunking of the
+                    ``n_steps * B`` path points; all at once when None. Default: None
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+        baseline: BaselineType = None,
+        n_steps: int = 50,
+        method: str = "riemann_trapezoid",
+        reduction: str = "abs_sum",
+        internal_batch_size: Optional[int] = None,
+    ) -> None:
+        super().__init__(model, sites, forward_func, padding_mask_arg)
+        self._check_options(n_steps, method, reduction, internal_batch_size)
+        self.baseline = baseline
+        self.n_steps = n_steps
+        self.method = method
+        self.reduction = reduction
+        self.internal_batch_size = internal_batch_size
+
+    @staticmethod
+    def _check_options(n_steps: Any, method: Any, reduction: Any, internal_batch_size: Any) -> None:
+        _check_positive_int(n_steps, "n_steps")
+        if method not in _IG_METHODS:
+            raise ValueError(f"method must be one of {_IG_METHODS}, got {method!r}")
+        if method.startswith("riemann") and n_steps < 2:
+            raise ValueError(f"n_steps must be >= 2 for the Riemann rules, got {n_steps}")
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        _check_positive_int(internal_batch_size, "internal_batch_size", allow_none=True)
+
+    def has_convergence_delta(self) -> bool:
+        return True
+
+    def attribute(  # type: ignore[override]
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        layer: int = 0,
+        *,
+        n_steps: Optional[int] = None,
+        method: Optional[str] = None,
+        reduction: Optional[str] = None,
+        internal_batch_size: Optional[int] = None,
+        return_convergence_delta: bool = False,
+    ) -> Union[Tensor, Tuple[Tensor], Tuple[Union[Tensor, Tuple[Tensor]], Tensor]]:
+        r"""
+        Args:
+
+            inputs (Tensor or 1-tuple of Tensor): token ids (B, T).
+            target (int, list or Tensor, optional): for (B, C) logits the class
+                        attributed (None = the predicted class); must be None for
+                        one binary logit, whose value is attributed. Default: None
+            additional_forward_args (Any, optional): the model's other arguments,
+                        e.g. ``(attention_mask,)``. Default: None
+            layer (int, optional): 0 for the token embeddings (``input`` site),
+                        k >= 1 for ``hidden.k``. Default: 0
+            n_steps, method, reduction, internal_batch_size (optional): override
+                        the constructor's values for this call.
+            return_convergence_delta (bool, optional): also return, per example,
+                        ``sum of the signed attributions - (F(h) - F(b))``.
+                        Default: False
+
+        Returns:
+            *Tensor* (B, T) per-token scores, 0 at padding (a 1-tuple if
+            ``inputs`` was); with ``return_convergence_delta``, the pair
+            ``(scores, delta)`` with ``delta`` of shape (B,).
+        """
+        n_steps = self.n_steps if n_steps is None else n_steps
+        method = self.method if method is None else method
+        reduction = self.reduction if reduction is None else reduction
+        if internal_batch_size is None:
+            internal_batch_size = self.internal_batch_size
+        self._check_options(n_steps, method, reduction, internal_batch_size)
+
+        call = self._prepare(inputs, additional_forward_args, layer)
+        states, logits = self._capture(call)
+        state = states[call.site].detach()
+        captum_target = resolve_target(logits, target)
+        baseline = resolve_baseline(self.baseline, state, call.mask)
+
+        forward = _SiteFunction(self, call)
+        ig = _CaptumIntegratedGradients(forward, multiply_by_inputs=True)
+        args = (call.ids, *call.extra)
+        with frozen(self.model):
+            attributions = ig.attribute(
+                state,
+                baselines=baseline,
+                target=captum_target,
+                additional_forward_args=args,
+                n_steps=n_steps,
+                method=method,
+                internal_batch_size=internal_batch_size,
+            )
+            if method == "riemann_trapezoid":
+                # Captum's trapezoid weights sum to (n-1)/n; see the class docstring.
+                attributions = attributions * (n_steps / (n_steps - 1))
+            if return_convergence_delta:
+                delta = ig.compute_convergence_delta(
+                    attributions,
+                    start_point=baseline,
+                    end_point=state,
+                    target=captum_target,
+                    additional_forward_args=args,
+                )
+        scores = self._finish(reduce_tokens(attributions.detach().float(), reduction), call)
+        if return_convergence_delta:
+            return scores, delta.detach().float()
+        return scores
+
+
+# ------------------------------------------------------------------- Occlusion
+class Occlusion(SiteAttribution):
+    r"""
+    Leave-one-out occlusion of the state at a site, by Captum's
+    :class:`captum.attr.Occlusion` with a window of one token
+    (``sliding_window_shapes=(1, H)``).
+
+    Objective: none. The score of token t is the drop of the target output when
+    only its state is replaced by the baseline:
+    ``F(h) - F(h with h_t := b_t)`` (positive = the token supported the output).
+
+    Readout: that drop, one number per token.
+
+    Cost: T + 1 forward passes per example (one per position, pads included,
+    plus the original), ``perturbations_per_eval`` of them batched together.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
+                    itself when None. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding mask in
+                    ``additional_forward_args``. Default: ``"auto"``
+        baseline (float or Tensor, optional): what replaces an occluded state: None
+                    for zeros, a constant, a vector (H,) (e.g. a learned DiffMask
+                    baseline) or a (B, T, H) tensor. Default: None
+        perturbations_per_eval (int, optional): occlusions per forward pass (each
+                    of batch size B). Default: 16
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+        baseline: BaselineType = None,
+        perturbations_per_eval: int = 16,
+    ) -> None:
+        super().__init__(model, sites, forward_func, padding_mask_arg)
+        _check_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        self.baseline = baseline
+        self.perturbations_per_eval = perturbations_per_eval
+
+    def attribute(  # type: ignore[override]
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        layer: int = 0,
+        *,
+        perturbations_per_eval: Optional[int] = None,
+    ) -> Union[Tensor, Tuple[Tensor]]:
+        r"""
+        Args:
+
+            inputs (Tensor or 1-tuple of Tensor): token ids (B, T).
+            target (int, list or Tensor, optional): for (B, C) logits the class
+                        whose logit is occluded (None = the predicted class); must be
+                        None for one binary logit. Default: None
+            additional_forward_args (Any, optional): the model's other arguments.
+                        Default: None
+            layer (int, optional): 0 for the token embeddings, k >= 1 for
+                        ``hidden.k``. Default: 0
+            perturbations_per_eval (int, optional): overrides the constructor's.
+
+        Returns:
+            *Tensor* (B, T): the drop of the target output per occluded token, 0 at
+            padding (a 1-tuple if ``inputs`` was).
+        """
+        if perturbations_per_eval is None:
+            perturbations_per_eval = self.perturbations_per_eval
+        _check_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        call = self._prepare(inputs, additional_forward_args, layer)
+        states, logits = self._capture(call)
+        state = states[call.site].detach()
+        captum_target = resolve_target(logits, target)
+        baseline = resolve_baseline(self.baseline, state, call.mask)
+
+        hidden = state.shape[-1]
+        occlusion = _CaptumOcclusion(_SiteFunction(self, call))
+        with frozen(self.model), torch.no_grad():
+            attributions = occlusion.attribute(
+                state,
+                sliding_window_shapes=(1, hidden),
+                strides=(1, hidden),
+                baselines=baseline,
+                target=captum_target,
+                additional_forward_args=(call.ids, *call.extra),
+                perturbations_per_eval=perturbations_per_eval,
+            )
+        # Every feature of a token's window gets the same drop; read one of them.
+        return self._finish(attributions[..., 0].float(), call)
