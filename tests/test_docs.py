@@ -1,0 +1,25 @@
+"""The code on the user pages runs."""
+
+import pathlib
+import re
+
+import pytest
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+PAGES = ["diffmask.md", "methods.md"]
+
+
+def _python_blocks(page: pathlib.Path):
+    return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_code_runs(name):
+    page = DOCS / name
+    if not page.exists():
+        pytest.fail(f"docs/{name} is missing")
+    blocks = _python_blocks(page)
+    assert blocks, f"docs/{name} has no python code"
+    namespace: dict = {}
+    for block in blocks:  # blocks of one page share a namespace, as in a session
+        exec(compile(block, str(page), "exec"), namespace)
