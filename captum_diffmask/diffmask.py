@@ -8,12 +8,12 @@ import random
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
-from captum.attr import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from .forward import Batch, check_token_ids, frozen, ModelForward, split_batch
+from .attribution import SiteAttribution
+from .forward import Batch, check_token_ids, frozen, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import kl_divergence, l0_penalty, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
@@ -42,7 +42,7 @@ def check_layer(layer: Any, num_layers: int, allow_none: bool = True) -> Optiona
     return layer
 
 
-class DiffMask(Attribution):
+class DiffMask(SiteAttribution):
     r"""
     Differentiable Masking (De Cao, Schlichtkrull, Aziz and Titov, EMNLP 2020).
 
@@ -111,10 +111,7 @@ class DiffMask(Attribution):
         if l0 not in ("expected", "log"):
             raise ValueError(f"l0 must be 'expected' or 'log', got {l0!r}")
         HardConcrete(torch.zeros(1), temperature, stretch)  # validates both
-        self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
-        Attribution.__init__(self, self.model_forward)
-        self.model = model
-        self.locator = SiteLocator.locate(model, sites)
+        SiteAttribution.__init__(self, model, sites, forward_func, padding_mask_arg)
         self.mode = mode
         self.temperature = float(temperature)
         self.stretch = (float(stretch[0]), float(stretch[1]))
@@ -124,19 +121,6 @@ class DiffMask(Attribution):
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
-
-    # --------------------------------------------------------------- captum API
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        return False
-
-    def has_convergence_delta(self) -> bool:
-        return False
-
-    @property
-    def num_layers(self) -> int:
-        r"""L: ``layer`` ranges over ``0..L``."""
-        return self.locator.num_layers
 
     @property
     def is_fitted(self) -> bool:
@@ -410,10 +394,6 @@ class DiffMask(Attribution):
             [self._hard_concrete(self._gate_logits(states, j)).prob_nonzero() for j in range(last + 1)],
             dim=-1,
         )
-
-    def attribute_future(self) -> None:
-        r"""Not implemented for DiffMask."""
-        raise NotImplementedError("attribute_future is not implemented for DiffMask")
 
     # ------------------------------------------------------------ checkpoints
     def _config(self) -> Dict[str, Any]:

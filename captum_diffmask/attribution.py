@@ -1,0 +1,122 @@
+"""The base of every attribution in the library: sites, model calls, input checks,
+output shape.
+
+A method subclasses :class:`SiteAttribution` and implements ``attribute`` with
+:meth:`SiteAttribution._prepare` at the start and :meth:`SiteAttribution._finish`
+at the end, so that every method reads the same sites, calls the model the same
+way and returns (B, T) scores, higher = more important, 0 at padding.
+
+For the comparison methods ``layer`` selects the site: 0 is the ``input`` site (the
+token embeddings), k >= 1 is ``hidden.k`` (the output of block k-1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
+
+import torch
+from captum.attr import Attribution
+from torch import nn, Tensor
+
+from .forward import check_token_ids, format_additional_args, ModelForward
+from .sites import Replacement, SiteLocator
+
+
+@dataclass
+class PreparedCall:
+    r"""The validated pieces of one ``attribute`` call.
+
+    Attributes:
+        ids (Tensor): (B, T) token ids.
+        extra (tuple): ``additional_forward_args`` as a tuple.
+        mask (Tensor): (B, T) bool, True at real tokens.
+        site (str): the site name for ``layer``.
+        was_tuple (bool): ``inputs`` came as a 1-tuple (the result will too).
+    """
+
+    ids: Tensor
+    extra: Tuple[Any, ...]
+    mask: Tensor
+    site: str
+    was_tuple: bool
+
+
+def site_for_layer(layer: Any, num_layers: int) -> str:
+    r"""``"input"`` for layer 0, ``"hidden.k"`` for k in 1..L; errors name ``layer``."""
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"layer must be an int in 0..{num_layers}, got {layer!r}")
+    if not 0 <= layer <= num_layers:
+        raise ValueError(f"layer must be in 0..{num_layers}, got {layer}")
+    return "input" if layer == 0 else f"hidden.{layer}"
+
+
+class SiteAttribution(Attribution):
+    r"""
+    Base of the comparison methods: a Captum ``Attribution`` over the sites of a
+    model.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
+                    itself when None. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding mask in
+                    ``additional_forward_args``. Default: ``"auto"``
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+    ) -> None:
+        self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
+        Attribution.__init__(self, self.model_forward)
+        self.model = model
+        self.locator = SiteLocator.locate(model, sites)
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        return False
+
+    def has_convergence_delta(self) -> bool:
+        return False
+
+    @property
+    def num_layers(self) -> int:
+        r"""L, the number of blocks: the sites are ``input``, ``hidden.0`` .. ``hidden.L``."""
+        return self.locator.num_layers
+
+    def attribute_future(self) -> None:
+        raise NotImplementedError(f"attribute_future is not implemented for {type(self).__name__}")
+
+    # ------------------------------------------------------------- helpers
+    def _prepare(self, inputs: Any, additional_forward_args: Any, layer: Any) -> PreparedCall:
+        r"""Validates ``inputs``, ``layer`` and the padding mask."""
+        ids, was_tuple = check_token_ids(inputs)
+        site = site_for_layer(layer, self.num_layers)
+        extra = format_additional_args(additional_forward_args)
+        mask = self.model_forward.padding_mask(ids, extra)
+        return PreparedCall(ids, extra, mask, site, was_tuple)
+
+    @staticmethod
+    def _finish(scores: Tensor, call: PreparedCall) -> Union[Tensor, Tuple[Tensor]]:
+        r"""(B, T) float scores with padding set to 0, in the structure of ``inputs``."""
+        scores = scores.detach().float() * call.mask.float()
+        return (scores,) if call.was_tuple else scores
+
+    def _capture(self, call: PreparedCall, names: Optional[Iterable[str]] = None) -> Tuple[dict, Tensor]:
+        r"""One pass without gradients: the sites ``names`` (default: the call's
+        site) and the logits."""
+        wanted = [call.site] if names is None else list(names)
+        with torch.no_grad(), self.locator.capture(wanted) as states:
+            logits = self.model_forward(call.ids, call.extra)
+        return states, logits
+
+    def _replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
+        r"""Logits with sites replaced; gradients flow into the replacements."""
+        with self.locator.replace(replacements):
+            return self.model_forward(call.ids, call.extra)
