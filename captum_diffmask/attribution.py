@@ -13,7 +13,7 @@ token embeddings), k >= 1 is ``hidden.k`` (the output of block k-1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 from captum.attr import Attribution
@@ -21,6 +21,9 @@ from torch import nn, Tensor
 
 from .forward import check_token_ids, format_additional_args, ModelForward
 from .sites import Replacement, SiteLocator
+
+#: Captum-style targets: a class for every example, one per example, or None.
+TargetType = Union[None, int, List[int], Tensor]
 
 
 @dataclass
@@ -120,3 +123,54 @@ class SiteAttribution(Attribution):
         r"""Logits with sites replaced; gradients flow into the replacements."""
         with self.locator.replace(replacements):
             return self.model_forward(call.ids, call.extra)
+
+
+def resolve_target(logits: Tensor, target: TargetType, argument: str = "target") -> Optional[Tensor]:
+    r"""
+    The class whose output is attributed, per example.
+
+    Args:
+
+        logits (Tensor): (B, C) class logits, or (B,) / (B, 1) for one binary logit.
+        target (int, list, Tensor or None): for (B, C) logits an int, a list of B
+                    ints or a (B,) tensor; None means the predicted class. For a
+                    binary logit it must be None (the logit itself is attributed).
+
+    Returns:
+        *Tensor* (B,) long for (B, C) logits; None for a binary logit.
+    """
+    batch = logits.shape[0]
+    if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[1] == 1):
+        if target is not None:
+            raise ValueError(
+                f"{argument} must be None for a model with one binary logit (the logit "
+                f"itself is attributed), got {target!r}"
+            )
+        return None
+    num_classes = logits.shape[-1]
+    if target is None:
+        return logits.argmax(-1)
+    if isinstance(target, bool):
+        raise TypeError(f"{argument} must be an int, a list of ints or a (B,) tensor, got a bool")
+    if isinstance(target, int):
+        target = torch.full((batch,), target, dtype=torch.long, device=logits.device)
+    elif isinstance(target, (list, tuple)):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in target):
+            raise TypeError(f"{argument}: a list target must hold ints, got {target!r}")
+        target = torch.tensor(list(target), dtype=torch.long, device=logits.device)
+    elif isinstance(target, Tensor):
+        if target.dtype.is_floating_point or target.dtype == torch.bool:
+            raise TypeError(f"{argument} must hold integer class indices, got dtype {target.dtype}")
+        if target.dim() == 0:
+            target = target.expand(batch)
+        target = target.to(device=logits.device, dtype=torch.long)
+    else:
+        raise TypeError(
+            f"{argument} must be None, an int, a list of ints or a (B,) tensor, got "
+            f"{type(target).__name__}"
+        )
+    if target.shape != (batch,):
+        raise ValueError(f"{argument} must have one class per example ({batch}), got shape {tuple(target.shape)}")
+    if bool(((target < 0) | (target >= num_classes)).any()):
+        raise ValueError(f"{argument} must be in 0..{num_classes - 1}, got {target.tolist()}")
+    return target

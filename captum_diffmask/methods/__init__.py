@@ -4,8 +4,11 @@
 higher = more important, 0 at padding."""
 
 from .base import optimize, SiteAttribution, site_for_layer
+from .bottleneck import PerSampleBottleneck
 from .erasure import ErasureResult, ExactErasure
 from .gradients import IntegratedGradients, Occlusion
+from .guan import Guan
+from .per_example import MaskResult, PerExampleDiffMask, REINFORCE
 
 __all__ = [
     "SiteAttribution",
@@ -13,6 +16,11 @@ __all__ = [
     "site_for_layer",
     "IntegratedGradients",
     "Occlusion",
+    "PerSampleBottleneck",
+    "Guan",
     "ExactErasure",
     "ErasureResult",
+    "PerExampleDiffMask",
+    "REINFORCE",
+    "MaskResult",
 ]

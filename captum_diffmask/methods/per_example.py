@@ -1,0 +1,384 @@
+"""Masks optimised for one example at a time: DiffMask without a probe, and its
+REINFORCE counterpart (De Cao et al., 2020, Section 5, erasure comparison).
+
+Both learn, for every example separately, one gate per token that replaces the
+state of a site by a fixed baseline, and minimise the number of open gates
+subject to ``KL(original || masked) <= eps`` with one Lagrange multiplier per
+example. They differ in the gates and the gradient estimator:
+
+- :class:`PerExampleDiffMask`: Hard Concrete gates, reparameterised gradients
+  (the paper's "per-sample DiffMask");
+- :class:`REINFORCE`: hard Bernoulli gates, score-function gradients with a
+  moving-average baseline.
+
+Because nothing is amortised, they show what an optimiser can find for one
+input, hindsight included; DiffMask's probe must decide from the model's states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from captum.log import log_usage
+from torch import Tensor
+
+from ..forward import frozen
+from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
+from ..objective import kl_divergence, LagrangeMultipliers, log_probs
+from ..probes import mix_baseline
+from .base import optimize, PreparedCall, SiteAttribution
+
+_READOUTS = ("keep", "mask")
+_OPTIMIZERS = ("adam", "rmsprop")
+_LOGIT_RANGE = 10.0
+
+
+@dataclass
+class MaskResult:
+    r"""What a per-example mask search found, per example.
+
+    Attributes:
+        keep (Tensor): (B, T) float, the probability that each gate is open
+                    (``P(z != 0)``), 0 at padding.
+        mask (Tensor): (B, T) float, the deterministic mask (1 = kept, 0 =
+                    replaced by the baseline): 1 where ``keep > 0.5``; 0 at padding
+                    (padding itself is never replaced).
+        kl (Tensor): (B,) KL(original || masked) in nats with the deterministic mask.
+        agreement (Tensor): (B,) bool, the deterministic mask keeps the argmax of
+                    the output.
+        lambdas (Tensor): (B,) the final Lagrange multipliers.
+        baseline (Tensor): (H,) the replacement vector used.
+    """
+
+    keep: Tensor
+    mask: Tensor
+    kl: Tensor
+    agreement: Tensor
+    lambdas: Tensor
+    baseline: Tensor
+
+
+class _PerExampleMask(SiteAttribution):
+    r"""The shared search: per-example gate logits (B, T) and multipliers (B,)."""
+
+    _name = "per-example mask"
+
+    def _baseline(self, baseline: Optional[Tensor], state: Tensor, mask: Tensor) -> Tensor:
+        if baseline is None:
+            weights = mask.float().unsqueeze(-1)
+            return (state.float() * weights).sum((0, 1)) / weights.sum().clamp(min=1.0)
+        if not isinstance(baseline, Tensor):
+            raise TypeError(f"baseline must be None or a Tensor of shape (H,), got {type(baseline).__name__}")
+        if baseline.shape != state.shape[-1:]:
+            raise ValueError(
+                f"baseline must have shape ({state.shape[-1]},) (the site's size), got {tuple(baseline.shape)}"
+            )
+        return baseline.detach().float().to(state.device)
+
+    def _masked_log_q(self, call: PreparedCall, state: Tensor, gates: Tensor, baseline: Tensor) -> Tensor:
+        gates = torch.where(call.mask, gates, torch.ones_like(gates))  # padding is never replaced
+        return log_probs(self._replaced_logits(call, {call.site: mix_baseline(state, gates, baseline)}))
+
+    def _keep(self, logits: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _search(
+        self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
+        lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
+        optimizer: str, samples: int, verbose: bool,
+    ) -> None:
+        raise NotImplementedError
+
+    def fit_masks(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        additional_forward_args: Any = None,
+        layer: int = 0,
+        eps: float = 0.1,
+        steps: int = 500,
+        lr: float = 0.1,
+        lr_lambda: float = 0.1,
+        baseline: Optional[Tensor] = None,
+        optimizer: str = "adam",
+        samples: int = 1,
+        verbose: bool = True,
+    ) -> MaskResult:
+        r"""
+        Searches a mask for every example (all at once, each with its own gates
+        and multiplier) and evaluates the deterministic masks.
+
+        Args:
+
+            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            additional_forward_args (Any, optional): the model's other positional
+                        arguments (e.g. the attention mask). Default: None
+            layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
+                        Default: 0
+            eps (float, optional): the margin on KL(original || masked), in nats.
+                        Default: 0.1
+            steps (int, optional): optimisation steps. Default: 500
+            lr (float, optional): learning rate of the gate logits. Default: 0.1
+            lr_lambda (float, optional): learning rate of the multipliers (plain
+                        gradient ascent on ``KL - eps``, clamped to [0, 200]; larger
+                        values make lambda overshoot and keep more tokens than
+                        needed). Default: 0.1
+            baseline (Tensor, optional): (H,) the replacement vector; None = the
+                        mean state of the site over the batch's real tokens.
+                        Default: None
+            optimizer (str, optional): ``"adam"`` or ``"rmsprop"`` (centred) for
+                        the gate logits. Default: ``"adam"``
+            samples (int, optional): gate samples per step (losses averaged).
+                        Default: 1
+            verbose (bool, optional): tqdm progress bar. Default: True
+
+        Returns:
+            *MaskResult* with (B, T) keep probabilities and deterministic masks,
+            and per-example KL, agreement and multipliers.
+        """
+        call = self._prepare(inputs, additional_forward_args, layer)
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        if optimizer not in _OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+        states, original = self._capture(call)
+        state = states[call.site]
+        mask = call.mask.to(state.device)
+        call.mask = mask
+        b = self._baseline(baseline, state, mask)
+        log_p = log_probs(original)
+
+        logits = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
+        lambdas = LagrangeMultipliers(state.shape[0]).to(state.device)
+        with frozen(self.model):
+            self._search(call, state, log_p, b, logits, lambdas, float(eps), steps, lr, lr_lambda, optimizer, samples, verbose)
+            with torch.no_grad():
+                keep = self._keep(logits.detach())
+                hard = (keep > 0.5).float()
+                log_q = self._masked_log_q(call, state, hard, b)
+        real = mask.float()
+        return MaskResult(
+            keep=keep * real,
+            mask=hard * real,
+            kl=kl_divergence(log_p, log_q),
+            agreement=log_p.argmax(-1) == log_q.argmax(-1),
+            lambdas=lambdas.values.detach().clone(),
+            baseline=b,
+        )
+
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: Any = None,
+        additional_forward_args: Any = None,
+        layer: int = 0,
+        readout: str = "keep",
+        eps: float = 0.1,
+        steps: int = 500,
+        lr: float = 0.1,
+        lr_lambda: float = 0.1,
+        baseline: Optional[Tensor] = None,
+        optimizer: str = "adam",
+        samples: int = 1,
+        verbose: bool = True,
+    ) -> Union[Tensor, Tuple[Tensor]]:
+        r"""
+        Searches a mask per example (see :meth:`fit_masks`) and returns one readout.
+
+        Args:
+
+            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            target: ignored; the constraint covers the whole output distribution.
+                        Accepted for Captum compatibility. Default: None
+            additional_forward_args (Any, optional): the model's other positional
+                        arguments. Default: None
+            layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
+                        Default: 0
+            readout (str, optional): ``"keep"``: the probability that each gate
+                        is open, in [0, 1]; ``"mask"``: the deterministic 0/1 mask
+                        (``keep > 0.5``). Default: ``"keep"``
+            eps, steps, lr, lr_lambda, baseline, optimizer, samples, verbose: as
+                        in :meth:`fit_masks`.
+
+        Returns:
+            *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple), higher = more
+            important, 0 at padding.
+        """
+        if readout not in _READOUTS:
+            raise ValueError(f"readout must be one of {_READOUTS}, got {readout!r}")
+        result = self.fit_masks(
+            inputs, additional_forward_args, layer, eps=eps, steps=steps, lr=lr, lr_lambda=lr_lambda,
+            baseline=baseline, optimizer=optimizer, samples=samples, verbose=verbose,
+        )
+        scores = result.keep if readout == "keep" else result.mask
+        return (scores,) if isinstance(inputs, tuple) else scores
+
+
+def _gate_optimizer(kind: str, logits: Tensor, lr: float) -> torch.optim.Optimizer:
+    if kind == "adam":
+        return torch.optim.Adam([logits], lr=lr)
+    return torch.optim.RMSprop([logits], lr=lr, centered=True)
+
+
+class PerExampleDiffMask(_PerExampleMask):
+    r"""
+    DiffMask without a probe ("per-sample DiffMask", De Cao et al. 2020): the
+    gate logits of every token of every example are free parameters.
+
+    **Objective.** Per example i, gate logits (T,) initialised to 5 (gates
+    open), Hard Concrete gates ``z`` (temperature 0.2, stretch (-0.2, 1.0), as
+    :class:`DiffMask`), the state of the site replaced by ``z * h + (1 - z) * b``
+    with a fixed baseline ``b`` (default: the mean state over the batch's real
+    tokens), and the per-example Lagrangian::
+
+        L0_i + lambda_i * (KL(p_orig || p_masked)_i - eps),
+        L0_i = sum_{real t} P(z_t != 0)
+
+    The gate logits descend (Adam, lr 0.1 by default; clamped to [-10, 10] after
+    each step), each ``lambda_i`` ascends (plain gradient ascent, lr 0.1, clamped
+    to [0, 200]). One gate sample per step by default. Padding is never replaced.
+
+    **Readouts.** ``attribute(..., readout="keep")``: ``P(z_t != 0)`` after the
+    optimisation, in [0, 1]; ``readout="mask"``: the deterministic mask
+    ``P(z_t != 0) > 0.5``. :meth:`fit_masks` returns both, with the KL and the
+    argmax agreement of the deterministic mask.
+
+    **Cost.** ``steps * samples`` forward and backward passes per example (the
+    batch is optimised at once), plus one capture pass and one evaluation pass.
+
+    Args:
+
+        model (nn.Module): the analysed model (frozen and in eval mode while
+                    searching).
+        sites (SiteLocator or dict, optional): where the sites live. Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)``
+                    returning logits. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding
+                    mask in ``additional_forward_args``. Default: ``"auto"``
+    """
+
+    _name = "PerExampleDiffMask"
+
+    def _keep(self, logits: Tensor) -> Tensor:
+        return HardConcrete(logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:]).prob_nonzero()
+
+    def _search(
+        self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
+        lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
+        optimizer: str, samples: int, verbose: bool,
+    ) -> None:
+        opt = _gate_optimizer(optimizer, logits, lr)
+        lambda_opt = lambdas.optimizer(lr_lambda)
+        real = call.mask.float()
+
+        def loss_fn(step: int) -> Tensor:
+            dist = HardConcrete(logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:])
+            kl = torch.zeros(logits.shape[0], device=logits.device)
+            for _ in range(samples):
+                kl = kl + kl_divergence(log_p, self._masked_log_q(call, state, dist.rsample(), baseline))
+            l0 = (dist.prob_nonzero() * real).sum(-1)
+            return (l0 + lambdas() * (kl / samples - eps)).sum()
+
+        def after_step(step: int) -> None:
+            lambda_opt.step()
+            lambda_opt.zero_grad(set_to_none=True)
+            lambdas.clamp_()
+            with torch.no_grad():
+                logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
+
+        optimize(loss_fn, opt, steps, self._name, verbose, after_step)
+
+
+class REINFORCE(_PerExampleMask):
+    r"""
+    Per-example hard masks trained with the score-function (REINFORCE)
+    estimator, the paper's non-differentiable comparison.
+
+    **Objective.** Per example i, gate logits (T,) initialised to 5, hard gates
+    ``g_t ~ Bernoulli(sigmoid(logit_t))`` (1 = kept), the state of the site
+    replaced by ``g * h + (1 - g) * b`` with a fixed baseline ``b`` (default: the
+    mean state over the batch's real tokens). Each step minimises::
+
+        L0_i + r_i * sum_{real t} log p(g_t) + lambda_i * (KL_i - eps),
+        L0_i = sum_{real t} sigmoid(logit_t)                 (exact expected L0)
+        r_i  = lambda_i * (KL_i - eps) - b_i                  (no gradient)
+
+    where ``KL_i = KL(p_orig || p_masked)`` (no gradient: the model is only run
+    forward) and ``b_i`` is a per-example moving-average baseline, initialised
+    to 0 and updated **after** the reward is computed:
+    ``b_i <- 0.99 b_i + 0.01 lambda_i (KL_i - eps)``. The last term only gives
+    ``lambda_i`` its gradient ``KL_i - eps`` (plain ascent, clamped to [0, 200]).
+    Logits are clamped to [-10, 10]. With ``samples > 1`` the sampled terms are
+    averaged over the draws. Defaults: Adam lr 0.1 for the logits, ascent lr
+    0.1 for the multipliers, ``eps = 0.1``, 500 steps, one sample per step.
+
+    Two fixes with respect to the authors' code (algorithms.md 1.10, pitfall
+    13): there the baseline was updated *before* the reward (so each reward
+    partly baselined itself), and the multiplier did not scale the
+    score-function term (so lambda never reached the gates).
+
+    **Readouts.** ``readout="keep"``: ``sigmoid(logit_t)``, the probability of
+    keeping the token; ``readout="mask"``: the deterministic mask
+    ``sigmoid(logit_t) > 0.5``. :meth:`fit_masks` returns both.
+
+    **Cost.** ``steps * samples`` forward passes per example without any
+    backward pass through the model, plus one capture and one evaluation pass.
+
+    Args:
+
+        model (nn.Module): the analysed model (frozen and in eval mode).
+        sites (SiteLocator or dict, optional): where the sites live. Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)``
+                    returning logits. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding
+                    mask in ``additional_forward_args``. Default: ``"auto"``
+    """
+
+    _name = "REINFORCE"
+
+    def _keep(self, logits: Tensor) -> Tensor:
+        return torch.sigmoid(logits.float())
+
+    def _search(
+        self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
+        lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
+        optimizer: str, samples: int, verbose: bool,
+    ) -> None:
+        opt = _gate_optimizer(optimizer, logits, lr)
+        lambda_opt = lambdas.optimizer(lr_lambda)
+        real = call.mask.float()
+        moving = torch.zeros(logits.shape[0], device=logits.device)
+
+        def loss_fn(step: int) -> Tensor:
+            nonlocal moving
+            probs = torch.sigmoid(logits)
+            lam = lambdas()
+            score = torch.zeros_like(moving)
+            violation = torch.zeros_like(moving)
+            for _ in range(samples):
+                with torch.no_grad():
+                    gates = torch.bernoulli(probs.detach())
+                    kl = kl_divergence(log_p, self._masked_log_q(call, state, gates, baseline))
+                    cost = lam.detach() * (kl - eps)
+                    reward = cost - moving
+                log_prob = gates * F.logsigmoid(logits) + (1.0 - gates) * F.logsigmoid(-logits)
+                score = score + reward * (log_prob * real).sum(-1)
+                violation = violation + (kl - eps)
+            with torch.no_grad():  # after the rewards: no sample baselines itself
+                moving = 0.99 * moving + 0.01 * lam.detach() * violation / samples
+            l0 = (probs * real).sum(-1)
+            return (l0 + score / samples + lam * violation / samples).sum()
+
+        def after_step(step: int) -> None:
+            lambda_opt.step()
+            lambda_opt.zero_grad(set_to_none=True)
+            lambdas.clamp_()
+            with torch.no_grad():
+                logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
+
+        optimize(loss_fn, opt, steps, self._name, verbose, after_step)
