@@ -59,9 +59,10 @@ def test_padded_positions_give_no_nan_even_when_fully_padded_rows():
     assert torch.isfinite(attr).all() and (attr[1, 1:] == 0).all()
 
 
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "gpt2"])
 @pytest.mark.parametrize("mode", ["input", "hidden"])
-def test_save_load_round_trips_attributions_exactly(tmp_path, mode):
-    model = tiny_bert()
+def test_save_load_round_trips_attributions_exactly(tmp_path, kind, mode):
+    model = tiny_model(kind)
     dm = DiffMask(model, mode=mode)
     dm.fit(_loader(3), epochs=1, seed=0, verbose=False)
     ids, mask = token_batch(seed=5)
