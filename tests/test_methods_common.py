@@ -1,0 +1,100 @@
+"""What every method promises: one shape, padding 0, clear errors, no hook left behind."""
+
+import pytest
+import torch
+
+from captum_diffmask import DiffMask
+from captum_diffmask.methods import (
+    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
+    PerSampleBottleneck, REINFORCE,
+)
+
+from conftest import tiny_bert, token_batch
+
+FEW = {"steps": 5, "verbose": False}
+METHODS = {
+    "IntegratedGradients": (lambda m: IntegratedGradients(m), {"n_steps": 8}),
+    "Occlusion": (lambda m: Occlusion(m), {}),
+    "PerSampleBottleneck": (lambda m: PerSampleBottleneck(m), FEW),
+    "Guan": (lambda m: Guan(m), FEW),
+    "PerExampleDiffMask": (lambda m: PerExampleDiffMask(m), FEW),
+    "REINFORCE": (lambda m: REINFORCE(m), FEW),
+    "ExactErasure": (lambda m: ExactErasure(m, verbose=False), {}),
+}
+
+
+def _hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def _make(name, model, ids, mask):
+    factory, options = METHODS[name]
+    method = factory(model)
+    if name == "PerSampleBottleneck":
+        for layer in (0, 2):
+            method.fit_statistics([(ids, mask)], layer=layer)
+    return method, options
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_same_shape_padding_zero_and_no_hooks_left(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    method, options = _make(name, model, ids, mask)
+    assert not method.multiplies_by_inputs
+    for layer in (0, 2):
+        scores = method.attribute(ids, additional_forward_args=(mask,), layer=layer, **options)
+        assert scores.shape == ids.shape
+        assert torch.isfinite(scores).all()
+        assert (scores[mask == 0] == 0).all()
+    assert _hooks(model) == 0
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_bad_input_errors_name_the_argument(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    method, options = _make(name, model, ids, mask)
+    with pytest.raises(ValueError, match="layer"):
+        method.attribute(ids, additional_forward_args=(mask,), layer=3, **options)
+    with pytest.raises(TypeError, match="inputs"):
+        method.attribute(ids.float(), additional_forward_args=(mask,), layer=0, **options)
+    with pytest.raises(ValueError, match="inputs"):
+        method.attribute(ids[0], additional_forward_args=(mask[0],), layer=0, **options)
+
+
+@pytest.mark.parametrize("name", sorted(METHODS) + ["DiffMask"])
+def test_hooks_are_removed_when_the_forward_raises(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    calls = {"n": 0}
+
+    def flaky_forward(input_ids, attention_mask):
+        calls["n"] += 1
+        if calls["n"] > 1:  # the first (capture) pass works, later ones fail
+            raise RuntimeError("boom")
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    if name == "DiffMask":
+        method, options = DiffMask(model, forward_func=flaky_forward), {}
+        with pytest.raises(RuntimeError, match="boom"):
+            method.fit([(ids, mask)], epochs=1, verbose=False)
+    else:
+        factory, options = METHODS[name]
+        method = type(factory(model))(model, forward_func=flaky_forward, padding_mask_arg=0)
+        if name == "PerSampleBottleneck":
+            method.fit_statistics([(ids, mask)], layer=2)
+            calls["n"] = 0
+        with pytest.raises(RuntimeError, match="boom"):
+            method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+    assert _hooks(model) == 0
+    assert all(p.requires_grad for p in model.parameters())  # frozen() restored them
+
+
+def test_missing_statistics_and_budget_errors():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    with pytest.raises(ValueError, match="fit_statistics"):
+        PerSampleBottleneck(model).attribute(ids, additional_forward_args=(mask,), layer=2, **FEW)
+    with pytest.raises(ValueError, match="budget"):
+        ExactErasure(model, budget=0)
