@@ -85,6 +85,12 @@ class DiffMask(SiteAttribution):
         probe_reads_input (bool, optional): input mode: vote j reads
                     ``[input; hidden.j]`` (the paper) or ``hidden.j`` alone.
                     Default: True
+        rerun (str, optional): hidden mode, while fitting: ``"partial"`` re-runs only
+                    what comes after the masked site (the earlier sites' outputs
+                    from the capture pass stand in for their modules; the model is
+                    frozen, so they are the same); ``"full"`` re-runs the whole
+                    model. Partial assumes each site module runs once per forward.
+                    Default: ``"partial"``
 
     Examples::
 
@@ -105,9 +111,12 @@ class DiffMask(SiteAttribution):
         probe_hidden_size: Optional[int] = None,
         l0: str = "expected",
         probe_reads_input: bool = True,
+        rerun: str = "partial",
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
+        if rerun not in ("partial", "full"):
+            raise ValueError(f"rerun must be 'partial' or 'full', got {rerun!r}")
         if l0 not in ("expected", "log"):
             raise ValueError(f"l0 must be 'expected' or 'log', got {l0!r}")
         HardConcrete(torch.zeros(1), temperature, stretch)  # validates both
@@ -118,6 +127,7 @@ class DiffMask(SiteAttribution):
         self.probe_hidden_size = probe_hidden_size
         self.l0 = l0
         self.probe_reads_input = bool(probe_reads_input)
+        self.rerun = rerun
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
@@ -167,9 +177,16 @@ class DiffMask(SiteAttribution):
     def _hard_concrete(self, logits: Tensor) -> HardConcrete:
         return HardConcrete(logits, self.temperature, self.stretch)
 
-    def _capture(self, ids: Tensor, extra: Tuple[Any, ...], names: Sequence[str], run_all: bool) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
+    def _capture(
+        self,
+        ids: Tensor,
+        extra: Tuple[Any, ...],
+        names: Sequence[str],
+        run_all: bool,
+        module_outputs: Optional[Dict[str, Any]] = None,
+    ) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
         with torch.no_grad():
-            with self.locator.capture(names, stop_early=not run_all) as states:
+            with self.locator.capture(names, stop_early=not run_all, module_outputs=module_outputs) as states:
                 logits = self.model_forward(ids, extra)
                 return states, logits
         return states, None  # the forward pass stopped once the sites were read
@@ -249,13 +266,17 @@ class DiffMask(SiteAttribution):
                     ids, extra = split_batch(batch)
                     ids, _ = check_token_ids(ids, "dataloader batch")
                     mask = self.model_forward.padding_mask(ids, extra)
-                    states, original = self._capture(ids, extra, self._needed_sites(None), run_all=True)
+                    outputs: Optional[Dict[str, Any]] = (
+                        {} if self.mode == "hidden" and self.rerun == "partial" else None
+                    )
+                    names = self.locator.names if outputs is not None else self._needed_sites(None)
+                    states, original = self._capture(ids, extra, names, run_all=True, module_outputs=outputs)
                     if self.probe is None:
                         self._build(states, mask)
                     if optimizers is None:
                         optimizers = self._optimizers(optimizer, lr, lr_baseline, lr_lambda)
                     k = rng.choice(train_layers)
-                    record = self._step(ids, extra, mask, states, original, k, eps, optimizers)
+                    record = self._step(ids, extra, mask, states, original, k, eps, optimizers, outputs)
                     acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
                     for key in ("kl", "l0", "agreement"):
                         acc[key] += record[key]
@@ -309,6 +330,7 @@ class DiffMask(SiteAttribution):
         layer: int,
         eps: float,
         optimizers: Tuple[torch.optim.Optimizer, torch.optim.Optimizer],
+        module_outputs: Optional[Dict[str, Any]] = None,
     ) -> Dict[str, float]:
         assert self.probe is not None and self.lambdas is not None
         probe_opt, lambda_opt = optimizers
@@ -322,8 +344,7 @@ class DiffMask(SiteAttribution):
         else:
             site, baseline = f"hidden.{layer}", self.probe.baselines[layer]
         masked_state = mix_baseline(states[site], gates, baseline)
-        with self.locator.replace({site: masked_state}):
-            masked = self.model_forward(ids, extra)
+        masked = self._masked_logits(ids, extra, site, masked_state, module_outputs)
         log_p, log_q = log_probs(original), log_probs(masked)
         kl = kl_divergence(log_p, log_q)
         penalty = l0_penalty(log_keep, mask, self.l0)
@@ -340,6 +361,27 @@ class DiffMask(SiteAttribution):
             kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
             agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
         return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
+
+    def _masked_logits(
+        self,
+        ids: Tensor,
+        extra: Tuple[Any, ...],
+        site: str,
+        masked_state: Tensor,
+        module_outputs: Optional[Dict[str, Any]] = None,
+    ) -> Tensor:
+        r"""Logits with ``site`` replaced; with recorded ``module_outputs``, the
+        sites up to ``site`` are not recomputed (see :meth:`SiteLocator.reuse`)."""
+        reused: Dict[str, Any] = {}
+        if module_outputs is not None:
+            upto = self.locator.names.index(site)
+            reused = {
+                name: module_outputs[name]
+                for name in self.locator.names[: upto + 1]
+                if name in module_outputs
+            }
+        with self.locator.reuse(reused), self.locator.replace({site: masked_state}):
+            return self.model_forward(ids, extra)
 
     # -------------------------------------------------------------- attribute
     @log_usage()
@@ -404,6 +446,7 @@ class DiffMask(SiteAttribution):
             "probe_hidden_size": self.probe_hidden_size,
             "l0": self.l0,
             "probe_reads_input": self.probe_reads_input,
+            "rerun": self.rerun,
         }
 
     def save(self, path: Union[str, os.PathLike]) -> None:

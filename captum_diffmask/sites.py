@@ -327,7 +327,10 @@ class SiteLocator:
 
     @contextlib.contextmanager
     def capture(
-        self, names: Optional[Sequence[str]] = None, stop_early: bool = False
+        self,
+        names: Optional[Sequence[str]] = None,
+        stop_early: bool = False,
+        module_outputs: Optional[Dict[str, Any]] = None,
     ) -> Iterator[Dict[str, Tensor]]:
         r"""
         Records site activations during the forward passes run inside the block.
@@ -340,6 +343,9 @@ class SiteLocator:
                         requested site has been recorded (the rest of the model is
                         not needed); the block then ends at that forward call.
                         Default: False
+            module_outputs (dict, optional): when given, output-port sites also
+                        store their module's whole output (tuple, ModelOutput, ...)
+                        here, for :meth:`reuse`. Default: None
 
         Returns:
             *dict* from site name to the activation tensor (B, T, H), filled as the
@@ -358,9 +364,19 @@ class SiteLocator:
 
             return record
 
+        def output_recorder(name: str) -> Callable[..., None]:
+            def record_output(module: nn.Module, args: Any, output: Any) -> None:
+                assert module_outputs is not None
+                module_outputs[name] = output
+
+            return record_output
+
         try:
             for name in wanted:
                 handles.append(self._register(self._sites[name], recorder(name), False))
+                site = self._sites[name]
+                if module_outputs is not None and site.port == "output":
+                    handles.append(site.module.register_forward_hook(output_recorder(name)))
             try:
                 yield states
             except _StopForward:
@@ -407,6 +423,46 @@ class SiteLocator:
         finally:
             for handle in handles:
                 handle.remove()
+
+
+    @contextlib.contextmanager
+    def reuse(self, module_outputs: Mapping[str, Any]) -> Iterator[None]:
+        r"""
+        Output-port sites return a recorded output instead of running their module.
+
+        For a frozen model, everything up to a masked site is the same in every
+        pass, so a replaced pass need only run the blocks after it: the recorded
+        outputs of the earlier sites stand in for their modules (their hooks still
+        run, so a replacement on a reused site still applies).
+
+        Args:
+
+            module_outputs (dict): site name to the module's whole output, as
+                        recorded by ``capture(..., module_outputs=...)``. Input-port
+                        sites cannot be reused (ValueError). Assumes each module
+                        runs once per forward pass.
+        """
+        patched: List[nn.Module] = []
+        try:
+            for name, output in module_outputs.items():
+                site = self.site(name)
+                if site.port != "output":
+                    raise ValueError(f"site {name} reads a module input and cannot be reused")
+                if site.module in patched:
+                    continue
+                site.module.forward = _returning(output)  # an instance attribute
+                patched.append(site.module)
+            yield
+        finally:
+            for module in patched:
+                del module.forward  # the class's forward is back
+
+
+def _returning(output: Any) -> Callable[..., Any]:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return output
+
+    return forward
 
 
 class _StopForward(Exception):

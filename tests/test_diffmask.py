@@ -140,3 +140,40 @@ def test_captum_sensitivity_max_runs_with_a_token_substitution_perturbation():
     )
     assert sensitivity.shape == (ids.shape[0],)
     assert torch.isfinite(sensitivity).all() and (sensitivity >= 0).all()
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "gpt2", "electra"])
+def test_partial_rerun_gives_the_masked_logits_of_a_full_rerun(kind):
+    model = tiny_model(kind)
+    dm = DiffMask(model, mode="hidden")
+    ids, mask = token_batch()
+    outputs = {}
+    states, original = dm._capture(ids, (mask,), dm.locator.names, run_all=True, module_outputs=outputs)
+    torch.manual_seed(0)
+    for k in range(dm.num_layers + 1):
+        site = f"hidden.{k}"
+        gates = torch.rand(ids.shape)
+        noise = 3.0 * torch.randn(states[site].shape[-1])
+        masked_state = gates.unsqueeze(-1) * states[site] + (1 - gates.unsqueeze(-1)) * noise
+        full = dm._masked_logits(ids, (mask,), site, masked_state)
+        partial = dm._masked_logits(ids, (mask,), site, masked_state, outputs)
+        assert torch.allclose(partial, full, atol=1e-5), (kind, k)
+        assert (full - original).abs().max() > 1e-4  # the mask matters
+    assert not any("forward" in vars(m) for m in model.modules())  # patches removed
+
+
+def test_partial_rerun_skips_the_blocks_before_the_site():
+    model = tiny_bert()
+    dm = DiffMask(model, mode="hidden")
+    ids, mask = token_batch()
+    outputs = {}
+    states, _ = dm._capture(ids, (mask,), dm.locator.names, run_all=True, module_outputs=outputs)
+    ran = []
+    handle = model.bert.encoder.layer[0].attention.register_forward_hook(lambda *a: ran.append(1))
+    try:
+        dm._masked_logits(ids, (mask,), "hidden.1", states["hidden.1"], outputs)
+        assert ran == []  # block 0 was not recomputed
+        dm._masked_logits(ids, (mask,), "hidden.1", states["hidden.1"])
+        assert ran == [1]
+    finally:
+        handle.remove()
