@@ -8,7 +8,7 @@ Attributions and ground truths are turned into distributions over the real
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 from torch import Tensor
@@ -87,3 +87,73 @@ def has_ground_truth(ground_truth: Tensor, mask: Optional[Tensor] = None) -> Ten
     if mask is not None:
         weights = weights * mask.float()
     return weights.sum(-1) > 0
+
+
+def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
+    r"""
+    The chance reference: independent uniform scores in [0, 1) per real position.
+
+    Scoring it the same way as a method shows what an attribution that knows
+    nothing about the model gets (it is what any divergence to a ground truth
+    must beat to mean something).
+
+    Args:
+
+        mask (Tensor): (B, T), True (or 1) at real tokens.
+        seed (int, optional): seeds a private generator (the global RNG is not
+                    touched). Default: None (the global RNG, or ``generator``)
+        generator (torch.Generator, optional): used when ``seed`` is None, so that
+                    successive calls draw different scores. Default: None
+
+    Returns:
+        *Tensor* (B, T) float32, uniform in [0, 1) at real positions, 0 at padding.
+    """
+    if not isinstance(mask, Tensor) or mask.dim() != 2:
+        raise ValueError(f"mask must be a (B, T) Tensor, got {getattr(mask, 'shape', type(mask).__name__)}")
+    if seed is not None:
+        generator = torch.Generator().manual_seed(int(seed))
+    scores = torch.rand(mask.shape, generator=generator)
+    return scores.to(mask.device) * mask.bool().float()
+
+
+def summarize(values: Tensor) -> Dict[str, float]:
+    r"""
+    Mean and spread of per-example divergences, the way the paper reports them.
+
+    NaN entries (examples with an empty ground truth) are left out. An ``inf``
+    entry (an attribution that gives zero mass where the ground truth has some)
+    makes the mean ``inf``, as in the paper's table; ``finite_mean`` is the mean
+    over the finite entries, so that the rest is still visible.
+
+    Args:
+
+        values (Tensor): (N,) per-example divergences, e.g. from
+                    :func:`js_to_ground_truth`.
+
+    Returns:
+        *dict* with ``mean``, ``std`` (population std over examples, as the
+        authors' notebook; ``inf`` when some entry is), ``finite_mean``,
+        ``inf_share`` (share of scored examples that are ``inf``) and ``count``
+        (the number of scored examples); ``mean`` and ``std`` are NaN when
+        nothing is scored.
+    """
+    values = values.detach().double().flatten()
+    values = values[~torch.isnan(values)]
+    count = int(values.numel())
+    if count == 0:
+        return {"mean": math.nan, "std": math.nan, "finite_mean": math.nan, "inf_share": math.nan, "count": 0}
+    infinite = torch.isinf(values)
+    finite = values[~infinite]
+    finite_mean = float(finite.mean()) if finite.numel() else math.nan
+    if bool(infinite.any()):
+        mean = std = math.inf
+    else:
+        mean = float(values.mean())
+        std = float(values.std(unbiased=False)) if count > 1 else 0.0
+    return {
+        "mean": mean,
+        "std": std,
+        "finite_mean": finite_mean,
+        "inf_share": float(infinite.double().mean()),
+        "count": count,
+    }

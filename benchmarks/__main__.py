@@ -1,0 +1,77 @@
+"""``python -m benchmarks list`` and ``python -m benchmarks run SUITE --out DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="captum_diffmask benchmarks: every attribution method scored side by side.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the suites, and which methods are available now")
+    run = commands.add_parser("run", help="run a suite and write DIR/results.json, DIR/report.md, DIR/figures/")
+    run.add_argument("suite", help="the suite to run (see `list`)")
+    run.add_argument("--out", required=True, help="output directory (created)")
+    run.add_argument("--quick", action="store_true", help="the quick configuration (minutes, one seed)")
+    run.add_argument("--seeds", type=int, default=None, help="run seeds 0..N-1 (default: the suite's)")
+    run.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                     help="only these methods (names as in `list`; default: the suite's)")
+    run.add_argument("--threads", type=int, default=None,
+                     help="torch threads during the run (default: the suite's, 1 for toy)")
+    run.add_argument("--no-cache", action="store_true", help="retrain models instead of reusing cached ones")
+    run.add_argument("--stem", default=None,
+                     help="write DIR/STEM.json and DIR/STEM.md instead of results.json and report.md")
+    run.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
+    return parser
+
+
+def _list() -> None:
+    from .methods import available_methods, REGISTRY
+    from .runner import load_suite, SUITES
+
+    print("suites:")
+    for name in SUITES:
+        try:
+            description = load_suite(name).DESCRIPTION
+        except Exception as error:  # noqa: BLE001 - one broken suite must not hide the others
+            description = f"(cannot be loaded: {type(error).__name__}: {error})"
+        print(f"  {name:<12} {description}")
+    print("methods:")
+    for name, (ok, where) in available_methods().items():
+        state = "available" if ok else "not available"
+        print(f"  {name:<20} {state:<14} {REGISTRY[name].description}")
+        if not ok:
+            print(f"  {'':<20} ({where})")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
+        _list()
+        return 0
+    from .runner import run_suite
+
+    overrides = {}
+    if args.threads is not None:
+        if args.threads < 1:
+            print("error: --threads must be >= 1", file=sys.stderr)
+            return 2
+        overrides["threads"] = args.threads
+    if args.no_cache:
+        overrides["cache"] = False
+    try:
+        run_suite(args.suite, args.out, quick=args.quick, seeds=args.seeds, methods=args.methods,
+                  overrides=overrides or None, verbose=not args.quiet, stem=args.stem)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per experiment; see :mod:`benchmarks.runner` for what a suite provides."""

@@ -1,0 +1,245 @@
+"""The benchmark harness: a tiny toy run end to end, and the pieces it is made of."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import build_config, run_suite
+from benchmarks.__main__ import main
+from benchmarks.methods import MethodSpec, REGISTRY, route_options
+from benchmarks.runner import cache_dir, cached, load_suite, median_seconds, to_jsonable, write_json
+from captum_diffmask.metrics import random_attribution, summarize
+
+# Small enough for about half a minute on one thread, large enough that the toy
+# model learns the task (97% held-out accuracy) and DiffMask's fit converges (JS
+# about 0.05; on a 12-epoch model at 94% it closes every gate instead).
+TINY = {
+    "data": {"num_examples": 3000},
+    "model": {"epochs": 20},
+    "method_options": {
+        "DiffMask": {"epochs": 20},
+        "IntegratedGradients": {"n_steps": 8},
+        "PerSampleBottleneck": {"steps": 8},
+        "Guan": {"steps": 8},
+        "PerExampleDiffMask": {"steps": 8},
+        "REINFORCE": {"steps": 8},
+    },
+    "diffmask_input": {"stages": [{"layers": [1], "epochs": 1}, {"layers": [0], "epochs": 1, "lr_baseline": 0.0}]},
+    "speed": {"batch_size": 50, "repeats": 2, "budget_seconds": 0.2},
+}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CAPTUM_DIFFMASK_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("toy")
+    results = run_suite("toy", out, quick=True, overrides=TINY, verbose=False)
+    return out, results
+
+
+def _number(value):
+    return math.inf if value == "inf" else value
+
+
+def test_tiny_run_writes_complete_results(tiny_run):
+    out, _ = tiny_run
+    text = (out / "results.json").read_text()
+    def refuse(constant):
+        raise AssertionError(f"bare {constant} in results.json")
+
+    results = json.loads(text, parse_constant=refuse)  # strict: "inf" is a string, NaN is null
+    for key in ("suite", "config", "environment", "methods", "paper", "speed"):
+        assert key in results, key
+    assert results["suite"] == "toy" and results["mode"] == "quick"
+    assert results["environment"]["torch"] == torch.__version__
+    assert results["environment"]["threads"] == 1
+    expected = load_suite("toy").DEFAULTS["methods"]
+    assert list(results["methods"]) == expected
+    for name, record in results["methods"].items():
+        assert record["status"] == "ok", (name, record.get("error"))
+        for key in ("js", "js_std", "seconds_per_example", "ratio_to_forward"):
+            assert isinstance(record[key], (int, float)) and math.isfinite(record[key]), (name, key, record[key])
+        assert 0.0 <= record["js"] <= math.log(2) + 1e-6
+        kl = _number(record["kl"])
+        assert kl == math.inf or (isinstance(kl, float) and kl >= 0.0), (name, kl)
+        assert record["seconds_per_example"] > 0
+    # the one-hot / sparse methods are the only ones allowed an infinite KL
+    for name in ("DiffMask", "Random", "IntegratedGradients", "PerSampleBottleneck", "Guan"):
+        assert math.isfinite(results["methods"][name]["kl"]), name
+    assert results["paper"]["ExactErasure"]["kl"] == "inf"
+    assert results["paper"]["DiffMask"]["js"] == 0.0
+
+
+def test_tiny_run_diffmask_beats_chance(tiny_run):
+    _, results = tiny_run
+    methods = results["methods"]
+    assert results["models"][0]["accuracy"] >= 0.9
+    assert methods["DiffMask"]["js"] < 0.5 * methods["Random"]["js"], (methods["DiffMask"]["js"], methods["Random"]["js"])
+    assert methods["DiffMask"]["kl"] < methods["Random"]["kl"]
+    # amortised: attributing costs about a forward pass, far less than 8-step IG
+    assert methods["DiffMask"]["seconds_per_example"] < methods["IntegratedGradients"]["seconds_per_example"]
+
+
+def test_tiny_run_writes_report_and_figures(tiny_run):
+    out, results = tiny_run
+    report = (out / "report.md").read_text()
+    for name in results["methods"]:
+        assert f"`{name}`" in report
+    for section in ("## Scores", "## Speed", "## Figures", "## Configuration", "## Environment", "## Reproduce"):
+        assert section in report
+    assert "0.27" in report and "0.18" in report  # the paper's numbers beside ours
+    files = [figure["file"] for figure in results["figures"]]
+    assert files == ["figures/toy_attributions.png", "figures/toy_hidden_states.png"]
+    for file in files:
+        data = (out / file).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        assert f"]({file})" in report
+
+
+def test_a_failing_method_is_reported_not_raised(cache, tmp_path, monkeypatch):
+    def explode(cls, ctx, options):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(REGISTRY, "Boom", MethodSpec("Boom", explode, "always fails", builtin=object))
+    monkeypatch.setitem(REGISTRY, "Missing", MethodSpec("NotWrittenYet", explode, "not in the library"))
+    overrides = dict(TINY, figures=False)
+    results = run_suite("toy", tmp_path, quick=True, methods=["Random", "Boom", "Missing"],
+                        overrides=overrides, verbose=False)
+    # same data and model configuration as the tiny run: the model comes from the cache
+    assert results["models"][0]["cached"] is True
+    assert results["methods"]["Random"]["status"] == "ok"
+    assert results["methods"]["Boom"]["status"] == "failed"
+    assert "RuntimeError: boom" in results["methods"]["Boom"]["error"]
+    assert results["methods"]["Missing"]["status"] == "unavailable"
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["methods"]["Boom"]["js"] is None  # NaN is written as null
+    report = (tmp_path / "report.md").read_text()
+    assert "RuntimeError: boom" in report and "`Missing` (unavailable)" in report
+
+
+def test_build_config_merges_quick_overrides_seeds_and_methods():
+    suite = load_suite("toy")
+    config = build_config(suite, quick=True, seeds=2, methods=["Random", "DiffMask"],
+                          overrides={"data": {"num_examples": 500}})
+    assert config["seeds"] == [0, 1] and config["quick"] is True
+    assert config["methods"] == ["Random", "DiffMask"]
+    assert config["data"] == {**suite.DEFAULTS["data"], "num_examples": 500}
+    ig = config["method_options"]["IntegratedGradients"]
+    assert ig["n_steps"] == suite.QUICK["method_options"]["IntegratedGradients"]["n_steps"]  # quick wins
+    assert ig["chunk"] == suite.DEFAULTS["method_options"]["IntegratedGradients"]["chunk"]  # the rest stays
+    full = build_config(suite)
+    assert full["seeds"] == [0, 1, 2] and full["method_options"]["IntegratedGradients"]["n_steps"] == 500
+    assert suite.DEFAULTS["seeds"] == [0, 1, 2]  # merging did not touch the defaults
+    with pytest.raises(ValueError, match="methods"):
+        build_config(suite, methods=["NoSuchMethod"])
+    with pytest.raises(ValueError, match="seeds"):
+        build_config(suite, seeds=0)
+    with pytest.raises(ValueError, match="suite"):
+        load_suite("nope")
+
+
+def test_cli(capsys, tmp_path):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "toy" in out and "DiffMask" in out and "Random" in out
+    assert main(["run", "toy", "--out", str(tmp_path), "--methods", "NoSuchMethod"]) == 2
+    assert "NoSuchMethod" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "toy"])  # --out is required
+
+
+def test_cache_reuses_until_the_key_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"weights": torch.arange(3.0)}
+
+    first, hit1 = cached("thing", {"a": 1}, build)
+    second, hit2 = cached("thing", {"a": 1}, build)
+    third, hit3 = cached("thing", {"a": 2}, build)
+    assert (hit1, hit2, hit3) == (False, True, False) and len(calls) == 2
+    assert torch.equal(second["weights"], torch.arange(3.0))
+    assert len(list((tmp_path / "c").glob("thing-*.pt"))) == 2
+    cached("thing", {"a": 1}, build, use_cache=False)
+    assert len(calls) == 3
+    monkeypatch.delenv("CAPTUM_DIFFMASK_CACHE")
+    assert cache_dir().parts[-2:] == (".cache", "captum_diffmask")
+
+
+def test_json_conventions(tmp_path):
+    value = {"a": math.inf, "b": math.nan, "c": (1, 2.5), "d": torch.tensor([1.0, math.inf])}
+    assert to_jsonable(value) == {"a": "inf", "b": None, "c": [1, 2.5], "d": [1.0, "inf"]}
+    write_json(value, tmp_path / "x.json")
+    assert json.loads((tmp_path / "x.json").read_text())["a"] == "inf"
+
+
+def test_route_options_follows_signatures():
+    class Method:
+        def __init__(self, model, n_steps=50):
+            pass
+
+        def attribute(self, inputs, layer=0, steps=10, **kwargs):
+            pass
+
+    routed, ignored = route_options({"n_steps": 5, "steps": 7, "other": 1},
+                                    [("init", Method.__init__), ("attribute", Method.attribute)])
+    assert routed == {"init": {"n_steps": 5}, "attribute": {"steps": 7, "other": 1}}  # **kwargs takes the rest
+    routed, ignored = route_options({"zzz": 1}, [("init", Method.__init__)])
+    assert ignored == ["zzz"] and routed == {"init": {}}
+
+
+def test_median_seconds_counts_and_budget():
+    calls = []
+    median, n = median_seconds(lambda: calls.append(1), repeats=4, budget_seconds=10.0, warmup=True)
+    assert n == 4 and len(calls) == 5 and median >= 0
+    median, n = median_seconds(lambda: sum(range(10_000)), repeats=100, budget_seconds=0.0, warmup=False)
+    assert n == 1  # a spent budget still gives one timed call
+
+
+def test_random_attribution_and_summarize():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    scores = random_attribution(mask, seed=3)
+    assert scores.shape == (2, 4) and torch.all(scores[~mask] == 0) and torch.all((scores[mask] >= 0) & (scores[mask] < 1))
+    assert torch.equal(scores, random_attribution(mask, seed=3))
+    assert not torch.equal(scores, random_attribution(mask, seed=4))
+    with pytest.raises(ValueError, match="mask"):
+        random_attribution(torch.ones(3, dtype=torch.bool))
+
+    stats = summarize(torch.tensor([0.1, 0.3, math.nan]))
+    assert stats["count"] == 2 and stats["mean"] == pytest.approx(0.2) and stats["std"] == pytest.approx(0.1)
+    stats = summarize(torch.tensor([0.5, math.inf, math.nan, 1.5]))
+    assert stats["mean"] == math.inf and stats["finite_mean"] == pytest.approx(1.0)
+    assert stats["inf_share"] == pytest.approx(1 / 3) and stats["count"] == 3
+    assert math.isnan(summarize(torch.tensor([math.nan]))["mean"])
+
+
+def test_aggregate_over_seeds():
+    from benchmarks.suites.toy import aggregate
+
+    def record(seed, js, kl):
+        return {"seed": seed, "js": js, "kl": kl, "js_std_examples": 0.1, "kl_std_examples": 0.2,
+                "kl_finite": kl if math.isfinite(kl) else 0.5, "kl_inf_share": 0.0, "setup_seconds": 1.0,
+                "attribute_seconds": 2.0, "unscored": 0}
+
+    result = aggregate([record(0, 0.1, 1.0), record(1, 0.3, math.inf), record(2, 0.2, 2.0)],
+                       {"seconds_per_example": 0.5, "ratio_to_forward": 3.0}, {"steps": 5})
+    assert result["status"] == "ok" and result["seeds_ok"] == 3
+    assert result["js"] == pytest.approx(0.2) and result["js_std"] == pytest.approx(0.1)  # sample std of seeds
+    assert result["kl"] == math.inf  # one infinite seed makes the mean infinite, as the paper's table
+    assert result["seconds_per_example"] == 0.5 and result["options"] == {"steps": 5}
+    partial = aggregate([record(0, 0.1, 1.0), {"seed": 1, "status": "failed", "error": "E: x"}], None, {})
+    assert partial["js"] == pytest.approx(0.1) and partial["js_std"] == 0.0 and "seeds [1]" in partial["error"]
+    failed = aggregate([{"seed": 0, "status": "failed", "error": "E: x"}], None, {})
+    assert failed["status"] == "failed" and math.isnan(failed["js"])
