@@ -27,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stem", default=None,
                      help="write DIR/STEM.json and DIR/STEM.md instead of results.json and report.md")
     run.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
+    run.add_argument("--split", choices=("dev", "test"), default=None,
+                     help="the evaluated SST split (sst suites; default dev)")
+    run.add_argument("--data-dir", default=None, metavar="D",
+                     help="directory holding sst/ (sst suites; default $CAPTUM_DIFFMASK_DATA, else ../shared/data)")
     return parser
 
 
@@ -64,6 +68,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         overrides["threads"] = args.threads
     if args.no_cache:
         overrides["cache"] = False
+    if args.split is not None:
+        overrides["split"] = args.split
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
     try:
         run_suite(args.suite, args.out, quick=args.quick, seeds=args.seeds, methods=args.methods,
                   overrides=overrides or None, verbose=not args.quiet, stem=args.stem)

@@ -6,7 +6,7 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-PAGES = ["diffmask.md", "methods.md", "transformers.md"]
+PAGES = ["diffmask.md", "methods.md", "sst.md", "transformers.md"]
 
 
 def _python_blocks(page: pathlib.Path):

@@ -8,7 +8,6 @@ DiffMask's masks beat random words, not generalisation."""
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
