@@ -37,6 +37,7 @@ import torch
 SUITES: Dict[str, str] = {
     "toy": "benchmarks.suites.toy",
     "sst-erasure": "benchmarks.suites.sst_erasure",
+    "sst": "benchmarks.suites.sst",
 }
 
 #: How JSON writes what it cannot hold: ``inf`` as the string ``"inf"``, NaN as null.

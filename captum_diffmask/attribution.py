@@ -13,14 +13,14 @@ token embeddings), k >= 1 is ``hidden.k`` (the output of block k-1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from captum.attr import Attribution
 from torch import nn, Tensor
 
 from .forward import check_token_ids, format_additional_args, ModelForward
-from .sites import Replacement, SiteLocator
+from .sites import repeat_batch, Replacement, SiteLocator
 
 #: Captum-style targets: a class for every example, one per example, or None.
 TargetType = Union[None, int, List[int], Tensor]
@@ -36,6 +36,9 @@ class PreparedCall:
         mask (Tensor): (B, T) bool, True at real tokens.
         site (str): the site name for ``layer``.
         was_tuple (bool): ``inputs`` came as a 1-tuple (the result will too).
+        module_outputs (dict, optional): the site modules' outputs recorded by
+                    the capture pass, for partial re-runs; None before it.
+        captured_ids (Tensor, optional): the ids of that capture pass.
     """
 
     ids: Tensor
@@ -43,6 +46,8 @@ class PreparedCall:
     mask: Tensor
     site: str
     was_tuple: bool
+    module_outputs: Optional[Dict[str, Any]] = None
+    captured_ids: Optional[Tensor] = None
 
 
 def site_for_layer(layer: Any, num_layers: int) -> str:
@@ -59,6 +64,12 @@ class SiteAttribution(Attribution):
     Base of the comparison methods: a Captum ``Attribution`` over the sites of a
     model.
 
+    Every replaced pass re-runs only what follows the replaced site (the model is
+    frozen, so what precedes it is what the capture pass recorded): for the last
+    layer's states that is the classifier head alone. Set ``rerun = "full"`` on
+    an instance to re-run the whole model instead (e.g. a model whose site
+    modules run more than once per forward pass).
+
     Args:
 
         model (nn.Module): the analysed model.
@@ -68,6 +79,9 @@ class SiteAttribution(Attribution):
         padding_mask_arg (int, str or None, optional): index of the padding mask in
                     ``additional_forward_args``. Default: ``"auto"``
     """
+
+    #: ``"partial"`` (re-run only what follows a replaced site) or ``"full"``.
+    rerun: str = "partial"
 
     def __init__(
         self,
@@ -113,16 +127,51 @@ class SiteAttribution(Attribution):
 
     def _capture(self, call: PreparedCall, names: Optional[Iterable[str]] = None) -> Tuple[dict, Tensor]:
         r"""One pass without gradients: the sites ``names`` (default: the call's
-        site) and the logits."""
+        site) and the logits. With partial re-runs it also records every site
+        module's output into ``call`` for :meth:`_replaced_logits`."""
         wanted = [call.site] if names is None else list(names)
-        with torch.no_grad(), self.locator.capture(wanted) as states:
+        outputs: Optional[Dict[str, Any]] = {} if self.rerun == "partial" else None
+        recorded = self.locator.names if outputs is not None else wanted
+        with torch.no_grad(), self.locator.capture(recorded, module_outputs=outputs) as states:
             logits = self.model_forward(call.ids, call.extra)
+        call.module_outputs, call.captured_ids = outputs, call.ids
         return states, logits
 
     def _replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
-        r"""Logits with sites replaced; gradients flow into the replacements."""
-        with self.locator.replace(replacements):
+        r"""Logits with sites replaced; gradients flow into the replacements. After
+        :meth:`_capture` on the same ids (or on ids that Captum repeated along the
+        batch), the sites before the first replaced one are not recomputed."""
+        reused: Dict[str, Any] = {}
+        if call.module_outputs is not None and call.captured_ids is not None:
+            times = _repeats(call.captured_ids, call.ids)
+            if times:
+                reused = self._reused_before(call.module_outputs, list(replacements), times)
+        with self.locator.reuse(reused), self.locator.replace(replacements):
             return self.model_forward(call.ids, call.extra)
+
+    def _reused_before(self, module_outputs: Mapping[str, Any], sites: Sequence[str], times: int = 1) -> Dict[str, Any]:
+        r"""The recorded outputs of the site modules up to the first of ``sites``
+        (that one included: its replacement hook still runs), for
+        :meth:`SiteLocator.reuse`, repeated ``times`` along the batch."""
+        names = self.locator.names
+        first = min(names.index(self.locator.site(s).name) for s in sites)
+        return {
+            name: repeat_batch(module_outputs[name], times) if times > 1 else module_outputs[name]
+            for name in names[: first + 1]
+            if name in module_outputs
+        }
+
+
+def _repeats(captured: Tensor, ids: Tensor) -> int:
+    r"""m when ``ids`` is ``captured`` repeated m times along the batch (how Captum
+    expands a batch), else 0 (the recorded outputs do not apply)."""
+    if ids is captured:
+        return 1
+    batch = captured.shape[0]
+    if batch == 0 or ids.shape[0] % batch or ids.shape[1:] != captured.shape[1:]:
+        return 0
+    times = ids.shape[0] // batch
+    return times if torch.equal(ids.reshape(times, *captured.shape), captured.expand(times, *captured.shape)) else 0
 
 
 def resolve_target(logits: Tensor, target: TargetType, argument: str = "target") -> Optional[Tensor]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import random
+import time
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -13,7 +16,7 @@ from torch import nn, Tensor
 from tqdm.auto import tqdm
 
 from .attribution import SiteAttribution
-from .forward import Batch, check_token_ids, frozen, split_batch
+from .forward import Batch, check_token_ids, format_additional_args, frozen, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import kl_divergence, l0_penalty, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
@@ -166,12 +169,18 @@ class DiffMask(SiteAttribution):
         self.probe.to(device)
         self.lambdas.to(device)
 
-    def _gate_logits(self, states: Dict[str, Tensor], layer: int) -> Tensor:
-        r"""(B, T, layer + 1) vote logits (input mode) or (B, T) gate logits (hidden)."""
+    def _gate_logits(self, states: Dict[str, Tensor], layer: Optional[int]) -> Tensor:
+        r"""(B, T, layer + 1) vote logits (input mode), (B, T) gate logits (hidden
+        mode), or (B, T, L + 1) for every layer when ``layer`` is None (hidden mode).
+        The networks a call needs are evaluated together, in one batched call."""
         assert self.probe is not None
         if self.mode == "input":
-            hidden = [states[f"hidden.{j}"] for j in range(layer + 1)]
+            last = self.num_layers if layer is None else layer
+            hidden = [states[f"hidden.{j}"] for j in range(last + 1)]
             return self.probe(states["input"], hidden)
+        if layer is None:
+            every = range(self.num_layers + 1)
+            return self.probe.layers([states[f"hidden.{j}"] for j in every], every)
         return self.probe(states[f"hidden.{layer}"], layer)
 
     def _hard_concrete(self, logits: Tensor) -> HardConcrete:
@@ -205,6 +214,9 @@ class DiffMask(SiteAttribution):
         seed: Optional[int] = None,
         verbose: bool = True,
         optimizer: str = "rmsprop",
+        validation: Optional[Iterable[Batch]] = None,
+        eps_valid: Optional[float] = None,
+        agreement_valid: float = 0.0,
     ) -> List[Dict[str, float]]:
         r"""
         Trains the probe and the baselines (the model stays frozen).
@@ -236,12 +248,28 @@ class DiffMask(SiteAttribution):
             verbose (bool, optional): tqdm progress bar. Default: True
             optimizer (str, optional): ``"rmsprop"`` (centred, as the authors') or
                         ``"adam"`` for the probe and baselines. Default: ``"rmsprop"``
+            validation (iterable, optional): held-out batches (as ``dataloader``).
+                        After every epoch the probe is scored on them with
+                        deterministic gates (:meth:`evaluate`, every trained layer),
+                        and at the end the probe of the **sparsest epoch that keeps
+                        the constraint** is restored: mean KL <= ``eps_valid`` and
+                        agreement >= ``agreement_valid`` at every trained layer,
+                        the smallest mean share of kept positions over the layers
+                        (the authors' checkpoint rule). When no epoch keeps it, the
+                        last epoch stays and a warning says so. Default: None
+            eps_valid (float, optional): the KL bound of the selection; ``eps``
+                        when None. Default: None
+            agreement_valid (float, optional): the least share of examples whose
+                        masked argmax equals the original one. Default: 0.0
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it, with the means of
             ``kl`` (nats), ``l0`` (share of real tokens whose gate is open),
             ``agreement`` (masked argmax == original argmax), the final ``lambda``
-            and the number of ``steps``.
+            the number of ``steps`` and the epoch's training ``seconds`` (all
+            layers); with ``validation`` also ``valid_kl``, ``valid_l0``,
+            ``valid_agreement`` (deterministic gates), ``valid_seconds`` and
+            ``selected`` (True on the rows of the restored epoch).
         """
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
@@ -252,6 +280,12 @@ class DiffMask(SiteAttribution):
             raise ValueError("layers must name at least one layer")
         for k in train_layers:
             check_layer(k, self.num_layers, allow_none=False)
+        if not agreement_valid <= 1:
+            raise ValueError(f"agreement_valid must be <= 1, got {agreement_valid!r}")
+        if eps_valid is not None and not eps_valid >= 0:
+            raise ValueError(f"eps_valid must be >= 0, got {eps_valid!r}")
+        bound = float(eps if eps_valid is None else eps_valid)
+        best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean l0, epoch, state)
         if seed is not None:
             torch.manual_seed(seed)
         rng = random.Random(seed)
@@ -261,6 +295,7 @@ class DiffMask(SiteAttribution):
         with frozen(self.model):
             for epoch in range(1, epochs + 1):
                 sums: Dict[int, Dict[str, float]] = {}
+                epoch_start = time.perf_counter()
                 bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{epochs}", disable=None if verbose else True, leave=False)
                 for batch in bar:
                     ids, extra = split_batch(batch)
@@ -285,9 +320,11 @@ class DiffMask(SiteAttribution):
                     if max_steps is not None and step >= max_steps:
                         break
                 assert self.lambdas is not None
+                seconds = time.perf_counter() - epoch_start
+                rows = []
                 for k in sorted(sums):
                     n = sums[k]["steps"]
-                    history.append(
+                    rows.append(
                         {
                             "epoch": epoch,
                             "layer": k,
@@ -296,11 +333,45 @@ class DiffMask(SiteAttribution):
                             "agreement": sums[k]["agreement"] / n,
                             "lambda": float(self.lambdas(k).detach()),
                             "steps": n,
+                            "seconds": seconds,
                         }
                     )
+                if validation is not None and self.probe is not None:
+                    valid_start = time.perf_counter()
+                    scores = self._evaluate(validation, sorted(set(train_layers)), "threshold")
+                    valid_seconds = time.perf_counter() - valid_start
+                    for row in rows:
+                        row.update({f"valid_{key}": value for key, value in scores[row["layer"]].items()})
+                        row["valid_seconds"] = valid_seconds
+                    keeps = all(v["kl"] <= bound and v["agreement"] >= agreement_valid for v in scores.values())
+                    sparsity = sum(v["l0"] for v in scores.values()) / len(scores)
+                    if keeps and (best is None or sparsity < best[0]):
+                        best = (sparsity, epoch, self._state())
+                history.extend(rows)
                 if max_steps is not None and step >= max_steps:
                     break
+        if validation is not None and self.probe is not None:
+            if best is None:
+                warnings.warn(
+                    f"DiffMask.fit: no epoch kept KL <= {bound} and agreement >= {agreement_valid} "
+                    "on the validation batches at every layer; the last epoch's probe is kept",
+                    stacklevel=2,
+                )
+            else:
+                self._load_state(best[2])
+            chosen = history[-1]["epoch"] if best is None else best[1]
+            for row in history:
+                row["selected"] = row["epoch"] == chosen
         return history
+
+    def _state(self) -> Dict[str, Any]:
+        assert self.probe is not None and self.lambdas is not None
+        return copy.deepcopy({"probe": self.probe.state_dict(), "lambdas": self.lambdas.state_dict()})
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        assert self.probe is not None and self.lambdas is not None
+        self.probe.load_state_dict(state["probe"])
+        self.lambdas.load_state_dict(state["lambdas"])
 
     def _optimizers(self, kind: str, lr: float, lr_baseline: float, lr_lambda: float) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
         assert self.probe is not None and self.lambdas is not None
@@ -340,9 +411,7 @@ class DiffMask(SiteAttribution):
         if self.mode == "input":
             gates = gates.prod(-1)  # kept only if every vote up to k is non-zero
             log_keep = log_keep.sum(-1)
-            site, baseline = "input", self.probe.baseline
-        else:
-            site, baseline = f"hidden.{layer}", self.probe.baselines[layer]
+        site, baseline = self._masked_site(layer)
         masked_state = mix_baseline(states[site], gates, baseline)
         masked = self._masked_logits(ids, extra, site, masked_state, module_outputs)
         log_p, log_q = log_probs(original), log_probs(masked)
@@ -362,6 +431,13 @@ class DiffMask(SiteAttribution):
             agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
         return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
 
+    def _masked_site(self, layer: int) -> Tuple[str, Tensor]:
+        r"""The site the gates of ``layer`` replace, and its baseline (H,)."""
+        assert self.probe is not None
+        if self.mode == "input":
+            return "input", self.probe.baseline
+        return f"hidden.{layer}", self.probe.baselines[layer]
+
     def _masked_logits(
         self,
         ids: Tensor,
@@ -372,14 +448,7 @@ class DiffMask(SiteAttribution):
     ) -> Tensor:
         r"""Logits with ``site`` replaced; with recorded ``module_outputs``, the
         sites up to ``site`` are not recomputed (see :meth:`SiteLocator.reuse`)."""
-        reused: Dict[str, Any] = {}
-        if module_outputs is not None:
-            upto = self.locator.names.index(site)
-            reused = {
-                name: module_outputs[name]
-                for name in self.locator.names[: upto + 1]
-                if name in module_outputs
-            }
+        reused = self._reused_before(module_outputs, [site]) if module_outputs is not None else {}
         with self.locator.reuse(reused), self.locator.replace({site: masked_state}):
             return self.model_forward(ids, extra)
 
@@ -430,12 +499,130 @@ class DiffMask(SiteAttribution):
             log_votes = self._hard_concrete(self._gate_logits(states, last)).log_prob_nonzero()
             keep = log_votes.cumsum(-1).exp()  # P(every vote up to j is non-zero)
             return keep if layer is None else keep[..., layer]
-        if layer is not None:
-            return self._hard_concrete(self._gate_logits(states, layer)).prob_nonzero()
-        return torch.stack(
-            [self._hard_concrete(self._gate_logits(states, j)).prob_nonzero() for j in range(last + 1)],
-            dim=-1,
-        )
+        return self._hard_concrete(self._gate_logits(states, layer)).prob_nonzero()
+
+    # ------------------------------------------------------------- evaluation
+    def _deterministic_gates(self, states: Dict[str, Tensor], layer: int, rule: str) -> Tensor:
+        r"""(B, T) noise-free gates of ``layer``: ``"threshold"`` keeps a position
+        when its attribution (``P(z != 0)``; input mode: of every vote up to
+        ``layer``) exceeds 0.5; ``"louizos"`` is the clamped test-time gate
+        (input mode: the product of the votes' gates)."""
+        if rule == "threshold":
+            return (self._keep_probabilities(states, layer) > 0.5).float()
+        if rule != "louizos":
+            raise ValueError(f"rule must be 'threshold' or 'louizos', got {rule!r}")
+        gates = self._hard_concrete(self._gate_logits(states, layer)).deterministic_gate("louizos")
+        return gates.prod(-1) if self.mode == "input" else gates
+
+    @torch.no_grad()
+    def masked_forward(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        additional_forward_args: Any = None,
+        layer: Optional[int] = None,
+        rule: str = "threshold",
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        r"""
+        The model's output with the probe's gates applied without noise: actual
+        erasure, for faithfulness checks.
+
+        Args:
+
+            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            additional_forward_args (Any, optional): the model's other positional
+                        arguments (e.g. the attention mask). Default: None
+            layer (int): the depth k the probe reads, 0..L (required).
+            rule (str, optional): ``"threshold"`` (binary: kept where the
+                        attribution exceeds 0.5) or ``"louizos"`` (the clamped
+                        test-time Hard Concrete gate, values in [0, 1]).
+                        Default: ``"threshold"``
+
+        Returns:
+            *tuple* ``(gates, masked_logits, original_logits)``: gates (B, T) in
+            [0, 1] (0 at padding; 1 = kept), the logits (B, C) of the model with
+            the site mixed as ``z * h + (1 - z) * b``, and its logits unmasked.
+        """
+        if not self.is_fitted:
+            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
+        if layer is None:
+            raise ValueError(f"layer must be given: an int in 0..{self.num_layers}")
+        ids, _ = check_token_ids(inputs)
+        layer = check_layer(layer, self.num_layers, allow_none=False)
+        extra = format_additional_args(additional_forward_args)
+        with frozen(self.model):
+            mask = self.model_forward.padding_mask(ids, extra)
+            gates, masked, original = self._masked_batch(ids, extra, [layer], rule)[layer]
+        return gates * mask.to(gates.dtype), masked, original
+
+    def _masked_batch(
+        self, ids: Tensor, extra: Tuple[Any, ...], layers: Sequence[int], rule: str
+    ) -> Dict[int, Tuple[Tensor, Tensor, Tensor]]:
+        r"""One capture pass, then for each layer its deterministic gates and the
+        masked logits (only the part after the site re-run where possible)."""
+        outputs: Optional[Dict[str, Any]] = {} if self.mode == "hidden" and self.rerun == "partial" else None
+        names = self.locator.names if outputs is not None else self._needed_sites(None)
+        states, original = self._capture(ids, extra, names, run_all=True, module_outputs=outputs)
+        assert original is not None
+        results = {}
+        for k in layers:
+            gates = self._deterministic_gates(states, k, rule)
+            site, baseline = self._masked_site(k)
+            masked = self._masked_logits(ids, extra, site, mix_baseline(states[site], gates, baseline), outputs)
+            results[k] = (gates, masked, original)
+        return results
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        dataloader: Iterable[Batch],
+        layers: Optional[Sequence[int]] = None,
+        rule: str = "threshold",
+    ) -> Dict[int, Dict[str, float]]:
+        r"""
+        Scores the fitted probe on held-out batches with deterministic gates.
+
+        Args:
+
+            dataloader (iterable): batches as :meth:`fit` takes them.
+            layers (sequence of int, optional): the layers to score; all when None.
+                        Default: None
+            rule (str, optional): see :meth:`masked_forward`. Default: ``"threshold"``
+
+        Returns:
+            *dict* ``layer -> {"kl", "agreement", "l0"}``: the mean
+            KL(original || masked) in nats and the share of examples whose argmax
+            is unchanged, over examples; the share of real positions kept
+            (gate > 0), over positions.
+        """
+        if not self.is_fitted:
+            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
+        chosen = list(range(self.num_layers + 1)) if layers is None else [check_layer(k, self.num_layers, allow_none=False) for k in layers]
+        if not chosen:
+            raise ValueError("layers must name at least one layer")
+        with frozen(self.model):
+            return self._evaluate(dataloader, chosen, rule)
+
+    def _evaluate(self, dataloader: Iterable[Batch], layers: Sequence[int], rule: str) -> Dict[int, Dict[str, float]]:
+        sums = {k: {"kl": 0.0, "agreement": 0.0, "kept": 0.0} for k in layers}
+        examples, positions = 0, 0.0
+        for batch in dataloader:
+            ids, extra = split_batch(batch)
+            ids, _ = check_token_ids(ids, "validation batch")
+            mask = self.model_forward.padding_mask(ids, extra).float()
+            with torch.no_grad():
+                for k, (gates, masked, original) in self._masked_batch(ids, extra, layers, rule).items():
+                    log_p, log_q = log_probs(original), log_probs(masked)
+                    sums[k]["kl"] += float(kl_divergence(log_p, log_q).sum())
+                    sums[k]["agreement"] += float((log_p.argmax(-1) == log_q.argmax(-1)).float().sum())
+                    sums[k]["kept"] += float(((gates > 0).float() * mask).sum())
+            examples += ids.shape[0]
+            positions += float(mask.sum())
+        if examples == 0:
+            raise ValueError("validation: no batches")
+        return {
+            k: {"kl": v["kl"] / examples, "agreement": v["agreement"] / examples, "l0": v["kept"] / max(positions, 1.0)}
+            for k, v in sums.items()
+        }
 
     # ------------------------------------------------------------ checkpoints
     def _config(self) -> Dict[str, Any]:

@@ -9,6 +9,8 @@ figure and, given ``path``, also saves it there.
   row normalised to [0, 1] so that methods with different scales compare (the
   paper's toy-task figure);
 - :func:`layer_heatmap`: one sequence, tokens x layers (DiffMask's per-layer view);
+- :func:`layer_heatmaps`: one sequence, a tokens x layers heatmap per method, each
+  normalised per layer (the paper's comparison of methods on hidden states);
 - :func:`hidden_state_scatter`: 2-D hidden states coloured by a category (the
   paper's appendix figure of the toy model's FFNN output).
 """
@@ -22,7 +24,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["normalize_unit", "attribution_panels", "layer_heatmap", "hidden_state_scatter"]
+__all__ = ["normalize_unit", "normalize_per_layer", "attribution_panels", "layer_heatmap", "layer_heatmaps", "hidden_state_scatter"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 Panel = Tuple[str, Mapping[str, Any]]
@@ -148,6 +150,26 @@ def attribution_panels(
     return _save(figure, path, dpi)
 
 
+def normalize_per_layer(scores: Any) -> np.ndarray:
+    r"""
+    (T, L) scores with each layer (column) divided by its largest absolute value,
+    as the paper's per-layer figures ("normalized per-layer by the largest
+    attribution"); an all-zero column stays 0.
+
+    Args:
+
+        scores (array-like): (T, L).
+
+    Returns:
+        *ndarray* (T, L) in [-1, 1].
+    """
+    matrix = np.nan_to_num(_as_array(scores))
+    if matrix.ndim != 2:
+        raise ValueError(f"scores must have shape (T, L), got {tuple(matrix.shape)}")
+    largest = np.abs(matrix).max(axis=0, keepdims=True)
+    return np.divide(matrix, largest, out=np.zeros_like(matrix), where=largest > 0)
+
+
 def layer_heatmap(
     tokens: Sequence[str],
     scores: Any,
@@ -173,26 +195,67 @@ def layer_heatmap(
     Returns:
         *Figure*.
     """
+    return layer_heatmaps(tokens, {title or "": (scores, layer_labels)}, path, per_layer=False, dpi=dpi)
+
+
+def layer_heatmaps(
+    tokens: Sequence[str],
+    panels: Mapping[str, Tuple[Any, Optional[Sequence[str]]]],
+    path: Optional[PathLike] = None,
+    per_layer: bool = True,
+    title: Optional[str] = None,
+    dpi: int = 150,
+) -> Figure:
+    r"""
+    One sequence, several methods: a tokens x layers heatmap per method, side by
+    side (the paper's comparison figures). Rows are layers (0 at the bottom).
+
+    Args:
+
+        tokens (sequence of str): the T tokens.
+        panels (mapping): panel title -> ``(scores, layer_labels)``, scores
+                    (T, L_p) (each panel may have its own number of layers),
+                    layer_labels L_p row labels or None ("layer k").
+        path (str or PathLike, optional): where to save the PNG. Default: None
+        per_layer (bool, optional): divide each layer by its largest absolute
+                    score (:func:`normalize_per_layer`) and draw |.|; False draws
+                    the scores as given, clipped to [0, 1]. Default: True
+        title (str, optional): the figure's title. Default: None
+        dpi (int, optional): Default: 150
+
+    Returns:
+        *Figure*.
+    """
     tokens = [str(t) for t in tokens]
-    matrix = _as_array(scores)
-    if matrix.ndim != 2 or matrix.shape[0] != len(tokens):
-        raise ValueError(f"scores must have shape ({len(tokens)}, L + 1), got {tuple(matrix.shape)}")
-    layers = matrix.shape[1]
-    labels = list(layer_labels) if layer_labels is not None else [f"layer {k}" for k in range(layers)]
-    if len(labels) != layers:
-        raise ValueError(f"layer_labels must have {layers} entries, got {len(labels)}")
-    figure = Figure(figsize=(max(4.0, 0.55 * len(tokens) + 2.5), 0.4 * layers + 1.2))
+    if not panels:
+        raise ValueError("panels must not be empty")
+    matrices, labels = [], []
+    for name, (scores, layer_labels) in panels.items():
+        matrix = _as_array(scores)
+        if matrix.ndim != 2 or matrix.shape[0] != len(tokens):
+            raise ValueError(f"scores of {name!r} must have shape ({len(tokens)}, L), got {tuple(matrix.shape)}")
+        rows = list(layer_labels) if layer_labels is not None else [f"layer {k}" for k in range(matrix.shape[1])]
+        if len(rows) != matrix.shape[1]:
+            raise ValueError(f"layer_labels of {name!r} must have {matrix.shape[1]} entries, got {len(rows)}")
+        matrices.append(np.abs(normalize_per_layer(matrix)) if per_layer else np.clip(np.nan_to_num(matrix), 0.0, 1.0))
+        labels.append(rows)
+    layers = max(m.shape[1] for m in matrices)
+    width = max(4.0, 0.42 * len(tokens) + 1.8)
+    figure = Figure(figsize=(width * len(matrices), 0.4 * layers + 1.6 + (0.3 if title else 0.0)))
     FigureCanvasAgg(figure)
-    ax = figure.subplots()
-    image = ax.imshow(np.clip(np.nan_to_num(matrix.T), 0.0, 1.0), cmap="Blues", vmin=0.0, vmax=1.0,
-                      aspect="auto", origin="lower")
-    ax.set_xticks(range(len(tokens)))
-    ax.set_xticklabels(tokens, fontsize=9, rotation=45 if max(map(len, tokens), default=1) > 3 else 0)
-    ax.set_yticks(range(layers))
-    ax.set_yticklabels(labels, fontsize=8)
-    figure.colorbar(image, ax=ax, pad=0.02)
+    axes = np.atleast_1d(figure.subplots(1, len(matrices), squeeze=False)[0])
+    rotate = 45 if max(map(len, tokens), default=1) > 3 else 0
+    for ax, name, matrix, rows in zip(axes, panels, matrices, labels):
+        image = ax.imshow(matrix.T, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", origin="lower")
+        ax.set_xticks(range(len(tokens)))
+        ax.set_xticklabels(tokens, fontsize=8, rotation=rotate)
+        ax.set_yticks(range(matrix.shape[1]))
+        ax.set_yticklabels(rows, fontsize=8)
+        if name:
+            ax.set_title(name, fontsize=10)
+    figure.colorbar(image, ax=list(axes), pad=0.01, fraction=0.02 if len(matrices) > 1 else 0.05)
     if title:
-        ax.set_title(title, fontsize=10)
+        figure.suptitle(title, fontsize=11)
     return _save(figure, path, dpi)
 
 

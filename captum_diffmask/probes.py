@@ -4,79 +4,228 @@ A probe for layer k reads hidden states and outputs, per token, the logit of a H
 Concrete gate. Input mode: vote networks 0..k each read ``[input; hidden.j]`` and
 the token is kept only if every vote is non-zero (the product of the votes).
 Hidden mode: one network reads ``hidden.k`` and gates ``hidden.k`` itself.
+
+Both probes keep their networks in one :class:`GateNetworks`, which evaluates any
+subset of them in one batched call (a batched matrix product over the stacked
+weights) instead of one small network after the other.
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 from torch import nn, Tensor
-from torch.nn.utils.parametrizations import weight_norm
+
+#: What one gate network reads: a tensor (..., in_size), or tensors read side by side.
+FeatureParts = Union[Tensor, Tuple[Tensor, ...]]
 
 
-class GateMLP(nn.Module):
+def _stack(tensors: Sequence[Tensor]) -> Tensor:
+    # One tensor: a view, no copy (nor a split in backward); the common case of a
+    # training step in hidden mode.
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(list(tensors))
+
+
+class _GateParameters(nn.Module):
+    r"""The parameters of one gate network, ``[in, hidden, tanh, 1]`` with both linear
+    layers weight-normalised (``w = g * v / ||v||`` per output unit). No forward:
+    :class:`GateNetworks` stacks these to evaluate several networks at once."""
+
+    def __init__(self, in_features: int, hidden_features: int, init_bias: float) -> None:
+        super().__init__()
+        # Drawn by nn.Linear so the initialisation (and its use of the random
+        # stream) is torch's default for a linear layer, as before the networks
+        # were stacked: same seed, same probe.
+        first = nn.Linear(in_features, hidden_features)
+        last = nn.Linear(hidden_features, 1)
+        with torch.no_grad():
+            # Stored (hidden, in) as nn.Linear does: the weight norm then reduces
+            # over contiguous memory (over a strided dimension it is several times
+            # slower on CPU).
+            self.direction1 = nn.Parameter(first.weight.clone())
+            # g starts at ||v||, as torch's weight_norm: w starts as nn.Linear drew it.
+            self.gain1 = nn.Parameter(first.weight.norm(dim=1))
+            self.bias1 = nn.Parameter(first.bias.clone())
+            self.direction2 = nn.Parameter(last.weight[0].clone())
+            # The last layer starts near zero, so that every gate starts at exactly
+            # the bias (NN output ~ 0, tanh in its linear range): a random start
+            # puts some gates at the saturated ends of the tanh, where they receive
+            # no gradient for many steps.
+            self.gain2 = nn.Parameter(torch.tensor(1e-3))
+            self.bias2 = nn.Parameter(torch.tensor(0.0))
+        self.bias = nn.Parameter(torch.tensor(float(init_bias)))
+
+
+class GateNetworks(nn.Module):
     r"""
-    One gate network: ``xi * tanh(NN(x)) + b`` with ``NN = [hidden, tanh, 1]``.
+    N gate networks ``xi * tanh(NN_j(x)) + b_j`` with ``NN_j = [hidden, tanh, 1]``,
+    evaluated together.
 
     The paper's parameterisation (its appendix on the probe): weight-normalised
     linear layers, the output bounded to ``(-xi, xi)`` for stability, and a
     learnable bias started at 5 so that gates start open (``P(z != 0) ~ 0.995``):
     a probe that starts by masking destroys the signal it must learn from.
 
+    Any subset of the networks is evaluated in one call: their weights are stacked
+    along a leading dimension and applied with batched matrix products, so the cost
+    is a few large kernels instead of a dozen small ones per network. Networks of
+    different input sizes share the call by zero-padding features and first-layer
+    weights to the largest size; the padded weight rows are zeros that are not
+    parameters, so they leave the weight norm and the gradients unchanged.
+
+    Each network's parameters stay separate leaf tensors (stacked on the fly, a
+    copy of a few MB at most): a network that is not evaluated then has no gradient
+    (``None``), and the optimiser leaves it and its state untouched, as when each
+    network was its own module. One stacked parameter would instead give it a zero
+    gradient, on which Adam keeps moving it by momentum and RMSprop decays its
+    second-moment estimate.
+
     Args:
 
-        in_features (int): size of the features read per token.
-        hidden_features (int): size of the hidden layer.
+        in_sizes (sequence of int): size of the features each network reads.
+        hidden_features (int): size of the hidden layer of every network.
         max_activation (float, optional): xi. Default: 10.0
         init_bias (float, optional): initial b. Default: 5.0
     """
 
     def __init__(
         self,
-        in_features: int,
+        in_sizes: Sequence[int],
         hidden_features: int,
         max_activation: float = 10.0,
         init_bias: float = 5.0,
     ) -> None:
         super().__init__()
-        self.net = nn.Sequential(
-            weight_norm(nn.Linear(in_features, hidden_features)),
-            nn.Tanh(),
-            weight_norm(nn.Linear(hidden_features, 1)),
-        )
-        # Start every gate at exactly the bias (NN output ~ 0, tanh in its linear
-        # range): a random start puts some gates at the saturated ends of the
-        # tanh, where they receive no gradient for many steps.
-        last = self.net[2]
-        with torch.no_grad():
-            last.parametrizations.weight.original0.fill_(1e-3)
-            last.bias.zero_()
+        self.in_sizes = tuple(int(size) for size in in_sizes)
+        if not self.in_sizes:
+            raise ValueError("in_sizes must name at least one network")
+        self.in_max = max(self.in_sizes)
+        self.hidden_features = int(hidden_features)
         self.max_activation = float(max_activation)
-        self.bias = nn.Parameter(torch.tensor(float(init_bias)))
+        self.nets = nn.ModuleList(_GateParameters(size, self.hidden_features, init_bias) for size in self.in_sizes)
         # Feature standardisation, set from data by `standardize`: hidden states
         # of trained models have large, shifted activations that saturate the tanh.
-        self.register_buffer("feature_mean", torch.zeros(in_features))
-        self.register_buffer("feature_std", torch.ones(in_features))
+        # Padded columns keep mean 0 and std 1, so padded features stay 0.
+        self.register_buffer("feature_mean", torch.zeros(len(self.in_sizes), self.in_max))
+        self.register_buffer("feature_std", torch.ones(len(self.in_sizes), self.in_max))
+
+    def __len__(self) -> int:
+        return len(self.in_sizes)
 
     @torch.no_grad()
-    def standardize(self, features: Tensor, mask: Tensor) -> None:
-        r"""Sets the feature mean and std from (B, T, in_features) over real tokens."""
-        real = features.float()[mask.bool()]
-        self.feature_mean.copy_(real.mean(0))
-        self.feature_std.copy_(real.std(0, unbiased=False).clamp(min=1e-4) if len(real) > 1 else torch.ones_like(self.feature_std))
-
-    def forward(self, features: Tensor) -> Tensor:
+    def standardize(self, network: int, features: Tensor, mask: Tensor) -> None:
         r"""
+        Sets the feature mean and std of one network from data.
+
         Args:
 
-            features (Tensor): (..., in_features).
+            network (int): which network, 0..N-1.
+            features (Tensor): (B, T, in_size) the features it reads.
+            mask (Tensor): (B, T), 1 at the real tokens the statistics are taken over.
+        """
+        size = self.in_sizes[network]
+        real = features.float()[mask.bool()]
+        self.feature_mean[network, :size] = real.mean(0)
+        self.feature_std[network, :size] = (
+            real.std(0, unbiased=False).clamp(min=1e-4) if len(real) > 1 else 1.0
+        )
+
+    def _stacked(self, networks: Sequence[int], name: str) -> Tensor:
+        r"""The parameter ``name`` of each of ``networks``, stacked: (n, ...)."""
+        return _stack([getattr(self.nets[j], name) for j in networks])
+
+    def _rows(self, buffer: Tensor, networks: Sequence[int], width: int) -> Tensor:
+        r"""Rows ``networks`` of a (N, in_max) buffer, first ``width`` columns: (n, 1, width).
+        A view when the networks are consecutive, as they are for every probe call."""
+        first = networks[0]
+        if list(networks) == list(range(first, first + len(networks))):
+            return buffer[first : first + len(networks), None, :width]
+        return buffer[torch.tensor(networks, device=buffer.device), None, :width]
+
+    def _stacked_features(
+        self, features: Sequence[FeatureParts], networks: Sequence[int], width: int
+    ) -> Tuple[Tensor, bool]:
+        r"""(n, M, width) float32: network i's parts side by side in row i, zeros after
+        them. Written straight into one buffer: a ``torch.cat`` per network and then
+        a ``torch.stack`` would copy every feature twice. Also says whether the
+        tensor is a new buffer (False: a view of the caller's one tensor)."""
+        parts = [list(f) if isinstance(f, (list, tuple)) else [f] for f in features]
+        lead = parts[0][0].shape[:-1]
+        for j, pieces in zip(networks, parts):
+            size = sum(piece.shape[-1] for piece in pieces)
+            if any(piece.shape[:-1] != lead for piece in pieces) or size != self.in_sizes[j]:
+                shapes = [tuple(piece.shape) for piece in pieces]
+                raise ValueError(
+                    f"features: network {j} reads (..., {self.in_sizes[j]}) with leading shape "
+                    f"{tuple(lead)}, got {shapes[0] if len(shapes) == 1 else shapes}"
+                )
+        rows = lead.numel()
+        if len(parts) == 1 and len(parts[0]) == 1 and self.in_sizes[networks[0]] == width:
+            return parts[0][0].reshape(1, rows, width).float(), False  # one network: no copy
+        padded = any(self.in_sizes[j] < width for j in networks)
+        make = torch.zeros if padded else torch.empty
+        x = make(len(networks), rows, width, device=parts[0][0].device, dtype=torch.float32)
+        for i, pieces in enumerate(parts):
+            offset = 0
+            for piece in pieces:
+                x[i, :, offset : offset + piece.shape[-1]] = piece.reshape(rows, -1)
+                offset += piece.shape[-1]
+        return x, True
+
+    def forward(self, features: Sequence[FeatureParts], networks: Optional[Sequence[int]] = None) -> Tensor:
+        r"""
+        Evaluates the networks ``networks`` on their features, in one batched call.
+
+        Args:
+
+            features (sequence of Tensor or of tuples of Tensor): one entry per
+                        evaluated network: its features (..., in_size of that
+                        network), or a tuple of tensors (..., H_a), (..., H_b), ...
+                        that it reads side by side (``torch.cat`` along the last
+                        dimension, without the copy). Every tensor has the same
+                        leading shape.
+            networks (sequence of int, optional): the networks evaluated, in the
+                        order of ``features``; ``0 .. len(features) - 1`` when None.
+                        Default: None
 
         Returns:
-            *Tensor* (...) of gate logits in ``(b - xi, b + xi)``.
+            *Tensor* (..., len(networks)) of gate logits in ``(b - xi, b + xi)``,
+            float32.
         """
-        out = self.net((features.float() - self.feature_mean) / self.feature_std).squeeze(-1)
-        return self.max_activation * torch.tanh(out) + self.bias
+        networks = list(range(len(features))) if networks is None else [int(j) for j in networks]
+        if len(networks) != len(features) or not networks:
+            raise ValueError(f"features: expected one entry per network, got {len(features)} for {len(networks)}")
+        first = features[0][0] if isinstance(features[0], (list, tuple)) else features[0]
+        lead = first.shape[:-1]
+        width = max(self.in_sizes[j] for j in networks)
+        x, fresh = self._stacked_features(features, networks, width)  # (n, M, width)
+        mean, std = self._rows(self.feature_mean, networks, width), self._rows(self.feature_std, networks, width)
+        # In place on a new buffer (neither op needs its input for backward); never
+        # on a view of the caller's state.
+        x = x.sub_(mean).div_(std) if fresh else (x - mean) / std
+
+        # Weight norm per output unit, w = g * v / ||v||, with the kernel of torch's
+        # weight_norm(dim=0) on nn.Linear (fused, forward and backward): every row
+        # of the stack is one output unit, and the zero padding leaves its norm as is.
+        n, hidden = len(networks), self.hidden_features
+        v1 = _stack([self._padded_direction(j, width) for j in networks])  # (n, hidden, width)
+        w1 = torch._weight_norm(v1.view(n * hidden, width), self._stacked(networks, "gain1").view(n * hidden, 1), 0)
+        w1 = w1.view(n, hidden, width)
+        h = torch.tanh(torch.baddbmm(self._stacked(networks, "bias1").unsqueeze(1), x, w1.transpose(1, 2)))  # (n, M, hidden)
+        w2 = torch._weight_norm(self._stacked(networks, "direction2"), self._stacked(networks, "gain2").view(n, 1), 0)
+        # w2 as the left factor, (n, 1, hidden) @ (n, hidden, M): on CPU a batched
+        # product with a single output column, h @ w2, is ten times slower.
+        out = torch.baddbmm(self._stacked(networks, "bias2")[:, None, None], w2.unsqueeze(1), h.transpose(1, 2))
+        out = out.squeeze(1)  # (n, M)
+        logits = self.max_activation * torch.tanh(out) + self._stacked(networks, "bias").unsqueeze(1)  # (n, M)
+        return logits.t().reshape(*lead, len(networks))
+
+    def _padded_direction(self, network: int, width: int) -> Tensor:
+        direction = self.nets[network].direction1
+        missing = width - self.in_sizes[network]
+        return F.pad(direction, (0, missing)) if missing else direction
 
 
 def _mean_state(state: Tensor, mask: Tensor) -> Tensor:
@@ -110,7 +259,8 @@ class InputGateProbe(nn.Module):
         super().__init__()
         self.read_input = read_input
         extra = input_size if read_input else 0
-        self.votes = nn.ModuleList(GateMLP(extra + size, hidden_features) for size in hidden_sizes)
+        #: the vote networks, vote j reading ``hidden.j``
+        self.votes = GateNetworks([extra + size for size in hidden_sizes], hidden_features)
         self.baseline = nn.Parameter(torch.zeros(input_size))
 
     def _features(self, input_state: Tensor, state: Tensor) -> Tensor:
@@ -123,8 +273,8 @@ class InputGateProbe(nn.Module):
         r"""Starts the baseline at the mean input embedding over real tokens and
         standardises each vote network's features."""
         self.baseline.copy_(_mean_state(states["input"], mask))
-        for j, vote in enumerate(self.votes):
-            vote.standardize(self._features(states["input"], states[f"hidden.{j}"]), mask)
+        for j in range(len(self.votes)):
+            self.votes.standardize(j, self._features(states["input"], states[f"hidden.{j}"]), mask)
 
     def forward(self, input_state: Tensor, hidden_states: Sequence[Tensor]) -> Tensor:
         r"""
@@ -134,12 +284,12 @@ class InputGateProbe(nn.Module):
             hidden_states (sequence of Tensor): ``hidden.0 .. hidden.k``, each (B, T, H_j).
 
         Returns:
-            *Tensor* (B, T, k + 1) of vote logits, one column per layer read.
+            *Tensor* (B, T, k + 1) of vote logits, one column per layer read; the
+            votes are evaluated together.
         """
-        logits: List[Tensor] = [
-            vote(self._features(input_state, state)) for vote, state in zip(self.votes, hidden_states)
-        ]
-        return torch.stack(logits, dim=-1)
+        if not self.read_input:
+            return self.votes(list(hidden_states))
+        return self.votes([(input_state, state) for state in hidden_states])
 
 
 class HiddenGateProbe(nn.Module):
@@ -154,7 +304,8 @@ class HiddenGateProbe(nn.Module):
 
     def __init__(self, hidden_sizes: Sequence[int], hidden_features: int) -> None:
         super().__init__()
-        self.gates = nn.ModuleList(GateMLP(size, hidden_features) for size in hidden_sizes)
+        #: the gate networks, network k reading and gating ``hidden.k``
+        self.gates = GateNetworks(hidden_sizes, hidden_features)
         self.baselines = nn.ParameterList(nn.Parameter(torch.zeros(size)) for size in hidden_sizes)
 
     @torch.no_grad()
@@ -163,10 +314,12 @@ class HiddenGateProbe(nn.Module):
         and standardises each gate network's features."""
         for k, baseline in enumerate(self.baselines):
             baseline.copy_(_mean_state(states[f"hidden.{k}"], mask))
-            self.gates[k].standardize(states[f"hidden.{k}"], mask)
+            self.gates.standardize(k, states[f"hidden.{k}"], mask)
 
     def forward(self, state: Tensor, layer: int) -> Tensor:
         r"""
+        The gates of one layer (what a training step needs).
+
         Args:
 
             state (Tensor): (B, T, H_k) the ``hidden.k`` site.
@@ -175,7 +328,21 @@ class HiddenGateProbe(nn.Module):
         Returns:
             *Tensor* (B, T) of gate logits.
         """
-        return self.gates[layer](state)
+        return self.gates([state], [layer])[..., 0]
+
+    def layers(self, states: Sequence[Tensor], layers: Sequence[int]) -> Tensor:
+        r"""
+        The gates of several layers, evaluated together.
+
+        Args:
+
+            states (sequence of Tensor): the ``hidden.k`` sites, each (B, T, H_k).
+            layers (sequence of int): the k of each state.
+
+        Returns:
+            *Tensor* (B, T, len(layers)) of gate logits, one column per layer.
+        """
+        return self.gates(states, layers)
 
 
 def mix_baseline(state: Tensor, gate: Tensor, baseline: Tensor) -> Tensor:

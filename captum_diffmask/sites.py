@@ -33,6 +33,7 @@ from typing import (
     Union,
 )
 
+import torch
 from torch import nn, Tensor
 
 #: A site given by the user: a module, a dotted path inside the model, or either
@@ -456,6 +457,29 @@ class SiteLocator:
         finally:
             for module in patched:
                 del module.forward  # the class's forward is back
+
+
+def repeat_batch(output: Any, times: int) -> Any:
+    r"""
+    A recorded module output repeated ``times`` along the batch (dim 0), as Captum
+    repeats a batch (``torch.cat([x] * times)``): tensors with a batch dimension,
+    inside tuples, lists and dicts (ModelOutput included); anything else as is.
+
+    Args:
+
+        output (Any): a module output.
+        times (int): the number of copies.
+
+    Returns:
+        *Any* of the same structure.
+    """
+    if isinstance(output, Tensor):
+        return torch.cat([output] * times) if output.dim() > 0 else output
+    if isinstance(output, dict):
+        return type(output)(**{key: repeat_batch(value, times) for key, value in output.items()})
+    if isinstance(output, (tuple, list)):
+        return type(output)(repeat_batch(value, times) for value in output)
+    return output
 
 
 def _returning(output: Any) -> Callable[..., Any]:

@@ -177,3 +177,74 @@ def test_partial_rerun_skips_the_blocks_before_the_site():
         assert ran == [1]
     finally:
         handle.remove()
+
+
+# ---------------------------------------------------- evaluation, selection
+def _constant_gates(monkeypatch, dm, logit):
+    probe_logits = dm._gate_logits
+    monkeypatch.setattr(dm, "_gate_logits", lambda states, layer: torch.full_like(probe_logits(states, layer), logit))
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_masked_forward_with_open_gates_is_the_plain_forward(mode, monkeypatch):
+    model = tiny_bert()
+    dm = DiffMask(model, mode=mode)
+    dm.fit(_loader(2), epochs=1, seed=0, verbose=False, max_steps=1)
+    ids, mask = token_batch(seed=5)
+    _constant_gates(monkeypatch, dm, 10.0)  # every gate far open: the replacement must be the identity
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).logits
+    for layer in range(dm.num_layers + 1):
+        gates, masked, original = dm.masked_forward(ids, (mask,), layer=layer)
+        assert torch.equal(gates, mask.float())
+        assert torch.allclose(masked, plain, atol=1e-5) and torch.allclose(original, plain, atol=1e-5)
+    with pytest.raises(ValueError, match="layer"):
+        dm.masked_forward(ids, (mask,))
+
+
+def test_masked_forward_closed_gates_use_the_baseline(monkeypatch):
+    model = tiny_bert()
+    dm = DiffMask(model, mode="hidden")
+    dm.fit(_loader(2), epochs=1, seed=0, verbose=False, max_steps=1)
+    ids, mask = token_batch(seed=5)
+    _constant_gates(monkeypatch, dm, -10.0)
+    gates, masked, _ = dm.masked_forward(ids, (mask,), layer=2)
+    assert gates.sum() == 0
+    # by hand: the last layer's output replaced by its baseline everywhere
+    baseline = dm.probe.baselines[2].detach()
+    with dm.locator.replace({"hidden.2": baseline.expand(*ids.shape, -1).clone()}), torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+    assert torch.allclose(masked, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_fit_with_validation_restores_the_sparsest_feasible_epoch(mode):
+    model = tiny_bert()
+    dm = DiffMask(model, mode=mode)
+    valid = _loader(2, seed=50)
+    history = dm.fit(_loader(6), epochs=4, eps=0.5, eps_valid=1.0, seed=0, verbose=False, validation=valid)
+    assert {"valid_kl", "valid_l0", "valid_agreement", "selected"} <= set(history[0])
+    chosen = {h["epoch"] for h in history if h["selected"]}
+    assert len(chosen) == 1
+    epoch = chosen.pop()
+    per_epoch = {}
+    for h in history:
+        per_epoch.setdefault(h["epoch"], []).append(h)
+    feasible = {e: sum(r["valid_l0"] for r in rows) / len(rows) for e, rows in per_epoch.items()
+                if all(r["valid_kl"] <= 1.0 for r in rows)}
+    assert epoch == min(feasible, key=feasible.get)
+    # the restored probe is the one that was scored at that epoch
+    scores = dm.evaluate(valid, layers=sorted({h["layer"] for h in per_epoch[epoch]}))
+    for row in per_epoch[epoch]:
+        assert scores[row["layer"]]["kl"] == pytest.approx(row["valid_kl"], abs=1e-5)
+        assert scores[row["layer"]]["l0"] == pytest.approx(row["valid_l0"], abs=1e-6)
+
+
+def test_fit_with_validation_warns_when_no_epoch_keeps_the_constraint(monkeypatch):
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    monkeypatch.setattr(dm, "_evaluate", lambda loader, layers, rule: {k: {"kl": 9.0, "agreement": 0.0, "l0": 0.1} for k in layers})
+    with pytest.warns(UserWarning, match="no epoch kept"):
+        history = dm.fit(_loader(2), epochs=2, seed=0, verbose=False, validation=_loader(1))
+    assert all(h["selected"] == (h["epoch"] == 2) for h in history)
+    with pytest.raises(ValueError, match="eps_valid"):
+        dm.fit(_loader(1), epochs=1, verbose=False, eps_valid=-1.0)

@@ -9,7 +9,7 @@ from captum_diffmask.methods import (
     PerSampleBottleneck, REINFORCE,
 )
 
-from conftest import tiny_bert, token_batch
+from conftest import tiny_bert, tiny_model, token_batch
 
 FEW = {"steps": 5, "verbose": False}
 METHODS = {
@@ -31,7 +31,7 @@ def _make(name, model, ids, mask):
     factory, options = METHODS[name]
     method = factory(model)
     if name == "PerSampleBottleneck":
-        for layer in (0, 2):
+        for layer in (0, 1, 2):
             method.fit_statistics([(ids, mask)], layer=layer)
     return method, options
 
@@ -98,3 +98,39 @@ def test_missing_statistics_and_budget_errors():
         PerSampleBottleneck(model).attribute(ids, additional_forward_args=(mask,), layer=2, **FEW)
     with pytest.raises(ValueError, match="budget"):
         ExactErasure(model, budget=0)
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "gpt2"])
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_partial_rerun_gives_the_full_rerun_scores(name, kind):
+    # The replaced passes re-run only the blocks after the site (Captum's
+    # repeated batches included); the scores must be those of whole re-runs.
+    model = tiny_model(kind)
+    ids, mask = token_batch()
+    scores = {}
+    for rerun in ("partial", "full"):
+        method, options = _make(name, model, ids, mask)
+        method.rerun = rerun
+        torch.manual_seed(0)  # the same noise for the stochastic methods
+        scores[rerun] = [method.attribute(ids, additional_forward_args=(mask,), layer=layer, **options)
+                         for layer in (1, 2)]
+    for partial, full in zip(scores["partial"], scores["full"]):
+        assert torch.allclose(partial, full, atol=1e-5, rtol=1e-4)
+    assert _hooks(model) == 0
+
+
+def test_partial_rerun_skips_the_blocks_before_the_site():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    calls = []
+    # a reused block still runs its own hooks, but not its submodules
+    handle = model.bert.encoder.layer[0].attention.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        IntegratedGradients(model).attribute(ids, additional_forward_args=(mask,), layer=2, n_steps=4)
+        assert len(calls) == 1  # the capture pass only; the 4 steps start after block 0
+        method = IntegratedGradients(model)
+        method.rerun = "full"
+        method.attribute(ids, additional_forward_args=(mask,), layer=2, n_steps=4)
+        assert len(calls) > 2
+    finally:
+        handle.remove()

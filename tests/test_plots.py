@@ -80,3 +80,23 @@ def test_layer_heatmap(tmp_path):
         layer_heatmap(["x", "y"], scores)
     with pytest.raises(ValueError, match="layer_labels"):
         layer_heatmap(["x", "y", "z"], scores, layer_labels=["only one"])
+
+
+def test_normalize_per_layer_divides_each_layer_by_its_largest_absolute_score():
+    from captum_diffmask.plots import normalize_per_layer
+
+    scores = np.array([[1.0, -4.0, 0.0], [2.0, 2.0, 0.0]])
+    out = normalize_per_layer(scores)
+    assert np.allclose(out, [[0.5, -1.0, 0.0], [1.0, 0.5, 0.0]])
+
+
+def test_layer_heatmaps_one_panel_per_method(tmp_path):
+    from captum_diffmask.plots import layer_heatmaps
+
+    tokens = ["[CLS]", "a", "film", "[SEP]"]
+    panels = {"DiffMask": (np.random.rand(4, 3), ["E", "1", "2"]), "attention": (np.random.rand(4, 2), None)}
+    figure = layer_heatmaps(tokens, panels, tmp_path / "h.png", title="sentence 1")
+    assert (tmp_path / "h.png").stat().st_size > 1000
+    assert [ax.get_title() for ax in figure.axes[:2]] == ["DiffMask", "attention"]
+    with pytest.raises(ValueError, match="attention"):
+        layer_heatmaps(tokens, {"attention": (np.random.rand(3, 2), None)})

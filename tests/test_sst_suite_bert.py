@@ -1,0 +1,118 @@
+"""The sst benchmark suite (issue 6) on a tiny run: a config-built tiny BERT
+fine-tuned on a few dozen real SST sentences, two seeds, few steps. It checks the
+plumbing, that every section is complete and that the analyses compute what
+they say on hand-made inputs."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import runner
+from benchmarks.suites import sst as suite
+from captum_diffmask.tasks.sst import default_data_dir, resolve_data_dir, SSTDataError, SSTSentence
+
+
+def _shared_sst():
+    try:
+        return resolve_data_dir(default_data_dir(), ("train", "dev"))
+    except SSTDataError:
+        return None
+
+
+TINY = {
+    "seeds": [0, 1],
+    "train_sentences": 96,
+    "eval_sentences": 24,
+    "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
+    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24, "eps_valid": 10.0, "agreement_valid": 0.0},
+    "method_options": {
+        "IntegratedGradients": {"n_steps": 4},
+        "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16},
+        "Guan": {"steps": 3},
+    },
+    "heatmap_sentences": 1,
+    "speed": {"sentences": 8, "batch_size": 8, "finetune_batches": 2, "ig_steps": 4},
+    "pos": False,
+    "cache": False,
+}
+
+
+# ------------------------------------------------------------- the analyses
+def test_stability_is_the_mean_std_across_seeds():
+    a = [torch.tensor([[0.0, 1.0], [1.0, 1.0]])]
+    b = [torch.tensor([[1.0, 1.0], [1.0, 0.0]])]
+    result = suite.stability([a, b])
+    std = math.sqrt(0.5)  # two values 0 and 1: sample std
+    assert result["mean_std"] == pytest.approx(2 * std / 4)
+    assert result["max_std"] == pytest.approx(std)
+    assert suite.stability([a]) is None
+
+
+def test_cls_is_largest_counts_ties_apart():
+    assert suite.cls_is_largest(torch.tensor([0.9, 0.1, 0.2])) == (True, False)
+    assert suite.cls_is_largest(torch.tensor([0.9, 0.9, 0.2])) == (False, True)
+    assert suite.cls_is_largest(torch.tensor([0.1, 0.9, 0.2])) == (False, False)
+
+
+def test_layers_kept_by_group_by_hand():
+    class Data:  # the two fields the function reads
+        word_index = torch.tensor([[-1, 0, 1, 1, -1]])
+        sentences = [SSTSentence(("good", "filmmaking"), 3, (3, 2))]
+
+    keep = [torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.5, 0.5], [0.0, 0.0], [0.2, 0.0]])]
+    groups = suite.layers_kept_by_group(keep, Data(), suite._label_groups)
+    assert groups["[CLS]"] == {"mean_layers": 2.0, "tokens": 1}
+    assert groups["[SEP]"]["mean_layers"] == pytest.approx(0.2)
+    assert groups["positive"] == {"mean_layers": 1.0, "tokens": 1}
+    assert groups["neutral"] == {"mean_layers": 0.5, "tokens": 2}  # two word pieces of one word
+
+
+def test_subset_spreads_over_the_list():
+    items = [SSTSentence((str(i),), 0, (0,)) for i in range(10)]
+    picked = suite._subset(items, 4)
+    assert [s.words[0] for s in picked] == ["0", "3", "6", "9"]
+    assert suite._subset(items, None) is items
+
+
+# ----------------------------------------------------------------- a tiny run
+@pytest.mark.skipif(_shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
+    results = runner.run_suite("sst", tmp_path, overrides=TINY, verbose=False)
+    L = results["model"]["layers"]
+    assert results["model"]["source"] == "tiny" and 0 <= results["model"]["dev_macro_f1"] <= 100
+    for mode in ("input", "hidden"):
+        dm = results["diffmask"][mode]
+        assert len(dm["runs"]) == 2 and all(r["selected_epoch"] in (1, 2) for r in dm["runs"])
+        layers = dm["faithfulness"]["per_layer"]
+        assert [r["layer"] for r in layers] == list(range(L + 1))
+        assert all(0 <= r["masked_share"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in layers)
+        assert dm["stability"]["seeds"] == 2 and 0 <= dm["stability"]["mean_std"] <= 0.5
+        assert set(results["layers_kept"][mode]["sentiment"]) >= {"[CLS]", "[SEP]"}
+        assert all(0 <= g["mean_layers"] <= L + 1 for g in results["layers_kept"][mode]["sentiment"].values())
+    for name in suite.METHODS:
+        assert results["methods"][name]["status"] == "ok", results["methods"][name]
+        assert name in results["cls_share"]
+    assert "DiffMask (hidden)" in results["cls_share"]
+    speed = results["speed"]
+    assert speed["ratio_to_forward"]["forward"] == pytest.approx(1.0)
+    assert {"DiffMask input", "DiffMask hidden"} <= set(speed["per_sentence_seconds"])
+    assert all(v["epoch_seconds"] > 0 and v["ratio_to_finetune_epoch"] > 0 for v in speed["training"].values())
+    # the report, the JSON and every figure it links
+    report = (tmp_path / "report.md").read_text()
+    for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed"):
+        assert heading in report
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert stored["suite"] == "sst" and stored["mode"] == "full"
+    figures = [results["figures"]["layers_kept"], *results["figures"]["heatmaps"]]
+    assert len(results["figures"]["heatmaps"]) == 1
+    for figure in figures:
+        assert (tmp_path / figure).stat().st_size > 1000 and f"({figure})" in report
+
+
+def test_bad_configuration_names_the_key(tmp_path):
+    with pytest.raises(ValueError, match="methods"):
+        suite.run({**suite.DEFAULTS, "methods": ["Nope"]}, tmp_path, verbose=False)
+    with pytest.raises(ValueError, match="split"):
+        suite.run({**suite.DEFAULTS, "split": "validation"}, tmp_path, verbose=False)
