@@ -1,4 +1,5 @@
-"""``python -m benchmarks list`` and ``python -m benchmarks run SUITE --out DIR``."""
+"""``python -m benchmarks list``, ``python -m benchmarks run SUITE --out DIR`` and
+``python -m benchmarks report DIR/results.json``."""
 
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stem", default=None,
                      help="write DIR/STEM.json and DIR/STEM.md instead of results.json and report.md")
     run.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
-    run.add_argument("--split", choices=("dev", "test"), default=None,
-                     help="the evaluated SST split (sst suites; default dev)")
+    run.add_argument("--split", choices=("dev", "test", "train"), default=None,
+                     help="the evaluated SST split (sst suites; default dev; train, sst-erasure only: "
+                          "to choose methods' settings without looking at dev)")
     run.add_argument("--data-dir", default=None, metavar="D",
                      help="directory holding sst/ (sst suites; default $CAPTUM_DIFFMASK_DATA, else ../shared/data)")
+    report = commands.add_parser("report", help="write the report of a finished run again from its JSON")
+    report.add_argument("json", help="DIR/results.json (or DIR/STEM.json) of a finished run")
     return parser
 
 
@@ -58,7 +62,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "list":
         _list()
         return 0
-    from .runner import run_suite
+    from .runner import rewrite_report, run_suite
+
+    if args.command == "report":
+        try:
+            print(rewrite_report(args.json))
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
 
     overrides = {}
     if args.threads is not None:

@@ -187,6 +187,35 @@ def run_suite(
     return results
 
 
+def rewrite_report(json_path: Union[str, os.PathLike]) -> Path:
+    r"""
+    Writes the report of a finished run again from its JSON, with the suite's
+    current report writer (the numbers are the run's own; only the text changes).
+
+    Args:
+
+        json_path (str or PathLike): ``DIR/STEM.json`` written by :func:`run_suite`.
+
+    Returns:
+        *Path*: the report written beside it (``results.json`` -> ``report.md``,
+        ``STEM.json`` -> ``STEM.md``).
+    """
+    from .report import write_report
+
+    json_path = Path(json_path)
+    if not json_path.is_file():
+        raise ValueError(f"json_path: no such file {str(json_path)!r}")
+    results = json.loads(json_path.read_text(encoding="utf-8"))
+    if "suite" not in results:
+        raise ValueError(f"json_path: {str(json_path)!r} is not the results of a suite run (no 'suite' key)")
+    suite = load_suite(results["suite"])
+    writer = getattr(suite, "write_report", None) or write_report
+    stem = "report" if json_path.stem == "results" else json_path.stem
+    path = json_path.with_name(f"{stem}.md")
+    writer(results, path, json_name=json_path.name)
+    return path
+
+
 # -------------------------------------------------------------- environment
 def _cpu_name() -> str:
     try:

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .attribution import SiteAttribution
 from .forward import Batch, check_token_ids, format_additional_args, frozen, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from .objective import kl_divergence, l0_penalty, LagrangeMultipliers, log_probs
+from .objective import kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
 from .sites import SiteLocator
 
@@ -83,8 +83,10 @@ class DiffMask(SiteAttribution):
                     ``max(H // 4, 32)`` with H the largest site size when None.
                     Default: None
         l0 (str, optional): the sparsity term: ``"expected"`` (the paper: sum of
-                    ``P(z != 0)`` over real tokens) or ``"log"`` (the authors' code:
-                    mean of ``log P(z != 0)``). Default: ``"expected"``
+                    ``P(z != 0)`` over real tokens), ``"mean"`` (that sum over the
+                    number of real tokens: the expected share kept, the same scale
+                    for every length) or ``"log"`` (the authors' code: mean of
+                    ``log P(z != 0)``). Default: ``"expected"``
         probe_reads_input (bool, optional): input mode: vote j reads
                     ``[input; hidden.j]`` (the paper) or ``hidden.j`` alone.
                     Default: True
@@ -120,8 +122,8 @@ class DiffMask(SiteAttribution):
             raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
         if rerun not in ("partial", "full"):
             raise ValueError(f"rerun must be 'partial' or 'full', got {rerun!r}")
-        if l0 not in ("expected", "log"):
-            raise ValueError(f"l0 must be 'expected' or 'log', got {l0!r}")
+        if l0 not in L0_KINDS:
+            raise ValueError(f"l0 must be one of {L0_KINDS}, got {l0!r}")
         HardConcrete(torch.zeros(1), temperature, stretch)  # validates both
         SiteAttribution.__init__(self, model, sites, forward_func, padding_mask_arg)
         self.mode = mode

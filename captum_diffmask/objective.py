@@ -71,6 +71,10 @@ def js_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:
     return 0.5 * (kl_divergence(log_p, log_m) + kl_divergence(log_q, log_m))
 
 
+#: The sparsity terms :func:`l0_penalty` knows.
+L0_KINDS = ("expected", "mean", "log")
+
+
 def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -> Tensor:
     r"""
     The sparsity term of the objective, per example.
@@ -80,7 +84,10 @@ def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -
         log_prob_nonzero (Tensor): (B, T) ``log P(z != 0)`` of each gate.
         mask (Tensor): (B, T) bool, True at real tokens; padding does not count.
         kind (str, optional): ``"expected"``: the paper's expected L0, the sum of
-                    ``P(z != 0)`` over real tokens; ``"log"``: the authors' code, the
+                    ``P(z != 0)`` over real tokens; ``"mean"``: the expected
+                    *share* of kept tokens, that sum divided by the number of real
+                    tokens (the same scale for every length, so one multiplier
+                    fits short and long inputs); ``"log"``: the authors' code, the
                     mean of ``log P(z != 0)`` over real tokens.
                     Default: ``"expected"``
 
@@ -90,9 +97,11 @@ def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -
     mask = mask.float()
     if kind == "expected":
         return (log_prob_nonzero.float().exp() * mask).sum(-1)
+    if kind == "mean":
+        return (log_prob_nonzero.float().exp() * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     if kind == "log":
         return (log_prob_nonzero.float() * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    raise ValueError(f"l0_penalty must be 'expected' or 'log', got {kind!r}")
+    raise ValueError(f"l0_penalty must be one of {L0_KINDS}, got {kind!r}")
 
 
 class LagrangeMultipliers(nn.Module):

@@ -124,6 +124,11 @@ def test_a_failing_method_is_reported_not_raised(cache, tmp_path, monkeypatch):
     assert saved["methods"]["Boom"]["js"] is None  # NaN is written as null
     report = (tmp_path / "report.md").read_text()
     assert "RuntimeError: boom" in report and "`Missing` (unavailable)" in report
+    # the report written again from the JSON alone is the same text
+    (tmp_path / "report.md").unlink()
+    assert main(["report", str(tmp_path / "results.json")]) == 0
+    assert (tmp_path / "report.md").read_text() == report
+    assert main(["report", str(tmp_path / "nothing.json")]) == 2
 
 
 def test_build_config_merges_quick_overrides_seeds_and_methods():

@@ -42,6 +42,7 @@ def test_l0_penalty_ignores_padding():
     log_keep = torch.log(torch.tensor([[0.5, 0.25, 0.9]]))
     mask = torch.tensor([[True, True, False]])
     assert l0_penalty(log_keep, mask).item() == pytest.approx(0.75)
+    assert l0_penalty(log_keep, mask, "mean").item() == pytest.approx(0.75 / 2)
     assert l0_penalty(log_keep, mask, "log").item() == pytest.approx((math.log(0.5) + math.log(0.25)) / 2)
     with pytest.raises(ValueError, match="l0_penalty"):
         l0_penalty(log_keep, mask, "sum")

@@ -72,10 +72,15 @@ DEFAULTS: Dict[str, Any] = {
     },
     "diffmask": {
         # the paper's sentiment recipe: eps on the KL, a layer drawn per batch,
-        # checkpoint = the sparsest epoch that keeps the constraint on dev
-        "batch_size": 64, "epochs": 6, "eps": 0.1, "eps_valid": 0.5, "agreement_valid": 0.75,
-        "lr": 1e-3, "lr_baseline": 1e-3, "lr_lambda": 0.1, "validation_sentences": 400,
-        "input": {}, "hidden": {},
+        # checkpoint = the sparsest epoch that keeps the constraint on dev.
+        # Tuned on 4000 train sentences (docs/sst.md): the L0 term as the share of
+        # kept positions ("mean", so eps and lr_lambda do not depend on sentence
+        # length); lr 3e-3 because gates that start open (bias 5) need a few hundred
+        # steps to close; a tight eps because fidelity, not sparsity, is what the
+        # default recipe (eps 0.1, lr 1e-3, lr_lambda 0.1) lost: it masked everything.
+        "batch_size": 32, "epochs": 4, "l0": "mean", "eps": 0.02, "eps_valid": 0.05, "agreement_valid": 0.8,
+        "lr": 3e-3, "lr_baseline": 3e-3, "lr_lambda": 2.0, "validation_sentences": 400,
+        "input": {}, "hidden": {"eps": 0.01, "lr_lambda": 5.0},
     },
     "methods": list(METHODS),
     "method_options": {
@@ -98,9 +103,11 @@ DEFAULTS: Dict[str, Any] = {
 
 QUICK: Dict[str, Any] = {
     "seeds": [0, 1],
-    "train_sentences": 600,
+    "train_sentences": 1000,
     "eval_sentences": 200,
-    "model": {"num_layers": 2, "epochs": 2},
+    # two blocks of MiniLM with a fresh head need a larger step to leave the
+    # majority class (lr 5e-5 or 1e-4 on 1500 sentences: one class predicted)
+    "model": {"num_layers": 2, "epochs": 4, "lr": 5e-4},
     "diffmask": {"epochs": 2, "validation_sentences": 100, "batch_size": 32},
     "method_options": {"IntegratedGradients": {"n_steps": 20}, "PerSampleBottleneck": {"steps": 10, "max_batches": 4},
                        "Guan": {"steps": 10}},
@@ -471,7 +478,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     if tags is not None:
         for mode in ("input", "hidden"):
             groups[mode]["pos"] = layers_kept_by_group(mean_attr[mode], evaluated, lambda row, s: tags[row])
-    figures = {"layers_kept": _groups_figure(groups, L, figures_dir / "layers_kept.png")}
+    figures = {"layers_kept": _groups_figure(groups, L, figures_dir / "sst_layers_kept.png")}
 
     # ---- heatmaps of a few sentences
     figures["heatmaps"] = _heatmaps(config, model, tokenizer, evaluated, explainers, prepared, L, figures_dir, notes)
@@ -569,7 +576,7 @@ def _heatmaps(config, model, tokenizer, data, explainers, prepared, L, figures_d
                 notes.append(f"Heatmap of {name} skipped: {type(error).__name__}: {error}")
                 continue
             panels[name] = (torch.stack(columns, -1), labels)
-        path = figures_dir / f"heatmap_{n}.png"
+        path = figures_dir / f"sst_heatmap_{n}.png"
         predicted = int(model(input_ids=ids, attention_mask=mask).logits.argmax(-1))
         layer_heatmaps(tokens, panels, path, title=f"dev sentence {row}: gold {LABEL_NAMES[int(data.labels[row])]}, "
                                                     f"predicted {LABEL_NAMES[predicted]} (each layer normalised by its largest score)")
@@ -726,7 +733,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
             rows.append([mode, run["seed"], len(run["epoch_seconds"]), run["selected_epoch"], "yes" if run["feasible"] else "no",
                          fmt_seconds(run["seconds"])])
     lines += [table(["mode", "seed", "epochs", "selected epoch", "keeps the constraint", "fit time"], rows), "",
-              f"Options: `{dm['input']['runs'][0]['options']}`.", ""]
+              *[f"Options, {mode}: `{dm[mode]['runs'][0]['options']}`." for mode in ("input", "hidden")], ""]
     if results.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
@@ -736,16 +743,43 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
 
 
 def _targets(results: Mapping[str, Any]) -> List[str]:
+    # The reading of the targets, the same for both modes: the share masked and the
+    # masked model's macro-F1 are averaged over the probes of every layer (each
+    # probe reads the states up to its layer), as one number per mode like the
+    # paper's; the lowest layer is printed beside so that no layer hides.
     dm = results["diffmask"]
-    lines = ["Targets (issue 6):", ""]
+    lines = ["Targets (issue 6; masked share and macro-F1 averaged over the layers' probes, seeds averaged):", ""]
     for mode, least in (("input", 45.0), ("hidden", 65.0)):
         faith = dm[mode]["faithfulness"]
         base = faith["unmasked"]["macro_f1"]
-        layers = faith["per_layer"] if mode == "hidden" else faith["per_layer"][-1:]
+        layers = faith["per_layer"]
         masked = statistics.mean(r["masked_share"] for r in layers)
-        worst = min(r["macro_f1"] for r in layers)
-        ok = masked >= least and worst >= base - 1.0
-        where = "mean over layers" if mode == "hidden" else "at the last layer"
-        lines.append(f"- {mode}: {masked:.1f} % masked ({where}; target >= {least:.0f} %), macro-F1 "
-                     f"{worst:.2f} (lowest) vs {base:.2f} unmasked (target: within 1 point): **{'met' if ok else 'missed'}**")
+        f1 = statistics.mean(r["macro_f1"] for r in layers)
+        worst = min(layers, key=lambda r: r["macro_f1"])
+        ok = masked >= least and f1 >= base - 1.0
+        lines.append(f"- {mode}: {masked:.1f} % masked (target >= {least:.0f} %), macro-F1 {f1:.2f} vs {base:.2f} "
+                     f"unmasked (target: within 1 point; lowest layer: {worst['macro_f1']:.2f} at layer "
+                     f"{worst['layer']}): **{'met' if ok else 'missed'}**")
+    for mode, most in (("input", 0.05), ("hidden", 0.03)):
+        st = dm[mode]["stability"]
+        if st:
+            lines.append(f"- stability, {mode}: mean std of the attributions across {len(results['seeds'])} seeds "
+                         f"{st['mean_std']:.4f} (target <= {most}): **{'met' if st['mean_std'] <= most else 'missed'}**")
+    sp = results["speed"]
+    for mode, v in sp["training"].items():
+        ratio = v["ratio_to_finetune_epoch"]
+        lines.append(f"- training epoch, {mode}: {ratio:.2f}x one fine-tuning epoch (target <= 1.2x): "
+                     f"**{'met' if ratio <= 1.2 else 'missed'}**")
+    ig_steps = results.get("config", {}).get("speed", {}).get("ig_steps", 50)
+    for mode in ("input", "hidden"):
+        key = f"DiffMask {mode}"
+        if key in sp["ratio_to_forward"]:
+            ratio, vs_ig = sp["ratio_to_forward"][key], sp["diffmask_vs_ig"].get(mode, math.nan)
+            lines.append(f"- attribution, {mode}: {ratio:.2f}x one forward pass (target <= 1.5x), {vs_ig:.0f}x faster "
+                         f"than IG with {ig_steps} steps (target >= 50x with 50 steps): **{'met' if ratio <= 1.5 and vs_ig >= 50 else 'missed'}**")
+    wall = results.get("wall_seconds")
+    if wall is not None and results.get("mode") == "full":
+        lines.append(f"- the whole run: {wall / 60:.1f} min (target <= 90 min, fine-tuning included when it is not "
+                     f"cached: {results['model']['fine_tune_seconds'] / 60:.1f} min when it ran): "
+                     f"**{'met' if wall + (results['model']['fine_tune_seconds'] if results['model']['cached'] else 0) <= 5400 else 'missed'}**")
     return lines + [""]

@@ -181,15 +181,17 @@ def _sentences_digest(sentences: Sequence[SSTSentence]) -> str:
 
 def load_splits(config: Mapping[str, Any]) -> Tuple[List[SSTSentence], List[SSTSentence], List[SSTSentence]]:
     r"""``(train, dev, evaluated)`` sentences; ``evaluated`` is dev itself for
-    ``split="dev"`` (all of it, whatever ``dev_sentences`` limits for model selection)."""
+    ``split="dev"`` (all of it, whatever ``dev_sentences`` limits for model
+    selection), and train itself for ``split="train"`` (for choosing methods'
+    settings without looking at dev)."""
     split = config.get("split", "dev")
-    if split not in ("dev", "test"):
-        raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
+    if split not in ("dev", "test", "train"):
+        raise ValueError(f"split must be 'dev', 'test' or 'train', got {split!r}")
     data_dir = config.get("data_dir")
     train = read_sst("train", data_dir, config.get("train_sentences"))
     dev_all = read_sst("dev", data_dir)
     dev = dev_all[: config["dev_sentences"]] if config.get("dev_sentences") else dev_all
-    evaluated = dev_all if split == "dev" else read_sst("test", data_dir)
+    evaluated = {"dev": dev_all, "train": train}.get(split) or read_sst("test", data_dir)
     return train, dev, evaluated
 
 

@@ -18,7 +18,7 @@ input, hindsight included; DiffMask's probe must decide from the model's states.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,7 @@ from .base import optimize, PreparedCall, SiteAttribution
 
 _READOUTS = ("keep", "mask")
 _OPTIMIZERS = ("adam", "rmsprop")
+_SELECTIONS = ("last", "sparsest")
 _LOGIT_RANGE = 10.0
 
 
@@ -42,10 +43,12 @@ class MaskResult:
 
     Attributes:
         keep (Tensor): (B, T) float, the probability that each gate is open
-                    (``P(z != 0)``), 0 at padding.
+                    (``P(z != 0)``) at the returned step, 0 at padding.
         mask (Tensor): (B, T) float, the deterministic mask (1 = kept, 0 =
                     replaced by the baseline): 1 where ``keep > 0.5``; 0 at padding
                     (padding itself is never replaced).
+        step (Tensor): (B,) long, the optimisation step (1-based) whose gates
+                    are returned: ``steps`` with ``select="last"``.
         kl (Tensor): (B,) KL(original || masked) in nats with the deterministic mask.
         agreement (Tensor): (B,) bool, the deterministic mask keeps the argmax of
                     the output.
@@ -55,6 +58,7 @@ class MaskResult:
 
     keep: Tensor
     mask: Tensor
+    step: Tensor
     kl: Tensor
     agreement: Tensor
     lambdas: Tensor
@@ -88,7 +92,7 @@ class _PerExampleMask(SiteAttribution):
     def _search(
         self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
         lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
-        optimizer: str, samples: int, verbose: bool,
+        optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
     ) -> None:
         raise NotImplementedError
 
@@ -105,6 +109,8 @@ class _PerExampleMask(SiteAttribution):
         optimizer: str = "adam",
         samples: int = 1,
         verbose: bool = True,
+        select: str = "last",
+        check_every: int = 10,
     ) -> MaskResult:
         r"""
         Searches a mask for every example (all at once, each with its own gates
@@ -133,10 +139,23 @@ class _PerExampleMask(SiteAttribution):
             samples (int, optional): gate samples per step (losses averaged).
                         Default: 1
             verbose (bool, optional): tqdm progress bar. Default: True
+            select (str, optional): which step's gates to return, per example:
+                        ``"last"``: those after the last step; ``"sparsest"``: every
+                        ``check_every`` steps (and after the last) the deterministic
+                        mask is evaluated, and the one that keeps the fewest
+                        tokens *while keeping the predicted class* is returned (the
+                        latest of equally small ones; the last step's when none
+                        keeps the class). The authors' checkpoint rule (the
+                        sparsest checkpoint that keeps the prediction), applied
+                        to each example; it costs one forward pass of the batch
+                        per check. Default: ``"last"``
+            check_every (int, optional): steps between checks of
+                        ``select="sparsest"``. Default: 10
 
         Returns:
             *MaskResult* with (B, T) keep probabilities and deterministic masks,
-            and per-example KL, agreement and multipliers.
+            the step they come from, and per-example KL, agreement and
+            multipliers.
         """
         call = self._prepare(inputs, additional_forward_args, layer)
         if not eps >= 0:
@@ -145,6 +164,10 @@ class _PerExampleMask(SiteAttribution):
             raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
             raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+        if select not in _SELECTIONS:
+            raise ValueError(f"select must be one of {_SELECTIONS}, got {select!r}")
+        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+            raise ValueError(f"check_every must be an int >= 1, got {check_every!r}")
         states, original = self._capture(call)
         state = states[call.site]
         mask = call.mask.to(state.device)
@@ -154,16 +177,41 @@ class _PerExampleMask(SiteAttribution):
 
         logits = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
         lambdas = LagrangeMultipliers(state.shape[0]).to(state.device)
+        real = mask.float()
+        batch = state.shape[0]
+        chosen = logits.detach().clone()
+        chosen_step = torch.full((batch,), steps, dtype=torch.long, device=state.device)
+        smallest = torch.full((batch,), float("inf"), device=state.device)
+
+        @torch.no_grad()
+        def monitor(step: int) -> None:
+            # select="sparsest": the deterministic mask of this step replaces the
+            # one held when it keeps the predicted class with no more tokens
+            if select != "sparsest" or ((step + 1) % check_every and step + 1 != steps):
+                return
+            hard = (self._keep(logits.detach()) > 0.5).float()
+            keeps = self._masked_log_q(call, state, hard, b).argmax(-1) == log_p.argmax(-1)
+            size = (hard * real).sum(-1)
+            better = keeps & (size <= smallest)
+            smallest[better] = size[better]
+            chosen[better] = logits.detach()[better]
+            chosen_step[better] = step + 1
+
         with frozen(self.model):
-            self._search(call, state, log_p, b, logits, lambdas, float(eps), steps, lr, lr_lambda, optimizer, samples, verbose)
+            self._search(
+                call, state, log_p, b, logits, lambdas, float(eps), steps, lr, lr_lambda, optimizer, samples,
+                verbose, monitor,
+            )
             with torch.no_grad():
-                keep = self._keep(logits.detach())
+                found = torch.isfinite(smallest)
+                final = torch.where(found.unsqueeze(-1), chosen, logits.detach())
+                keep = self._keep(final)
                 hard = (keep > 0.5).float()
                 log_q = self._masked_log_q(call, state, hard, b)
-        real = mask.float()
         return MaskResult(
             keep=keep * real,
             mask=hard * real,
+            step=torch.where(found, chosen_step, torch.full_like(chosen_step, steps)),
             kl=kl_divergence(log_p, log_q),
             agreement=log_p.argmax(-1) == log_q.argmax(-1),
             lambdas=lambdas.values.detach().clone(),
@@ -186,6 +234,8 @@ class _PerExampleMask(SiteAttribution):
         optimizer: str = "adam",
         samples: int = 1,
         verbose: bool = True,
+        select: str = "last",
+        check_every: int = 10,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
         Searches a mask per example (see :meth:`fit_masks`) and returns one readout.
@@ -202,8 +252,8 @@ class _PerExampleMask(SiteAttribution):
             readout (str, optional): ``"keep"``: the probability that each gate
                         is open, in [0, 1]; ``"mask"``: the deterministic 0/1 mask
                         (``keep > 0.5``). Default: ``"keep"``
-            eps, steps, lr, lr_lambda, baseline, optimizer, samples, verbose: as
-                        in :meth:`fit_masks`.
+            eps, steps, lr, lr_lambda, baseline, optimizer, samples, verbose,
+                        select, check_every: as in :meth:`fit_masks`.
 
         Returns:
             *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple), higher = more
@@ -214,6 +264,7 @@ class _PerExampleMask(SiteAttribution):
         result = self.fit_masks(
             inputs, additional_forward_args, layer, eps=eps, steps=steps, lr=lr, lr_lambda=lr_lambda,
             baseline=baseline, optimizer=optimizer, samples=samples, verbose=verbose,
+            select=select, check_every=check_every,
         )
         scores = result.keep if readout == "keep" else result.mask
         return (scores,) if isinstance(inputs, tuple) else scores
@@ -270,7 +321,7 @@ class PerExampleDiffMask(_PerExampleMask):
     def _search(
         self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
         lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
-        optimizer: str, samples: int, verbose: bool,
+        optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
     ) -> None:
         opt = _gate_optimizer(optimizer, logits, lr)
         lambda_opt = lambdas.optimizer(lr_lambda)
@@ -290,6 +341,7 @@ class PerExampleDiffMask(_PerExampleMask):
             lambdas.clamp_()
             with torch.no_grad():
                 logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
+            monitor(step)
 
         optimize(loss_fn, opt, steps, self._name, verbose, after_step)
 
@@ -347,7 +399,7 @@ class REINFORCE(_PerExampleMask):
     def _search(
         self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
         lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
-        optimizer: str, samples: int, verbose: bool,
+        optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
     ) -> None:
         opt = _gate_optimizer(optimizer, logits, lr)
         lambda_opt = lambdas.optimizer(lr_lambda)
@@ -380,5 +432,6 @@ class REINFORCE(_PerExampleMask):
             lambdas.clamp_()
             with torch.no_grad():
                 logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
+            monitor(step)
 
         optimize(loss_fn, opt, steps, self._name, verbose, after_step)
