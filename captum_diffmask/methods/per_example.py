@@ -211,7 +211,7 @@ class _PerExampleMask(SiteAttribution):
         return MaskResult(
             keep=keep * real,
             mask=hard * real,
-            step=torch.where(found, chosen_step, torch.full_like(chosen_step, steps)),
+            step=chosen_step,  # still `steps` where no check kept the class
             kl=kl_divergence(log_p, log_q),
             agreement=log_p.argmax(-1) == log_q.argmax(-1),
             lambdas=lambdas.values.detach().clone(),
