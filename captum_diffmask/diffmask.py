@@ -96,6 +96,9 @@ class DiffMask(SiteAttribution):
                     frozen, so they are the same); ``"full"`` re-runs the whole
                     model. Partial assumes each site module runs once per forward.
                     Default: ``"partial"``
+        init_bias (float, optional): the gate networks' initial bias; 5 (the
+                    authors') starts every gate open, ``P(z != 0) ~ 0.995``, and
+                    a gate then needs many steps to close. Default: 5.0
 
     Examples::
 
@@ -117,6 +120,7 @@ class DiffMask(SiteAttribution):
         l0: str = "expected",
         probe_reads_input: bool = True,
         rerun: str = "partial",
+        init_bias: float = 5.0,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
@@ -133,6 +137,7 @@ class DiffMask(SiteAttribution):
         self.l0 = l0
         self.probe_reads_input = bool(probe_reads_input)
         self.rerun = rerun
+        self.init_bias = float(init_bias)
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
@@ -162,10 +167,11 @@ class DiffMask(SiteAttribution):
         width = self.probe_hidden_size or max(max(self.site_sizes.values()) // 4, 32)
         if self.mode == "input":
             self.probe = InputGateProbe(
-                self.site_sizes["input"], hidden_sizes, width, read_input=self.probe_reads_input
+                self.site_sizes["input"], hidden_sizes, width, read_input=self.probe_reads_input,
+                init_bias=self.init_bias,
             )
         else:
-            self.probe = HiddenGateProbe(hidden_sizes, width)
+            self.probe = HiddenGateProbe(hidden_sizes, width, init_bias=self.init_bias)
         self.lambdas = LagrangeMultipliers(self.num_layers + 1)
         device = next(iter(self.model.parameters()), torch.empty(0)).device
         self.probe.to(device)
@@ -636,6 +642,7 @@ class DiffMask(SiteAttribution):
             "l0": self.l0,
             "probe_reads_input": self.probe_reads_input,
             "rerun": self.rerun,
+            "init_bias": self.init_bias,
         }
 
     def save(self, path: Union[str, os.PathLike]) -> None:

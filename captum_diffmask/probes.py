@@ -247,6 +247,8 @@ class InputGateProbe(nn.Module):
                     easy for a vote to key on token identity, which can trap it in
                     masking the same tokens whatever the context (seen on the toy
                     task, where the input is 64-d and the state 2-d). Default: True
+        init_bias (float, optional): the vote networks' initial bias b
+                    (:class:`GateNetworks`). Default: 5.0
     """
 
     def __init__(
@@ -255,12 +257,13 @@ class InputGateProbe(nn.Module):
         hidden_sizes: Sequence[int],
         hidden_features: int,
         read_input: bool = True,
+        init_bias: float = 5.0,
     ) -> None:
         super().__init__()
         self.read_input = read_input
         extra = input_size if read_input else 0
         #: the vote networks, vote j reading ``hidden.j``
-        self.votes = GateNetworks([extra + size for size in hidden_sizes], hidden_features)
+        self.votes = GateNetworks([extra + size for size in hidden_sizes], hidden_features, init_bias=init_bias)
         self.baseline = nn.Parameter(torch.zeros(input_size))
 
     def _features(self, input_state: Tensor, state: Tensor) -> Tensor:
@@ -300,12 +303,14 @@ class HiddenGateProbe(nn.Module):
 
         hidden_sizes (sequence of int): H of ``hidden.0 .. hidden.L``.
         hidden_features (int): hidden layer size of each gate network.
+        init_bias (float, optional): the gate networks' initial bias b
+                    (:class:`GateNetworks`). Default: 5.0
     """
 
-    def __init__(self, hidden_sizes: Sequence[int], hidden_features: int) -> None:
+    def __init__(self, hidden_sizes: Sequence[int], hidden_features: int, init_bias: float = 5.0) -> None:
         super().__init__()
         #: the gate networks, network k reading and gating ``hidden.k``
-        self.gates = GateNetworks(hidden_sizes, hidden_features)
+        self.gates = GateNetworks(hidden_sizes, hidden_features, init_bias=init_bias)
         self.baselines = nn.ParameterList(nn.Parameter(torch.zeros(size)) for size in hidden_sizes)
 
     @torch.no_grad()

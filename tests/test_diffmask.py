@@ -248,3 +248,25 @@ def test_fit_with_validation_warns_when_no_epoch_keeps_the_constraint(monkeypatc
     assert all(h["selected"] == (h["epoch"] == 2) for h in history)
     with pytest.raises(ValueError, match="eps_valid"):
         dm.fit(_loader(1), epochs=1, verbose=False, eps_valid=-1.0)
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+@pytest.mark.parametrize("init_bias", [5.0, 2.0, 0.0])
+def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_bias):
+    # lr 0: one step builds the probe and moves nothing, so the attributions are
+    # the initial gates: P(z != 0) = sigmoid(b - T log(-l / r)) (the last layer
+    # of each gate network starts at ~0), a product over the votes in input mode
+    model = tiny_bert()
+    dm = DiffMask(model, mode=mode, init_bias=init_bias)
+    dm.fit(_loader(1), epochs=1, lr=0.0, lr_baseline=0.0, seed=0, verbose=False)
+    low, high = dm.stretch
+    p_open = torch.sigmoid(torch.tensor(init_bias - dm.temperature * torch.log(torch.tensor(-low / high)).item()))
+    ids, mask = token_batch(seed=3)
+    attributions = dm.attribute(ids, additional_forward_args=(mask,))
+    real = mask.bool()
+    for k in range(dm.num_layers + 1):
+        expected = p_open ** (k + 1) if mode == "input" else p_open
+        assert torch.allclose(attributions[..., k][real], expected.expand(int(real.sum())), atol=0.01)
+    path = tmp_path / "dm.pt"
+    dm.save(path)
+    assert DiffMask.load(path, model).init_bias == init_bias

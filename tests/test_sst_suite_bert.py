@@ -26,7 +26,8 @@ TINY = {
     "train_sentences": 96,
     "eval_sentences": 24,
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
-    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24, "eps_valid": 10.0, "agreement_valid": 0.0},
+    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24, "eps_valid": 10.0, "agreement_valid": 0.0,
+                 "hidden": {"epochs": 2}},  # the mode's own epochs win over the shared ones
     "method_options": {
         "IntegratedGradients": {"n_steps": 4},
         "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16},

@@ -80,7 +80,11 @@ DEFAULTS: Dict[str, Any] = {
         # default recipe (eps 0.1, lr 1e-3, lr_lambda 0.1) lost: it masked everything.
         "batch_size": 32, "epochs": 4, "l0": "mean", "eps": 0.02, "eps_valid": 0.05, "agreement_valid": 0.8,
         "lr": 3e-3, "lr_baseline": 3e-3, "lr_lambda": 2.0, "validation_sentences": 400,
-        "input": {}, "hidden": {"eps": 0.01, "lr_lambda": 5.0},
+        # Hidden mode: 8 epochs (its epoch costs half an input epoch) and gates
+        # started at bias 2 (P(open) ~ 0.9): on a GPU sweep (docs/sst-bert.md)
+        # 4x the steps took the hidden share masked from ~38 % to ~52 %, and bias 2
+        # halved the spread across seeds at 4 epochs (std 0.22 -> 0.11).
+        "input": {}, "hidden": {"eps": 0.01, "lr_lambda": 5.0, "epochs": 8, "init_bias": 2.0},
     },
     "methods": list(METHODS),
     "method_options": {
@@ -108,7 +112,7 @@ QUICK: Dict[str, Any] = {
     # two blocks of MiniLM with a fresh head need a larger step to leave the
     # majority class (lr 5e-5 or 1e-4 on 1500 sentences: one class predicted)
     "model": {"num_layers": 2, "epochs": 4, "lr": 5e-4},
-    "diffmask": {"epochs": 2, "validation_sentences": 100, "batch_size": 32},
+    "diffmask": {"epochs": 2, "validation_sentences": 100, "batch_size": 32, "hidden": {"epochs": 2}},
     "method_options": {"IntegratedGradients": {"n_steps": 20}, "PerSampleBottleneck": {"steps": 10, "max_batches": 4},
                        "Guan": {"steps": 10}},
     "heatmap_sentences": 2,
@@ -190,9 +194,10 @@ def _bar(items: Any, verbose: bool, desc: str) -> Any:
 
 
 def _per_sentence(data: EncodedSST, batch_size: int, fn: Callable[[Tensor, Tensor], Tensor], verbose: bool = False,
-                  desc: str = "") -> List[Tensor]:
-    r"""``fn(ids, mask) -> (B, T[, L])`` over ``data`` in length-sorted batches;
-    one tensor per sentence (its real tokens only), in row order."""
+                  desc: str = "", device: Optional[torch.device] = None) -> List[Tensor]:
+    r"""``fn(ids, mask) -> (B, T[, L])`` over ``data`` in length-sorted batches
+    (moved to ``device`` when given); one CPU tensor per sentence (its real
+    tokens only), in row order."""
     lengths = data.attention_mask.sum(1)
     order = torch.argsort(lengths, stable=True)
     out: List[Optional[Tensor]] = [None] * len(data)
@@ -200,7 +205,9 @@ def _per_sentence(data: EncodedSST, batch_size: int, fn: Callable[[Tensor, Tenso
         rows = order[start : start + batch_size]
         longest = int(lengths[rows].max())
         ids, mask = data.input_ids[rows, :longest], data.attention_mask[rows, :longest]
-        scores = fn(ids, mask).detach().float()
+        if device is not None:
+            ids, mask = ids.to(device), mask.to(device)
+        scores = fn(ids, mask).detach().float().cpu()
         for i, row in enumerate(rows.tolist()):
             out[row] = scores[i, : int(lengths[row])]
     return out  # type: ignore[return-value]
@@ -229,22 +236,42 @@ class AttentionScores:
 
 
 # --------------------------------------------------------------- DiffMask
+class _OnDevice:
+    r"""Re-iterable batches of tensors moved to ``device``."""
+
+    def __init__(self, batches: Any, device: torch.device) -> None:
+        self.batches, self.device = batches, device
+
+    def __iter__(self) -> Any:
+        for batch in self.batches:
+            yield tuple(t.to(self.device) for t in batch)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(iter(model.parameters()), torch.empty(0)).device
+
+
 def fit_diffmask(
     model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int, verbose: bool
 ) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""DiffMask in ``mode`` fitted on ``train`` with every layer drawn per batch,
-    the sparsest epoch that keeps the constraint on ``valid`` restored."""
+    the sparsest epoch that keeps the constraint on ``valid`` restored; the
+    batches go to the model's device."""
     options = {k: v for k, v in config["diffmask"].items() if k not in ("input", "hidden", "validation_sentences")}
     options.update(config["diffmask"].get(mode, {}))
     batch_size = int(options.pop("batch_size", 64))
-    init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun"}
+    init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias"}
     init = {k: options.pop(k) for k in list(options) if k in init_keys}
     torch.manual_seed(seed)
     explainer = DiffMask(model, mode=mode, **init)
     start = time.perf_counter()
+    device = model_device(model)
     history = explainer.fit(
-        train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True),
-        validation=valid.loader(128, shuffle=False, sort_by_length=True),
+        _OnDevice(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), device),
+        validation=_OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device),
         seed=seed, verbose=verbose, **options,
     )
     seconds = time.perf_counter() - start
@@ -268,7 +295,8 @@ def _feasible(history: List[Dict[str, Any]], epoch: Optional[int], options: Mapp
 def faithfulness(explainer: DiffMask, data: EncodedSST, batch_size: int, verbose: bool) -> Dict[str, Any]:
     r"""Per layer: macro-F1 / accuracy of the model under DiffMask's deterministic
     gates, the share of real positions masked, and the agreement with the
-    unmasked prediction."""
+    unmasked prediction. Batches go to the model's device."""
+    device = model_device(explainer.model)
     layers = list(range(explainer.num_layers + 1))
     lengths = data.attention_mask.sum(1)
     order = torch.argsort(lengths, stable=True)
@@ -278,11 +306,11 @@ def faithfulness(explainer: DiffMask, data: EncodedSST, batch_size: int, verbose
     for start in _bar(range(0, len(data), batch_size), verbose, f"faithfulness {explainer.mode}"):
         rows = order[start : start + batch_size]
         longest = int(lengths[rows].max())
-        ids, mask = data.input_ids[rows, :longest], data.attention_mask[rows, :longest]
+        ids, mask = data.input_ids[rows, :longest].to(device), data.attention_mask[rows, :longest].to(device)
         for k in layers:
             gates, masked, original = explainer.masked_forward(ids, (mask,), layer=k)
-            masked_pred[k][rows] = masked.argmax(-1)
-            plain[rows] = original.argmax(-1)
+            masked_pred[k][rows] = masked.argmax(-1).cpu()
+            plain[rows] = original.argmax(-1).cpu()
             kept[k] += float((gates > 0).float().sum())
     positions = float(lengths.sum())
     unmasked = macro_f1_and_accuracy(plain, data.labels)

@@ -1,0 +1,163 @@
+r"""
+A sweep of amortised DiffMask settings on the sst suite's fine-tuned model.
+
+Each run of the sweep fits DiffMask in one mode with some options changed from
+the suite's (:data:`benchmarks.suites.sst.DEFAULTS`), for one or more seeds, and
+reports what the suite's targets are about: the share of tokens / states masked
+and the macro-F1 of the masked model per layer (on all of dev), the spread of
+the attributions across seeds, and the validation sparsity after every epoch
+(does more training still help?). The fitting, the faithfulness and the
+stability are the suite's own functions, so a sweep measures what the suite
+measures; it only runs faster where the model sits on a GPU (``--device cuda``).
+
+Usage::
+
+    python -m benchmarks.sst_sweep SWEEP.json --out results.jsonl [--device cuda]
+
+``SWEEP.json``::
+
+    {"base": {...},        # optional: merged into the suite's DEFAULTS
+     "runs": [{"name": "hidden-16-epochs", "mode": "hidden", "seeds": [0, 1],
+               "train_sentences": null,          # optional: a spread subset
+               "diffmask": {"epochs": 16}}]}     # the mode's options changed
+
+One JSON line per run is appended to ``--out``, and a summary line printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+
+from captum_diffmask.tasks import sst_bert
+from captum_diffmask.tasks.sst import read_sst
+
+from .runner import merge, to_jsonable
+from .suites import sst as suite
+
+
+def sweep_config(base: Optional[Mapping[str, Any]], run: Mapping[str, Any]) -> Dict[str, Any]:
+    r"""The suite's DEFAULTS with ``base`` merged in, then ``run["diffmask"]``
+    merged into the options of ``run["mode"]`` (they win over the shared ones)."""
+    mode = run.get("mode")
+    if mode not in ("input", "hidden"):
+        raise ValueError(f"runs: mode must be 'input' or 'hidden', got {mode!r} (run {run.get('name')!r})")
+    config = merge(suite.DEFAULTS, base)
+    return merge(config, {"diffmask": {mode: dict(run.get("diffmask", {}))}})
+
+
+def run_one(
+    run: Mapping[str, Any],
+    config: Mapping[str, Any],
+    model: torch.nn.Module,
+    train: sst_bert.EncodedSST,
+    valid: sst_bert.EncodedSST,
+    dev: sst_bert.EncodedSST,
+    verbose: bool,
+) -> Dict[str, Any]:
+    r"""Fits and scores one run of the sweep for each of its seeds.
+
+    Returns:
+        *dict* with ``name``, ``mode``, ``options`` (as fitted), ``stability``
+        (mean std of the attributions across seeds, None for one seed) and
+        ``seeds``: per seed the fit's seconds, selected epoch, steps per layer,
+        ``mean_masked`` (%) and ``mean_f1`` over the layers, ``unmasked_f1``,
+        ``per_layer`` rows and ``valid_by_epoch`` rows ``[epoch, mean valid
+        kept share, lowest valid agreement, highest valid KL]``.
+    """
+    mode = run["mode"]
+    seeds = [int(s) for s in run.get("seeds", [0])]
+    if not seeds:
+        raise ValueError(f"runs: seeds must name at least one seed (run {run.get('name')!r})")
+    device = suite.model_device(model)
+    attributions, per_seed = [], []
+    options: Dict[str, Any] = {}
+    for seed in seeds:
+        explainer, info = suite.fit_diffmask(model, mode, train, valid, config, seed, verbose)
+        options = info["options"]
+        scores = suite.faithfulness(explainer, dev, 128, verbose)
+        history = info["history"]
+        epochs = sorted({h["epoch"] for h in history})
+        per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
+                      "agreement": round(r["agreement"], 2)} for r in scores["per_layer"]]
+        per_seed.append({
+            "seed": seed,
+            "fit_seconds": round(info["seconds"], 1),
+            "selected_epoch": info["selected_epoch"],
+            "feasible": info["feasible"],
+            "steps_per_layer": sum(h["steps"] for h in history) / (explainer.num_layers + 1),
+            "mean_masked": statistics.mean(r["masked"] for r in per_layer),
+            "mean_f1": statistics.mean(r["f1"] for r in per_layer),
+            "unmasked_f1": scores["unmasked"]["macro_f1"],
+            "per_layer": per_layer,
+            "valid_by_epoch": [
+                [e, statistics.mean(h["valid_l0"] for h in history if h["epoch"] == e),
+                 min(h["valid_agreement"] for h in history if h["epoch"] == e),
+                 max(h["valid_kl"] for h in history if h["epoch"] == e)]
+                for e in epochs if all("valid_l0" in h for h in history if h["epoch"] == e)
+            ],
+        })
+        attributions.append(suite._per_sentence(
+            dev, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), device=device))
+    spread = suite.stability(attributions)
+    return {"name": run.get("name", mode), "mode": mode, "options": options,
+            "train_sentences": len(train), "stability": None if spread is None else spread["mean_std"],
+            "seeds": per_seed}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sst_sweep", description=__doc__.split("\n\n")[1])
+    parser.add_argument("sweep", help="the sweep's JSON file (see the module docstring)")
+    parser.add_argument("--out", required=True, help="JSON lines file the runs are appended to")
+    parser.add_argument("--device", default="cpu", help="where the model and DiffMask run (default: cpu)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--data-dir", default=None, help="directory holding sst/ (default: as the suite)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    spec = json.loads(Path(args.sweep).read_text())
+    runs = spec.get("runs") if isinstance(spec, dict) else None
+    if not runs:
+        parser.error(f"sweep: {args.sweep} has no 'runs' list")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    base = dict(spec.get("base") or {})
+    if args.data_dir is not None:
+        base["data_dir"] = args.data_dir
+    configs = [sweep_config(base, run) for run in runs]  # every run checked before any is fitted
+    shared = configs[0]
+    train_all, dev_sentences = read_sst("train", shared.get("data_dir")), read_sst("dev", shared.get("data_dir"))
+    # the model of the suite (same configuration, same cache entry), whatever
+    # subset of train a run fits DiffMask on
+    model, tokenizer, _ = suite.load_model(shared, suite._subset(train_all, shared.get("train_sentences")), dev_sentences,
+                                           not args.quiet)
+    model.to(args.device)
+    max_length = int(shared["model"].get("max_length", 128))
+    dev = sst_bert.encode_sst(dev_sentences, tokenizer, max_length)
+    valid_rows = [dev_sentences.index(s) for s in suite._subset(dev_sentences, shared["diffmask"].get("validation_sentences"))]
+    valid = dev.subset(torch.as_tensor(valid_rows))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for run, config in zip(runs, configs):
+        start = time.perf_counter()
+        limit = run.get("train_sentences", shared.get("train_sentences"))
+        train = sst_bert.encode_sst(suite._subset(train_all, limit), tokenizer, max_length)
+        result = run_one(run, config, model, train, valid, dev, not args.quiet)
+        result.update({"seconds": time.perf_counter() - start, "device": str(args.device)})
+        with out.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(to_jsonable(result)) + "\n")
+        summary = ", ".join(f"seed {s['seed']}: {s['mean_masked']:.1f} % masked, F1 {s['mean_f1']:.2f} "
+                            f"(unmasked {s['unmasked_f1']:.2f})" for s in result["seeds"])
+        spread = "" if result["stability"] is None else f"; std across seeds {result['stability']:.4f}"
+        print(f"{result['name']} ({result['mode']}): {summary}{spread}; {result['seconds']:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

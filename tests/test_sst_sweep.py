@@ -1,0 +1,62 @@
+"""The DiffMask settings sweep on the sst suite's model (benchmarks.sst_sweep), on a
+config-built tiny BERT and a few dozen real SST sentences."""
+
+import json
+
+import pytest
+
+from benchmarks import sst_sweep
+from benchmarks.suites import sst as suite
+from captum_diffmask.tasks.sst import default_data_dir, resolve_data_dir, SSTDataError
+
+
+def _shared_sst():
+    try:
+        return resolve_data_dir(default_data_dir(), ("train", "dev"))
+    except SSTDataError:
+        return None
+
+
+BASE = {
+    "train_sentences": 96,
+    "model": {"source": "tiny", "epochs": 1, "batch_size": 16, "lr": 1e-3},
+    "diffmask": {"validation_sentences": 24, "batch_size": 16, "eps_valid": 10.0, "agreement_valid": 0.0},
+    "cache": False,
+}
+
+
+def test_sweep_config_overrides_the_mode_options_only():
+    config = sst_sweep.sweep_config(BASE, {"mode": "hidden", "diffmask": {"epochs": 3, "init_bias": 0.0}})
+    assert config["diffmask"]["hidden"]["epochs"] == 3 and config["diffmask"]["hidden"]["init_bias"] == 0.0
+    assert config["diffmask"]["hidden"]["eps"] == suite.DEFAULTS["diffmask"]["hidden"]["eps"]  # kept
+    assert config["diffmask"]["input"] == suite.DEFAULTS["diffmask"]["input"]
+    assert config["diffmask"]["epochs"] == suite.DEFAULTS["diffmask"]["epochs"]
+    assert config["model"]["source"] == "tiny"  # the base merged in
+    with pytest.raises(ValueError, match="runs: mode must be"):
+        sst_sweep.sweep_config(BASE, {"name": "x", "mode": "both"})
+
+
+@pytest.mark.skipif(_shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+def test_sweep_runs_and_reports_per_layer_results(tmp_path):
+    spec = {"base": BASE, "runs": [
+        {"name": "hidden-2", "mode": "hidden", "seeds": [0, 1], "diffmask": {"epochs": 2}},
+        {"name": "input-1", "mode": "input", "train_sentences": 48, "diffmask": {"epochs": 1}},
+    ]}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "out" / "runs.jsonl"
+    assert sst_sweep.main([str(path), "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    hidden, inputs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert hidden["name"] == "hidden-2" and hidden["options"]["epochs"] == 2
+    assert hidden["options"]["init_bias"] == suite.DEFAULTS["diffmask"]["hidden"]["init_bias"]
+    assert [s["seed"] for s in hidden["seeds"]] == [0, 1]
+    assert 0.0 <= hidden["stability"] <= 0.5  # std of two values in [0, 1]
+    assert inputs["stability"] is None and inputs["train_sentences"] == 48 and inputs["options"]["epochs"] == 1
+    for result, epochs in ((hidden, 2), (inputs, 1)):
+        for seed in result["seeds"]:
+            layers = seed["per_layer"]
+            assert [r["layer"] for r in layers] == list(range(len(layers))) and len(layers) >= 2
+            assert all(0.0 <= r["masked"] <= 100.0 and 0.0 <= r["f1"] <= 100.0 for r in layers)
+            assert seed["mean_masked"] == pytest.approx(sum(r["masked"] for r in layers) / len(layers))
+            assert [row[0] for row in seed["valid_by_epoch"]] == list(range(1, epochs + 1))
+            assert seed["steps_per_layer"] > 0
