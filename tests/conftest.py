@@ -90,3 +90,14 @@ def toy_setup():
     train, valid = generate_toy_data(10_000, seed=0).split(0.1, seed=0)
     model, accuracy = train_toy_model(train, valid, seed=0)
     return model, accuracy, train, valid
+
+
+def shared_sst():
+    r"""The folder of the shared SST files (``../shared/data`` beside the checkout,
+    or ``$CAPTUM_DIFFMASK_DATA``), or None when train.txt/dev.txt are not there."""
+    from captum_diffmask.tasks.sst import default_data_dir, resolve_data_dir, SSTDataError
+
+    try:
+        return resolve_data_dir(default_data_dir(), ("train", "dev"))
+    except SSTDataError:
+        return None

@@ -26,16 +26,10 @@ from captum_diffmask.tasks.sst import (
     train_sst_classifier,
     Vocabulary,
 )
+from conftest import shared_sst
 
 
-def _shared_sst():
-    try:
-        return resolve_data_dir(default_data_dir(), ("train", "dev"))
-    except SSTDataError:
-        return None
-
-
-SHARED = _shared_sst()
+SHARED = shared_sst()
 needs_data = pytest.mark.skipif(SHARED is None, reason="SST train.txt/dev.txt not found in ../shared/data beside the checkout")
 
 

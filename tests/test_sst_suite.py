@@ -14,17 +14,11 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites import sst_erasure
-from captum_diffmask.tasks.sst import default_data_dir, read_sst, resolve_data_dir, SSTDataError
+from captum_diffmask.tasks.sst import read_sst
+from conftest import shared_sst
 
 
-def _shared_sst():
-    try:
-        return resolve_data_dir(default_data_dir(), ("train", "dev"))
-    except SSTDataError:
-        return None
-
-
-SHARED = _shared_sst()
+SHARED = shared_sst()
 pytestmark = pytest.mark.skipif(SHARED is None, reason="SST train.txt/dev.txt not found in ../shared/data beside the checkout")
 
 TINY = {

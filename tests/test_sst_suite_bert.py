@@ -11,14 +11,8 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites import sst as suite
-from captum_diffmask.tasks.sst import default_data_dir, resolve_data_dir, SSTDataError, SSTSentence
-
-
-def _shared_sst():
-    try:
-        return resolve_data_dir(default_data_dir(), ("train", "dev"))
-    except SSTDataError:
-        return None
+from captum_diffmask.tasks.sst import SSTSentence
+from conftest import shared_sst
 
 
 TINY = {
@@ -78,7 +72,7 @@ def test_subset_spreads_over_the_list():
 
 
 # ----------------------------------------------------------------- a tiny run
-@pytest.mark.skipif(_shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
 def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     results = runner.run_suite("sst", tmp_path, overrides=TINY, verbose=False)
     L = results["model"]["layers"]

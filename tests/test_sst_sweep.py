@@ -7,14 +7,7 @@ import pytest
 
 from benchmarks import sst_sweep
 from benchmarks.suites import sst as suite
-from captum_diffmask.tasks.sst import default_data_dir, resolve_data_dir, SSTDataError
-
-
-def _shared_sst():
-    try:
-        return resolve_data_dir(default_data_dir(), ("train", "dev"))
-    except SSTDataError:
-        return None
+from conftest import shared_sst
 
 
 BASE = {
@@ -36,7 +29,7 @@ def test_sweep_config_overrides_the_mode_options_only():
         sst_sweep.sweep_config(BASE, {"name": "x", "mode": "both"})
 
 
-@pytest.mark.skipif(_shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
 def test_sweep_runs_and_reports_per_layer_results(tmp_path):
     spec = {"base": BASE, "runs": [
         {"name": "hidden-2", "mode": "hidden", "seeds": [0, 1], "diffmask": {"epochs": 2}},
