@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from captum_diffmask.forward import model_device
 from captum_diffmask.tasks import sst_bert
 from captum_diffmask.tasks.sst import read_sst
 
@@ -76,7 +77,7 @@ def run_one(
     seeds = [int(s) for s in run.get("seeds", [0])]
     if not seeds:
         raise ValueError(f"runs: seeds must name at least one seed (run {run.get('name')!r})")
-    device = suite.model_device(model)
+    device = model_device(model)
     attributions, per_seed = [], []
     options: Dict[str, Any] = {}
     for seed in seeds:

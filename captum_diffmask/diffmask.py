@@ -16,7 +16,7 @@ from torch import nn, Tensor
 from tqdm.auto import tqdm
 
 from .attribution import SiteAttribution
-from .forward import Batch, check_token_ids, format_additional_args, frozen, split_batch
+from .forward import Batch, check_token_ids, format_additional_args, frozen, model_device, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
@@ -173,7 +173,7 @@ class DiffMask(SiteAttribution):
         else:
             self.probe = HiddenGateProbe(hidden_sizes, width, init_bias=self.init_bias)
         self.lambdas = LagrangeMultipliers(self.num_layers + 1)
-        device = next(iter(self.model.parameters()), torch.empty(0)).device
+        device = model_device(self.model)
         self.probe.to(device)
         self.lambdas.to(device)
 

@@ -19,6 +19,11 @@ from torch import nn, Tensor
 Batch = Union[Tensor, Sequence[Any], Mapping[str, Any]]
 
 
+def model_device(model: nn.Module) -> torch.device:
+    r"""The device of ``model``'s first parameter (the CPU for a model without any)."""
+    return next(iter(model.parameters()), torch.empty(0)).device
+
+
 def is_hf_model(model: nn.Module) -> bool:
     r"""True for Hugging Face ``PreTrainedModel``s (duck-typed, no import)."""
     return hasattr(model, "config") and hasattr(model, "base_model_prefix")

@@ -38,7 +38,7 @@ from torch import nn, Tensor
 from tqdm.auto import tqdm
 
 from captum_diffmask import DiffMask
-from captum_diffmask.forward import format_additional_args
+from captum_diffmask.forward import format_additional_args, model_device
 from captum_diffmask.plots import layer_heatmaps, _save
 from captum_diffmask.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
 from captum_diffmask.tasks import sst_bert
@@ -83,7 +83,8 @@ DEFAULTS: Dict[str, Any] = {
         # Hidden mode: 8 epochs (its epoch costs half an input epoch) and gates
         # started at bias 2 (P(open) ~ 0.9): on a GPU sweep (docs/sst-bert.md)
         # 4x the steps took the hidden share masked from ~38 % to ~52 %, and bias 2
-        # halved the spread across seeds at 4 epochs (std 0.22 -> 0.11).
+        # halved the spread across seeds at 4 epochs (std 0.22 -> 0.11). On the CPU
+        # full run (8 epochs) the averages barely moved (docs/sst-bert.md).
         "input": {}, "hidden": {"eps": 0.01, "lr_lambda": 5.0, "epochs": 8, "init_bias": 2.0},
     },
     "methods": list(METHODS),
@@ -248,10 +249,6 @@ class _OnDevice:
 
     def __len__(self) -> int:
         return len(self.batches)
-
-
-def model_device(model: nn.Module) -> torch.device:
-    return next(iter(model.parameters()), torch.empty(0)).device
 
 
 def fit_diffmask(
