@@ -22,6 +22,7 @@ SHARED = shared_sst()
 pytestmark = pytest.mark.skipif(SHARED is None, reason="SST train.txt/dev.txt not found in ../shared/data beside the checkout")
 
 TINY = {
+    "seeds": [0],
     "embeddings": "random",
     "random_dim": 32,
     "max_words": 15,
@@ -126,3 +127,25 @@ def test_split_test_reads_test_txt(tiny_data, tmp_path, monkeypatch):
     assert "test_accuracy_evaluated" in results["model"]
     with pytest.raises(ValueError, match="split"):
         sst_erasure.run({**config, "split": "validation"}, tmp_path, verbose=False)
+
+
+def test_per_example_masks_run_once_per_seed(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    config = runner.merge(sst_erasure.DEFAULTS, {**TINY, "data_dir": str(tiny_data), "max_sentences": 20, "seeds": [0, 1],
+                                                 "methods": ["PerExampleDiffMask", "Occlusion"], "figures": False,
+                                                 "score_empty_optimum": False})
+    config["method_options"]["PerExampleDiffMask"]["steps"] = 30
+    config["quick"] = False
+    results = sst_erasure.run(config, tmp_path, verbose=False)
+    record = results["methods"]["PerExampleDiffMask"]
+    assert [row["seed"] for row in record["per_seed"]] == [0, 1]
+    for key in ("precision", "recall", "f1", "optimality", "l0", "sufficiency"):
+        values = [row[key] for row in record["per_seed"]]
+        assert record[key] == pytest.approx(sum(values) / 2)  # the table's score: the mean over seeds
+        assert record["std_over_seeds"][key] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
+    # different seeds, different masks (30 noisy steps on 20 sentences)
+    assert record["per_seed"][0] != record["per_seed"][1]
+    assert "per_seed" not in results["methods"]["Occlusion"]  # deterministic methods run once
+    assert any("run once per seed" in note for note in results["notes"])
+    text = sst_erasure.write_report({**results, "config": config}, tmp_path / "report.md")
+    assert "## Per-example masks, seed by seed" in text and "| `PerExampleDiffMask` | 1 |" in text
