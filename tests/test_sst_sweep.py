@@ -1,12 +1,15 @@
 """The DiffMask settings sweep on the sst suite's model (benchmarks.sst_sweep), on a
 config-built tiny BERT and a few dozen real SST sentences."""
 
+import inspect
 import json
+from pathlib import Path
 
 import pytest
 
 from benchmarks import sst_sweep
 from benchmarks.suites import sst as suite
+from captum_diffmask import DiffMask
 from conftest import shared_sst
 
 
@@ -53,3 +56,18 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             assert seed["mean_masked"] == pytest.approx(sum(r["masked"] for r in layers) / len(layers))
             assert [row[0] for row in seed["valid_by_epoch"]] == list(range(1, epochs + 1))
             assert seed["steps_per_layer"] > 0
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "benchmarks" / "sweeps").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_committed_sweeps_name_known_options(path):
+    # the sweeps the docs quote must run as written: a mode, and options that
+    # DiffMask's constructor or fit takes (a typo would be passed on and fail late)
+    known = set(inspect.signature(DiffMask.__init__).parameters) | set(inspect.signature(DiffMask.fit).parameters)
+    known |= {"batch_size"}
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    assert runs
+    for run in runs:
+        sst_sweep.sweep_config(None, run)  # raises on a bad mode
+        unknown = set(run.get("diffmask", {})) - known
+        assert not unknown, (run["name"], unknown)

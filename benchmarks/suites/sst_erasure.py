@@ -791,7 +791,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
                   for name in MASK_METHODS if methods.get(name, {}).get("std_over_seeds")]
     if seed_rows:
         lines += ["## Per-example masks, seed by seed", "",
-                  table(["method", "seed"] + list(_SCORE_KEYS), seed_rows), "",
+                  table(["method", "seed", "precision", "recall", "F1", "optimality", "L0", "sufficiency"], seed_rows), "",
                   "The table above gives the means over these seeds; std: the standard deviation over them.", ""]
 
     lines += ["## Every method: its top-k words, k = the optimal size", ""]
