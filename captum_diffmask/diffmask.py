@@ -216,7 +216,7 @@ class DiffMask(SiteAttribution):
         eps: float = 0.1,
         lr: float = 1e-3,
         lr_baseline: float = 1e-3,
-        lr_lambda: float = 1.0,
+        lr_lambda: Union[float, Sequence[float]] = 1.0,
         layers: Optional[Sequence[int]] = None,
         max_steps: Optional[int] = None,
         seed: Optional[int] = None,
@@ -246,8 +246,9 @@ class DiffMask(SiteAttribution):
                         Default: 0.1
             lr (float, optional): learning rate of the gate networks. Default: 1e-3
             lr_baseline (float, optional): learning rate of the baselines. Default: 1e-3
-            lr_lambda (float, optional): learning rate of the multipliers (plain
-                        gradient ascent). Default: 1.0
+            lr_lambda (float or sequence of float, optional): learning rate of the
+                        multipliers (plain gradient ascent), or one per layer
+                        (L + 1 values, layer 0 first). Default: 1.0
             layers (sequence of int, optional): the layers to train; all when None.
                         Default: None
             max_steps (int, optional): stop after this many steps. Default: None
@@ -292,6 +293,11 @@ class DiffMask(SiteAttribution):
             raise ValueError(f"agreement_valid must be <= 1, got {agreement_valid!r}")
         if eps_valid is not None and not eps_valid >= 0:
             raise ValueError(f"eps_valid must be >= 0, got {eps_valid!r}")
+        if not isinstance(lr_lambda, (int, float)) and len(list(lr_lambda)) != self.num_layers + 1:
+            raise ValueError(
+                f"lr_lambda must be a float or {self.num_layers + 1} rates (one per layer 0..{self.num_layers}), "
+                f"got {len(list(lr_lambda))}"
+            )
         bound = float(eps if eps_valid is None else eps_valid)
         best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean l0, epoch, state)
         if seed is not None:
@@ -381,7 +387,7 @@ class DiffMask(SiteAttribution):
         self.probe.load_state_dict(state["probe"])
         self.lambdas.load_state_dict(state["lambdas"])
 
-    def _optimizers(self, kind: str, lr: float, lr_baseline: float, lr_lambda: float) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+    def _optimizers(self, kind: str, lr: float, lr_baseline: float, lr_lambda: Union[float, Sequence[float]]) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
         assert self.probe is not None and self.lambdas is not None
         baselines = {id(p) for n, p in self.probe.named_parameters() if n.startswith("baseline")}
         gates = [p for p in self.probe.parameters() if id(p) not in baselines]

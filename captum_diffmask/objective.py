@@ -7,7 +7,7 @@ from ``logsigmoid``, and the multipliers.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -132,14 +132,50 @@ class LagrangeMultipliers(nn.Module):
         r"""The multiplier of ``layer`` (a scalar), or all of them (num_layers,)."""
         return self.values if layer is None else self.values[layer]
 
-    def optimizer(self, lr: float = 0.3) -> torch.optim.Optimizer:
-        r"""Plain gradient *ascent* (SGD with ``maximize=True``): lambda moves in
-        proportion to the violation. (The authors' RMSprop takes steps of about
-        ``lr`` whatever the violation, which makes lambda jump between 0 and
-        large values.)"""
-        return torch.optim.SGD([self.values], lr=lr, maximize=True)
+    def optimizer(self, lr: Union[float, Sequence[float]] = 0.3) -> torch.optim.Optimizer:
+        r"""
+        Plain gradient *ascent*: lambda moves in proportion to the violation.
+        (The authors' RMSprop takes steps of about ``lr`` whatever the violation,
+        which makes lambda jump between 0 and large values.)
+
+        Args:
+
+            lr (float or sequence of float, optional): one learning rate for every
+                        multiplier, or one per multiplier (``num_layers`` values):
+                        e.g. a smaller one where a rare large violation (a sample
+                        that masks the only state the output reads) would otherwise
+                        hold the gates open for many steps. Default: 0.3
+
+        Returns:
+            *torch.optim.Optimizer* over the multipliers (SGD with ``maximize=True``
+            for one rate).
+        """
+        if isinstance(lr, (int, float)) and not isinstance(lr, bool):
+            return torch.optim.SGD([self.values], lr=float(lr), maximize=True)
+        rates = [float(r) for r in lr]
+        if len(rates) != self.values.numel() or not all(r >= 0 for r in rates):
+            raise ValueError(
+                f"lr_lambda must be a float or {self.values.numel()} rates >= 0 (one per layer), got {list(lr)!r}"
+            )
+        return _ElementwiseAscent(self.values, torch.tensor(rates, dtype=torch.float32))
 
     @torch.no_grad()
     def clamp_(self) -> None:
         r"""Projects every multiplier back to ``[0, max_value]``."""
         self.values.clamp_(0.0, self.max_value)
+
+
+class _ElementwiseAscent(torch.optim.Optimizer):
+    r"""Gradient ascent with one learning rate per element of a single parameter
+    (``p += lr * grad``, elementwise): per-layer rates for the multipliers, which
+    share one parameter vector."""
+
+    def __init__(self, param: nn.Parameter, lr: Tensor) -> None:
+        super().__init__([param], {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad * group["lr"].to(p))

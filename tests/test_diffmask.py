@@ -250,6 +250,18 @@ def test_fit_with_validation_warns_when_no_epoch_keeps_the_constraint(monkeypatc
         dm.fit(_loader(1), epochs=1, verbose=False, eps_valid=-1.0)
 
 
+def test_fit_takes_one_multiplier_rate_per_layer():
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    rates = [0.0] * dm.num_layers + [5.0]  # only the last layer's multiplier may move
+    history = dm.fit(_loader(3), epochs=2, seed=0, verbose=False, lr_lambda=rates)
+    assert {h["layer"] for h in history} - {dm.num_layers}  # other layers were trained too
+    values = dm.lambdas().tolist()
+    assert values[:-1] == [1.0] * dm.num_layers  # rate 0: unchanged whatever the violation
+    assert values[-1] != 1.0
+    with pytest.raises(ValueError, match=f"lr_lambda must be a float or {dm.num_layers + 1} rates"):
+        dm.fit(_loader(1), epochs=1, verbose=False, lr_lambda=[1.0, 2.0])
+
+
 @pytest.mark.parametrize("mode", ["input", "hidden"])
 @pytest.mark.parametrize("init_bias", [5.0, 2.0, 0.0])
 def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_bias):

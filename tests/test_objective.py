@@ -66,3 +66,26 @@ def test_lagrange_multiplier_ascends_when_violated_and_is_clamped():
         lambdas.clamp_()
     assert lambdas(0).item() == 0.0
     assert lambdas.values.dtype == torch.float32
+
+
+def test_lagrange_multipliers_take_one_rate_per_layer():
+    lambdas = LagrangeMultipliers(3)
+    opt = lambdas.optimizer(lr=[0.5, 0.0, 2.0])
+    violation = torch.tensor([0.2, 1.0, -0.1])
+    opt.zero_grad()
+    (lambdas() * violation).sum().backward()
+    opt.step()
+    # lambda_k += lr_k * (D_k - eps): 1 + 0.5 * 0.2, 1 + 0, 1 - 2 * 0.1
+    assert lambdas().tolist() == pytest.approx([1.1, 1.0, 0.8])
+    # equal rates: the same step as the single-rate optimizer
+    single, per_layer = LagrangeMultipliers(3), LagrangeMultipliers(3)
+    for multipliers, rate in [(single, 0.3), (per_layer, [0.3, 0.3, 0.3])]:
+        opt = multipliers.optimizer(lr=rate)
+        opt.zero_grad()
+        (multipliers() * violation).sum().backward()
+        opt.step()
+    assert torch.allclose(single(), per_layer())
+    with pytest.raises(ValueError, match="lr_lambda must be a float or 3 rates"):
+        LagrangeMultipliers(3).optimizer(lr=[0.1, 0.2])
+    with pytest.raises(ValueError, match="lr_lambda"):
+        LagrangeMultipliers(3).optimizer(lr=[0.1, -0.2, 0.1])
