@@ -16,7 +16,9 @@ Usage::
 
 ``SWEEP.json``::
 
-    {"base": {...},        # optional: merged into the suite's DEFAULTS
+    {"base": {...},        # optional: merged into the suite's DEFAULTS (the
+                           # committed sweeps pin "lr_lambda_last": null for hidden
+                           # mode, the suite default when they ran)
      "runs": [{"name": "hidden-16-epochs", "mode": "hidden", "seeds": [0, 1],
                "train_sentences": null,          # optional: a spread subset
                "diffmask": {"epochs": 16}}]}     # the mode's options changed

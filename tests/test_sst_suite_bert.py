@@ -90,6 +90,11 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert results["methods"][name]["status"] == "ok", results["methods"][name]
         assert name in results["cls_share"]
     assert "DiffMask (hidden)" in results["cls_share"]
+    # hidden mode: one multiplier rate per layer, the last layer's its own
+    hidden = suite.DEFAULTS["diffmask"]["hidden"]
+    expected = [hidden["lr_lambda"]] * L + [hidden["lr_lambda_last"]]
+    assert all(r["options"]["lr_lambda"] == expected for r in results["diffmask"]["hidden"]["runs"])
+    assert all(isinstance(r["options"]["lr_lambda"], float) for r in results["diffmask"]["input"]["runs"])
     speed = results["speed"]
     assert speed["ratio_to_forward"]["forward"] == pytest.approx(1.0)
     assert {"DiffMask input", "DiffMask hidden"} <= set(speed["per_sentence_seconds"])

@@ -64,10 +64,13 @@ def test_committed_sweeps_name_known_options(path):
     # the sweeps the docs quote must run as written: a mode, and options that
     # DiffMask's constructor or fit takes (a typo would be passed on and fail late)
     known = set(inspect.signature(DiffMask.__init__).parameters) | set(inspect.signature(DiffMask.fit).parameters)
-    known |= {"batch_size"}
-    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    known |= {"batch_size", "lr_lambda_last"}  # the suite's own
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    runs = spec["runs"]
     assert runs
+    for mode_options in spec.get("base", {}).get("diffmask", {}).values():
+        assert not set(mode_options) - known, set(mode_options) - known
     for run in runs:
-        sst_sweep.sweep_config(None, run)  # raises on a bad mode
+        sst_sweep.sweep_config(spec.get("base"), run)  # raises on a bad mode
         unknown = set(run.get("diffmask", {})) - known
         assert not unknown, (run["name"], unknown)
