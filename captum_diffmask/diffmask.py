@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .attribution import SiteAttribution
 from .forward import Batch, check_token_ids, format_additional_args, frozen, model_device, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from .objective import kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs
+from .objective import kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs, multiplier_rates
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
 from .sites import SiteLocator
 
@@ -293,11 +293,7 @@ class DiffMask(SiteAttribution):
             raise ValueError(f"agreement_valid must be <= 1, got {agreement_valid!r}")
         if eps_valid is not None and not eps_valid >= 0:
             raise ValueError(f"eps_valid must be >= 0, got {eps_valid!r}")
-        if not isinstance(lr_lambda, (int, float)) and len(list(lr_lambda)) != self.num_layers + 1:
-            raise ValueError(
-                f"lr_lambda must be a float or {self.num_layers + 1} rates (one per layer 0..{self.num_layers}), "
-                f"got {len(list(lr_lambda))}"
-            )
+        multiplier_rates(lr_lambda, self.num_layers + 1)  # now, not after the first forward pass
         bound = float(eps if eps_valid is None else eps_valid)
         best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean l0, epoch, state)
         if seed is not None:

@@ -7,7 +7,7 @@ from ``logsigmoid``, and the multipliers.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -150,19 +150,40 @@ class LagrangeMultipliers(nn.Module):
             *torch.optim.Optimizer* over the multipliers (SGD with ``maximize=True``
             for one rate).
         """
-        if isinstance(lr, (int, float)) and not isinstance(lr, bool):
-            return torch.optim.SGD([self.values], lr=float(lr), maximize=True)
-        rates = [float(r) for r in lr]
-        if len(rates) != self.values.numel() or not all(r >= 0 for r in rates):
-            raise ValueError(
-                f"lr_lambda must be a float or {self.values.numel()} rates >= 0 (one per layer), got {list(lr)!r}"
-            )
-        return _ElementwiseAscent(self.values, torch.tensor(rates, dtype=torch.float32))
+        rates = multiplier_rates(lr, self.values.numel())
+        if rates is None:
+            # torch's SGD for one rate: the same arithmetic as before per-layer
+            # rates existed, so earlier fits reproduce bit for bit
+            return torch.optim.SGD([self.values], lr=float(lr), maximize=True)  # type: ignore[arg-type]
+        return _ElementwiseAscent(self.values, torch.tensor(rates, dtype=self.values.dtype, device=self.values.device))
 
     @torch.no_grad()
     def clamp_(self) -> None:
         r"""Projects every multiplier back to ``[0, max_value]``."""
         self.values.clamp_(0.0, self.max_value)
+
+
+def multiplier_rates(lr: Union[float, Sequence[float]], num_layers: int) -> Optional[List[float]]:
+    r"""
+    Checks the multipliers' learning rate(s).
+
+    Args:
+
+        lr (float or sequence of float): one rate, or one per layer.
+        num_layers (int): the number of multipliers (layers 0..L: L + 1).
+
+    Returns:
+        *None* for one rate, else the ``num_layers`` rates as floats.
+
+    Raises:
+        ValueError naming ``lr_lambda`` when the count is wrong or a rate is < 0.
+    """
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool):
+        return None
+    rates = [float(r) for r in lr]
+    if len(rates) != num_layers or not all(r >= 0 for r in rates):
+        raise ValueError(f"lr_lambda must be a float or {num_layers} rates >= 0 (one per layer), got {rates!r}")
+    return rates
 
 
 class _ElementwiseAscent(torch.optim.Optimizer):
@@ -178,4 +199,4 @@ class _ElementwiseAscent(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    p.add_(p.grad * group["lr"].to(p))
+                    p.add_(p.grad * group["lr"])

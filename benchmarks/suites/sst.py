@@ -25,7 +25,6 @@ Section 6.1 and its sentiment appendix), beside every other method.
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 import statistics
 import sys
@@ -271,7 +270,7 @@ def fit_diffmask(
     init = {k: options.pop(k) for k in list(options) if k in init_keys}
     torch.manual_seed(seed)
     explainer = DiffMask(model, mode=mode, **init)
-    rate = options.get("lr_lambda", inspect.signature(DiffMask.fit).parameters["lr_lambda"].default)
+    rate = options["lr_lambda"]  # DEFAULTS always set it
     if last_rate is not None and isinstance(rate, (int, float)):
         # one rate per layer, layer 0 first; a list given as lr_lambda wins
         options["lr_lambda"] = [float(rate)] * explainer.num_layers + [float(last_rate)]
