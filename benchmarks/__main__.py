@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stem", default=None,
                      help="write DIR/STEM.json and DIR/STEM.md instead of results.json and report.md")
     run.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=JSON", dest="settings",
+                     help="change one setting of the suite's configuration (dicts merge), e.g. "
+                          "--set 'fit={\"optimizer\": \"rmsprop\"}' or --set data_seeds=[101,102]; repeatable")
     run.add_argument("--split", choices=("dev", "test", "train"), default=None,
                      help="the evaluated SST split (sst suites; default dev; train, sst-erasure only: "
                           "to choose methods' settings without looking at dev)")
@@ -57,6 +61,24 @@ def _list() -> None:
             print(f"  {'':<20} ({where})")
 
 
+def parse_settings(settings: List[str]) -> Dict[str, Any]:
+    r"""``["KEY=JSON", ...]`` as one overrides dict (later settings merge into
+    earlier ones, dicts recursively)."""
+    from .runner import merge
+
+    overrides: Dict[str, Any] = {}
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set takes KEY=JSON, got {setting!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--set {key}: the value is not JSON ({error}); quote strings, e.g. '\"rmsprop\"'")
+        overrides = merge(overrides, {key.strip(): value})
+    return overrides
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
@@ -72,7 +94,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         return 0
 
-    overrides = {}
+    try:
+        overrides = parse_settings(args.settings)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.threads is not None:
         if args.threads < 1:
             print("error: --threads must be >= 1", file=sys.stderr)

@@ -36,6 +36,7 @@ import torch
 #: name -> module of every suite.
 SUITES: Dict[str, str] = {
     "toy": "benchmarks.suites.toy",
+    "toy-robustness": "benchmarks.suites.toy_robustness",
     "sst-erasure": "benchmarks.suites.sst_erasure",
     "sst": "benchmarks.suites.sst",
 }
@@ -91,6 +92,10 @@ def build_config(
     """
     from .methods import REGISTRY
 
+    unknown_keys = sorted(set(overrides or {}) - set(suite.DEFAULTS))
+    if unknown_keys:
+        raise ValueError(f"overrides: {', '.join(unknown_keys)} is not a setting of this suite; "
+                         f"its settings: {', '.join(suite.DEFAULTS)}")
     config = merge(suite.DEFAULTS, suite.QUICK if quick else None)
     config = merge(config, overrides)
     config["quick"] = bool(quick)

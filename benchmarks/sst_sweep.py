@@ -17,8 +17,9 @@ Usage::
 ``SWEEP.json``::
 
     {"base": {...},        # optional: merged into the suite's DEFAULTS (the
-                           # committed sweeps pin "lr_lambda_last": null for hidden
-                           # mode, the suite default when they ran)
+                           # committed sweeps pin the suite's recipe when they ran:
+                           # fit's earlier optimisation, LEGACY_FIT, with the
+                           # suite's lr, lr_lambda and epochs of then)
      "runs": [{"name": "hidden-16-epochs", "mode": "hidden", "seeds": [0, 1],
                "train_sentences": null,          # optional: a spread subset
                "diffmask": {"epochs": 16}}]}     # the mode's options changed

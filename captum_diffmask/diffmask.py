@@ -17,12 +17,20 @@ from tqdm.auto import tqdm
 
 from .attribution import SiteAttribution
 from .forward import Batch, check_token_ids, format_additional_args, frozen, model_device, split_batch
+from .convergence import Convergence, LayerMonitor, warn_unconverged
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from .objective import kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs, multiplier_rates
+from .objective import (
+    kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates,
+)
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
 from .sites import SiteLocator
 
 _MODES = ("input", "hidden")
+
+#: :meth:`DiffMask.fit` options that restore the optimisation of the reports made
+#: before fit ran to convergence (with ``lr=1e-3, epochs=10`` where a report left
+#: those at their defaults then).
+LEGACY_FIT: Dict[str, Any] = {"optimizer": "rmsprop", "multiplier": "ascent", "until_converged": False}
 _CHECKPOINT_FORMAT = 1
 
 
@@ -43,6 +51,51 @@ def check_layer(layer: Any, num_layers: int, allow_none: bool = True) -> Optiona
     if not 0 <= layer <= num_layers:
         raise ValueError(f"layer must be in 0..{num_layers}, got {layer}")
     return layer
+
+
+class _FitLoop:
+    r"""The state of one :meth:`DiffMask.fit` run across epochs: the layers and
+    their draw, the optimizers (built on the first batch), the step count and
+    the convergence monitors, which decide when the loop is done."""
+
+    def __init__(
+        self,
+        layers: List[int],
+        rng: random.Random,
+        eps: float,
+        max_steps: Optional[int],
+        until_converged: bool,
+        monitors: Dict[int, LayerMonitor],
+        settings: Tuple[Any, ...],
+    ) -> None:
+        self.layers, self.rng, self.eps = layers, rng, eps
+        self.max_steps, self.until_converged = max_steps, until_converged
+        self.monitors, self.settings = monitors, settings
+        self.optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
+        self.step = 0
+        self.done = False
+        self.converged = False
+
+    def after_step(self, layer: int, record: Mapping[str, float], lam: float) -> bool:
+        r"""Counts the step and records it at ``layer``; True when it closed one
+        of that layer's windows."""
+        self.step += 1
+        closed = self.monitors[layer].record(record["kl"], record["l0"], lam)
+        if self.max_steps is not None and self.step >= self.max_steps:
+            self.done = True
+        elif closed and self.until_converged:
+            self.converged = all(m.status() == "converged" for m in self.monitors.values())
+            self.done = self.converged
+        return closed
+
+    def stopped_by(self, epochs: int) -> str:
+        r"""What ended the run, for the warning: the cap it reached, or
+        ``until_converged=False``."""
+        if self.max_steps is not None and self.step >= self.max_steps and not self.converged:
+            return f"the cap max_steps={self.max_steps}"
+        if not self.until_converged:
+            return f"epochs={epochs} with until_converged=False"
+        return f"the cap epochs={epochs} ({self.step} steps)"
 
 
 class DiffMask(SiteAttribution):
@@ -141,6 +194,9 @@ class DiffMask(SiteAttribution):
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
+        #: after :meth:`fit`: layer -> its convergence report (see
+        #: :meth:`LayerMonitor.report`); empty before
+        self.convergence: Dict[int, Dict[str, Any]] = {}
 
     @property
     def is_fitted(self) -> bool:
@@ -212,51 +268,73 @@ class DiffMask(SiteAttribution):
     def fit(
         self,
         dataloader: Iterable[Batch],
-        epochs: int = 10,
+        epochs: int = 100,
         eps: float = 0.1,
-        lr: float = 1e-3,
+        lr: float = 3e-3,
         lr_baseline: float = 1e-3,
         lr_lambda: Union[float, Sequence[float]] = 1.0,
         layers: Optional[Sequence[int]] = None,
         max_steps: Optional[int] = None,
         seed: Optional[int] = None,
         verbose: bool = True,
-        optimizer: str = "rmsprop",
+        optimizer: str = "adam",
         validation: Optional[Iterable[Batch]] = None,
         eps_valid: Optional[float] = None,
         agreement_valid: float = 0.0,
-    ) -> List[Dict[str, float]]:
+        multiplier: str = "damped",
+        until_converged: bool = True,
+        convergence: Optional[Convergence] = None,
+    ) -> List[Dict[str, Any]]:
         r"""
-        Trains the probe and the baselines (the model stays frozen).
+        Trains the probe and the baselines (the model stays frozen) until every
+        trained layer has converged, or a cap is reached.
 
         Each step: one capture pass without gradients (all sites and the original
         logits), a layer k drawn uniformly from ``layers``, gates sampled from the
         probe, one pass with the site replaced by ``z * h + (1 - z) * b``, and the
         Lagrangian ``L0 + lambda_k * (mean KL - eps)``: the probe and baselines
-        descend (centred RMSprop), ``lambda_k`` ascends (gradient ascent, clamped
-        to [0, 200]).
+        descend, ``lambda_k`` ascends (``multiplier``), clamped to [0, 200].
+
+        The fit stops once every trained layer has converged (``convergence``: the
+        kept share and the multiplier have settled and the constraint holds; see
+        :class:`Convergence` and ``docs/diffmask.md``); ``epochs`` and
+        ``max_steps`` are caps. When it stops with a layer unconverged (the cap
+        reached, the constraint still violated, every gate open with the
+        constraint slack, or every gate closed) a
+        :class:`DiffMaskConvergenceWarning` names the layer, its figures and what
+        to try. :attr:`convergence` holds the per-layer report afterwards.
+
+        The defaults (Adam at lr 3e-3, the damped multiplier, run to convergence)
+        were chosen on the toy task (``docs/diffmask.md``, "Convergence"); the
+        earlier recipe is ``optimizer="rmsprop", multiplier="ascent", lr=1e-3,
+        epochs=10, until_converged=False``.
 
         Args:
 
             dataloader (iterable): batches as ``attribute`` takes them: token ids
                         (B, T), or ``(ids, *additional_forward_args)``, or a mapping
-                        with ``input_ids``/``attention_mask``.
-            epochs (int, optional): passes over ``dataloader``. Default: 10
+                        with ``input_ids``/``attention_mask``. Iterated once per
+                        epoch.
+            epochs (int, optional): the most passes over ``dataloader``.
+                        Default: 100
             eps (float, optional): the margin on KL(original || masked) in nats.
                         Default: 0.1
-            lr (float, optional): learning rate of the gate networks. Default: 1e-3
+            lr (float, optional): learning rate of the gate networks. Default: 3e-3
             lr_baseline (float, optional): learning rate of the baselines. Default: 1e-3
-            lr_lambda (float or sequence of float, optional): learning rate of the
-                        multipliers (plain gradient ascent), or one per layer
-                        (L + 1 values, layer 0 first). Default: 1.0
+            lr_lambda (float or sequence of float, optional): the multipliers' rate
+                        of ascent, or one per layer (L + 1 values, layer 0
+                        first). Default: 1.0
             layers (sequence of int, optional): the layers to train; all when None.
                         Default: None
-            max_steps (int, optional): stop after this many steps. Default: None
+            max_steps (int, optional): the most steps in all. Default: None
             seed (int, optional): seeds torch's RNG (probe init and gate noise).
                         Default: None
             verbose (bool, optional): tqdm progress bar. Default: True
-            optimizer (str, optional): ``"rmsprop"`` (centred, as the authors') or
-                        ``"adam"`` for the probe and baselines. Default: ``"rmsprop"``
+            optimizer (str, optional): ``"adam"`` (betas 0.9, 0.99) or
+                        ``"rmsprop"`` (centred, the authors') for the probe and
+                        baselines. Centred RMSprop divides by the gradient's
+                        spread, which vanishes when the L0 term alone drives the
+                        gates: they then close all at once. Default: ``"adam"``
             validation (iterable, optional): held-out batches (as ``dataloader``).
                         After every epoch the probe is scored on them with
                         deterministic gates (:meth:`evaluate`, every trained layer),
@@ -270,16 +348,79 @@ class DiffMask(SiteAttribution):
                         when None. Default: None
             agreement_valid (float, optional): the least share of examples whose
                         masked argmax equals the original one. Default: 0.0
+            multiplier (str, optional): the multipliers' update (see
+                        :meth:`LagrangeMultipliers.optimizer`): ``"damped"``
+                        (additive rise while violated, geometric decay while the
+                        constraint holds) or ``"ascent"`` (plain gradient ascent).
+                        Default: ``"damped"``
+            until_converged (bool, optional): stop once every trained layer has
+                        converged; False runs every epoch (the convergence report
+                        and warning still come). Default: True
+            convergence (Convergence, optional): the criterion's thresholds;
+                        ``Convergence()`` when None. Default: None
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it, with the means of
             ``kl`` (nats), ``l0`` (share of real tokens whose gate is open),
             ``agreement`` (masked argmax == original argmax), the final ``lambda``
-            the number of ``steps`` and the epoch's training ``seconds`` (all
-            layers); with ``validation`` also ``valid_kl``, ``valid_l0``,
-            ``valid_agreement`` (deterministic gates), ``valid_seconds`` and
-            ``selected`` (True on the rows of the restored epoch).
+            the number of ``steps``, the epoch's training ``seconds`` (all
+            layers), and the layer's convergence ``status`` at the epoch's end
+            (one of ``converged``, ``unsettled``, ``violated``, ``open``,
+            ``closed``) with ``converged`` (bool); with ``validation`` also
+            ``valid_kl``, ``valid_l0``, ``valid_agreement`` (deterministic gates),
+            ``valid_seconds`` and ``selected`` (True on the rows of the restored
+            epoch).
         """
+        train_layers = self._check_fit_args(
+            epochs, eps, layers, agreement_valid, eps_valid, lr_lambda, optimizer, multiplier
+        )
+        criterion = Convergence() if convergence is None else convergence
+        if not isinstance(criterion, Convergence):
+            raise TypeError(f"convergence must be a Convergence, got {type(criterion).__name__}")
+        bound = float(eps if eps_valid is None else eps_valid)
+        best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean l0, epoch, state)
+        if seed is not None:
+            torch.manual_seed(seed)
+        loop = _FitLoop(
+            layers=train_layers, rng=random.Random(seed), eps=float(eps), max_steps=max_steps,
+            until_converged=bool(until_converged),
+            monitors={k: LayerMonitor(k, eps, criterion) for k in sorted(set(train_layers))},
+            settings=(optimizer, lr, lr_baseline, lr_lambda, multiplier),
+        )
+        history: List[Dict[str, Any]] = []
+        with frozen(self.model):
+            for epoch in range(1, epochs + 1):
+                bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{epochs}", disable=None if verbose else True, leave=False)
+                epoch_start = time.perf_counter()
+                sums = self._train_epoch(bar, loop)
+                if loop.step == 0:
+                    raise ValueError("dataloader: no batches")
+                rows = self._epoch_rows(epoch, sums, time.perf_counter() - epoch_start, loop.monitors)
+                if validation is not None and self.probe is not None:
+                    sparsity, keeps = self._validate(validation, rows, train_layers, bound, agreement_valid)
+                    if keeps and (best is None or sparsity < best[0]):
+                        best = (sparsity, epoch, self._state())
+                history.extend(rows)
+                if loop.done:
+                    break
+        if validation is not None and self.probe is not None:
+            self._restore_best(best, history, bound, agreement_valid)
+        self.convergence = {k: m.report() for k, m in loop.monitors.items()}
+        warn_unconverged(loop.monitors, loop.stopped_by(epochs))
+        return history
+
+    def _check_fit_args(
+        self,
+        epochs: Any,
+        eps: Any,
+        layers: Optional[Sequence[int]],
+        agreement_valid: Any,
+        eps_valid: Any,
+        lr_lambda: Union[float, Sequence[float]],
+        optimizer: Any,
+        multiplier: Any,
+    ) -> List[int]:
+        r"""Checks fit's arguments before any forward pass; returns the layers."""
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
         if not eps >= 0:
@@ -293,86 +434,86 @@ class DiffMask(SiteAttribution):
             raise ValueError(f"agreement_valid must be <= 1, got {agreement_valid!r}")
         if eps_valid is not None and not eps_valid >= 0:
             raise ValueError(f"eps_valid must be >= 0, got {eps_valid!r}")
+        if optimizer not in ("adam", "rmsprop"):
+            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {optimizer!r}")
+        if multiplier not in MULTIPLIER_RULES:
+            raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {multiplier!r}")
         multiplier_rates(lr_lambda, self.num_layers + 1)  # now, not after the first forward pass
-        bound = float(eps if eps_valid is None else eps_valid)
-        best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean l0, epoch, state)
-        if seed is not None:
-            torch.manual_seed(seed)
-        rng = random.Random(seed)
-        history: List[Dict[str, float]] = []
-        optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
-        step = 0
-        with frozen(self.model):
-            for epoch in range(1, epochs + 1):
-                sums: Dict[int, Dict[str, float]] = {}
-                epoch_start = time.perf_counter()
-                bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{epochs}", disable=None if verbose else True, leave=False)
-                for batch in bar:
-                    ids, extra = split_batch(batch)
-                    ids, _ = check_token_ids(ids, "dataloader batch")
-                    mask = self.model_forward.padding_mask(ids, extra)
-                    outputs: Optional[Dict[str, Any]] = (
-                        {} if self.mode == "hidden" and self.rerun == "partial" else None
-                    )
-                    names = self.locator.names if outputs is not None else self._needed_sites(None)
-                    states, original = self._capture(ids, extra, names, run_all=True, module_outputs=outputs)
-                    if self.probe is None:
-                        self._build(states, mask)
-                    if optimizers is None:
-                        optimizers = self._optimizers(optimizer, lr, lr_baseline, lr_lambda)
-                    k = rng.choice(train_layers)
-                    record = self._step(ids, extra, mask, states, original, k, eps, optimizers, outputs)
-                    acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
-                    for key in ("kl", "l0", "agreement"):
-                        acc[key] += record[key]
-                    acc["steps"] += 1
-                    step += 1
-                    if max_steps is not None and step >= max_steps:
-                        break
-                assert self.lambdas is not None
-                seconds = time.perf_counter() - epoch_start
-                rows = []
-                for k in sorted(sums):
-                    n = sums[k]["steps"]
-                    rows.append(
-                        {
-                            "epoch": epoch,
-                            "layer": k,
-                            "kl": sums[k]["kl"] / n,
-                            "l0": sums[k]["l0"] / n,
-                            "agreement": sums[k]["agreement"] / n,
-                            "lambda": float(self.lambdas(k).detach()),
-                            "steps": n,
-                            "seconds": seconds,
-                        }
-                    )
-                if validation is not None and self.probe is not None:
-                    valid_start = time.perf_counter()
-                    scores = self._evaluate(validation, sorted(set(train_layers)), "threshold")
-                    valid_seconds = time.perf_counter() - valid_start
-                    for row in rows:
-                        row.update({f"valid_{key}": value for key, value in scores[row["layer"]].items()})
-                        row["valid_seconds"] = valid_seconds
-                    keeps = all(v["kl"] <= bound and v["agreement"] >= agreement_valid for v in scores.values())
-                    sparsity = sum(v["l0"] for v in scores.values()) / len(scores)
-                    if keeps and (best is None or sparsity < best[0]):
-                        best = (sparsity, epoch, self._state())
-                history.extend(rows)
-                if max_steps is not None and step >= max_steps:
-                    break
-        if validation is not None and self.probe is not None:
-            if best is None:
-                warnings.warn(
-                    f"DiffMask.fit: no epoch kept KL <= {bound} and agreement >= {agreement_valid} "
-                    "on the validation batches at every layer; the last epoch's probe is kept",
-                    stacklevel=2,
-                )
-            else:
-                self._load_state(best[2])
-            chosen = history[-1]["epoch"] if best is None else best[1]
-            for row in history:
-                row["selected"] = row["epoch"] == chosen
-        return history
+        return train_layers
+
+    def _train_epoch(self, batches: Iterable[Batch], loop: "_FitLoop") -> Dict[int, Dict[str, float]]:
+        r"""One pass over ``batches`` (or fewer steps, when the loop ends); the
+        sums of each trained layer's step records."""
+        sums: Dict[int, Dict[str, float]] = {}
+        for batch in batches:
+            ids, extra = split_batch(batch)
+            ids, _ = check_token_ids(ids, "dataloader batch")
+            mask = self.model_forward.padding_mask(ids, extra)
+            outputs: Optional[Dict[str, Any]] = {} if self.mode == "hidden" and self.rerun == "partial" else None
+            names = self.locator.names if outputs is not None else self._needed_sites(None)
+            states, original = self._capture(ids, extra, names, run_all=True, module_outputs=outputs)
+            if self.probe is None:
+                self._build(states, mask)
+            if loop.optimizers is None:
+                loop.optimizers = self._optimizers(*loop.settings, eps=loop.eps)
+            k = loop.rng.choice(loop.layers)
+            record = self._step(ids, extra, mask, states, original, k, loop.eps, loop.optimizers, outputs)
+            acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
+            for key in ("kl", "l0", "agreement"):
+                acc[key] += record[key]
+            acc["steps"] += 1
+            assert self.lambdas is not None
+            if loop.after_step(k, record, float(self.lambdas(k).detach())) and hasattr(batches, "set_postfix"):
+                window = loop.monitors[k].windows[-1]
+                batches.set_postfix(layer=k, kept=f"{window.kept:.3f}", kl=f"{window.kl:.4f}",
+                                    lam=f"{window.lam:.3g}", status=loop.monitors[k].status())
+            if loop.done:
+                break
+        return sums
+
+    def _epoch_rows(
+        self, epoch: int, sums: Mapping[int, Mapping[str, float]], seconds: float, monitors: Mapping[int, LayerMonitor]
+    ) -> List[Dict[str, Any]]:
+        assert self.lambdas is not None
+        rows = []
+        for k in sorted(sums):
+            n = sums[k]["steps"]
+            status = monitors[k].status()
+            rows.append({
+                "epoch": epoch, "layer": k, "kl": sums[k]["kl"] / n, "l0": sums[k]["l0"] / n,
+                "agreement": sums[k]["agreement"] / n, "lambda": float(self.lambdas(k).detach()),
+                "steps": n, "seconds": seconds, "status": status, "converged": status == "converged",
+            })
+        return rows
+
+    def _validate(
+        self, validation: Iterable[Batch], rows: List[Dict[str, Any]], layers: Sequence[int], bound: float, agreement: float
+    ) -> Tuple[float, bool]:
+        r"""Scores the probe on ``validation`` into ``rows``; (mean kept share over
+        the layers, whether every layer keeps the selection's constraint)."""
+        start = time.perf_counter()
+        scores = self._evaluate(validation, sorted(set(layers)), "threshold")
+        seconds = time.perf_counter() - start
+        for row in rows:
+            row.update({f"valid_{key}": value for key, value in scores[row["layer"]].items()})
+            row["valid_seconds"] = seconds
+        keeps = all(v["kl"] <= bound and v["agreement"] >= agreement for v in scores.values())
+        return sum(v["l0"] for v in scores.values()) / len(scores), keeps
+
+    def _restore_best(
+        self, best: Optional[Tuple[float, int, Dict[str, Any]]], history: List[Dict[str, Any]], bound: float, agreement: float
+    ) -> None:
+        if best is None:
+            warnings.warn(
+                f"DiffMask.fit: no epoch kept KL <= {bound} and agreement >= {agreement} "
+                "on the validation batches at every layer; the last epoch's probe is kept",
+                stacklevel=3,
+            )
+        else:
+            self._load_state(best[2])
+        chosen = history[-1]["epoch"] if best is None else best[1]
+        for row in history:
+            row["selected"] = row["epoch"] == chosen
 
     def _state(self) -> Dict[str, Any]:
         assert self.probe is not None and self.lambdas is not None
@@ -383,23 +524,27 @@ class DiffMask(SiteAttribution):
         self.probe.load_state_dict(state["probe"])
         self.lambdas.load_state_dict(state["lambdas"])
 
-    def _optimizers(self, kind: str, lr: float, lr_baseline: float, lr_lambda: Union[float, Sequence[float]]) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+    def _optimizers(
+        self, kind: str, lr: float, lr_baseline: float, lr_lambda: Union[float, Sequence[float]], multiplier: str, eps: float
+    ) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
         assert self.probe is not None and self.lambdas is not None
         baselines = {id(p) for n, p in self.probe.named_parameters() if n.startswith("baseline")}
         gates = [p for p in self.probe.parameters() if id(p) not in baselines]
         base = [p for p in self.probe.parameters() if id(p) in baselines]
         groups = [{"params": gates, "lr": lr}, {"params": base, "lr": lr_baseline}]
         if kind == "rmsprop":
-            # The authors' choice. Its short second-moment memory matters: after
-            # the multiplier has pushed gates open, the small L0 gradient regains
-            # its scale within ~100 steps (Adam's 0.999 takes ~1000, and on the
-            # toy task the gates then stay saturated open).
+            # The authors' choice. Centred: it divides by the gradient's spread,
+            # which vanishes once the multiplier is ~0 and the L0 term alone
+            # drives the gates, and they then close all together within a few
+            # dozen steps (docs/diffmask.md, "Convergence").
             probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
         elif kind == "adam":
+            # beta2 0.99, not 0.999: after the multiplier has pushed gates open,
+            # the small L0 gradient regains its scale within ~100 steps.
             probe_opt = torch.optim.Adam(groups, betas=(0.9, 0.99))
         else:
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {kind!r}")
-        return probe_opt, self.lambdas.optimizer(lr_lambda)
+        return probe_opt, self.lambdas.optimizer(lr_lambda, rule=multiplier, eps=eps)
 
     def _step(
         self,

@@ -104,6 +104,12 @@ def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -
     raise ValueError(f"l0_penalty must be one of {L0_KINDS}, got {kind!r}")
 
 
+#: The multiplier updates :meth:`LagrangeMultipliers.optimizer` knows.
+MULTIPLIER_RULES = ("damped", "ascent")
+#: The damped rule's largest log-decay of a multiplier a step.
+DEFAULT_DECAY = 0.05
+
+
 class LagrangeMultipliers(nn.Module):
     r"""
     One Lagrange multiplier per layer, lambda >= 0, trained by gradient *ascent*.
@@ -132,11 +138,26 @@ class LagrangeMultipliers(nn.Module):
         r"""The multiplier of ``layer`` (a scalar), or all of them (num_layers,)."""
         return self.values if layer is None else self.values[layer]
 
-    def optimizer(self, lr: Union[float, Sequence[float]] = 0.3) -> torch.optim.Optimizer:
+    def optimizer(
+        self,
+        lr: Union[float, Sequence[float]] = 0.3,
+        rule: str = "ascent",
+        eps: float = 0.0,
+        decay: float = DEFAULT_DECAY,
+    ) -> torch.optim.Optimizer:
         r"""
-        Plain gradient *ascent*: lambda moves in proportion to the violation.
-        (The authors' RMSprop takes steps of about ``lr`` whatever the violation,
-        which makes lambda jump between 0 and large values.)
+        The multipliers' update, driven by their gradient: the constraint
+        violation ``c = D - eps`` of the layer trained in the step (0 elsewhere).
+
+        - ``"ascent"``: plain gradient ascent, ``lambda += lr * c``. Lambda rises
+          fast on a large violation but falls by at most ``lr * eps`` a step, so
+          after a spike it holds the gates open for hundreds of steps.
+        - ``"damped"``: ``lambda += lr * c`` while the constraint is violated
+          (c > 0); while it holds, ``lambda *= exp(decay * max(c / eps, -1))``:
+          it falls in proportion to itself, at most by a factor ``exp(-decay)``
+          a step, so a spike decays in tens of steps and no windup is left.
+          (The authors' RMSprop on lambda takes steps of about ``lr`` whatever
+          the violation and makes lambda jump between 0 and large values.)
 
         Args:
 
@@ -145,17 +166,31 @@ class LagrangeMultipliers(nn.Module):
                         e.g. a smaller one where a rare large violation (a sample
                         that masks the only state the output reads) would otherwise
                         hold the gates open for many steps. Default: 0.3
+            rule (str, optional): ``"ascent"`` or ``"damped"`` (see above).
+                        Default: ``"ascent"``
+            eps (float, optional): the constraint's margin, the scale of the
+                        damped rule's decay. Default: 0.0
+            decay (float, optional): the damped rule's largest log-decay a step.
+                        Default: 0.05
 
         Returns:
-            *torch.optim.Optimizer* over the multipliers (SGD with ``maximize=True``
-            for one rate).
+            *torch.optim.Optimizer* over the multipliers (torch's SGD with
+            ``maximize=True`` for ``"ascent"`` with one rate).
         """
+        if rule not in MULTIPLIER_RULES:
+            raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {rule!r}")
+        if not decay >= 0:
+            raise ValueError(f"decay must be >= 0, got {decay!r}")
         rates = multiplier_rates(lr, self.values.numel())
-        if rates is None:
+        if rule == "ascent" and rates is None:
             # torch's SGD for one rate: the same arithmetic as before per-layer
             # rates existed, so earlier fits reproduce bit for bit
             return torch.optim.SGD([self.values], lr=float(lr), maximize=True)  # type: ignore[arg-type]
-        return _ElementwiseAscent(self.values, torch.tensor(rates, dtype=self.values.dtype, device=self.values.device))
+        per_layer = [float(lr)] * self.values.numel() if rates is None else rates  # type: ignore[arg-type]
+        rate = torch.tensor(per_layer, dtype=self.values.dtype, device=self.values.device)
+        if rule == "ascent":
+            return _ElementwiseAscent(self.values, rate)
+        return _DampedAscent(self.values, rate, eps, decay)
 
     @torch.no_grad()
     def clamp_(self) -> None:
@@ -184,6 +219,31 @@ def multiplier_rates(lr: Union[float, Sequence[float]], num_layers: int) -> Opti
     if len(rates) != num_layers or not all(r >= 0 for r in rates):
         raise ValueError(f"lr_lambda must be a float or {num_layers} rates >= 0 (one per layer), got {rates!r}")
     return rates
+
+
+class _DampedAscent(torch.optim.Optimizer):
+    r"""The ``"damped"`` rule of :meth:`LagrangeMultipliers.optimizer`: additive
+    ascent while the constraint is violated, a geometric decay (at most
+    ``exp(-decay)`` a step) while it holds; elements with a zero gradient (the
+    layers not trained in the step) or a zero rate do not move."""
+
+    def __init__(self, param: nn.Parameter, lr: Tensor, eps: float, decay: float) -> None:
+        super().__init__([param], {"lr": lr})
+        # eps = 0 leaves no slack to decay in: any c < 0 is impossible then
+        self.scale = max(float(eps), 1e-12)
+        self.decay = float(decay)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                violation = p.grad
+                rise = p + group["lr"] * violation
+                fall = p * torch.exp(self.decay * (violation / self.scale).clamp(min=-1.0))
+                fall = torch.where(group["lr"] > 0, fall, p)  # rate 0: a fixed multiplier
+                p.copy_(torch.where(violation > 0, rise, fall))
 
 
 class _ElementwiseAscent(torch.optim.Optimizer):

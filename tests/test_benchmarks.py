@@ -248,3 +248,19 @@ def test_aggregate_over_seeds():
     assert partial["js"] == pytest.approx(0.1) and partial["js_std"] == 0.0 and "seeds [1]" in partial["error"]
     failed = aggregate([{"seed": 0, "status": "failed", "error": "E: x"}], None, {})
     assert failed["status"] == "failed" and math.isnan(failed["js"])
+
+
+def test_set_options_become_overrides_and_unknown_settings_are_refused():
+    from benchmarks.__main__ import parse_settings
+    from benchmarks.runner import build_config, load_suite
+
+    overrides = parse_settings(['fit={"optimizer": "rmsprop"}', "data_seeds=[101, 102]", 'fit={"lr": 0.001}'])
+    assert overrides == {"fit": {"optimizer": "rmsprop", "lr": 0.001}, "data_seeds": [101, 102]}
+    config = build_config(load_suite("toy-robustness"), overrides=overrides)
+    assert config["fit"] == {"eps": 0.05, "optimizer": "rmsprop", "lr": 0.001}  # merged into the suite's
+    with pytest.raises(ValueError, match="KEY=JSON"):
+        parse_settings(["fit"])
+    with pytest.raises(ValueError, match="--set fit: the value is not JSON"):
+        parse_settings(["fit={optimizer: rmsprop}"])
+    with pytest.raises(ValueError, match="overrides: fits is not a setting of this suite"):
+        build_config(load_suite("toy-robustness"), overrides={"fits": {}})

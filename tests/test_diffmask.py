@@ -282,3 +282,34 @@ def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_b
     path = tmp_path / "dm.pt"
     dm.save(path)
     assert DiffMask.load(path, model).init_bias == init_bias
+
+
+def test_fit_refuses_unknown_optimisation_settings_before_any_forward_pass():
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.raises(ValueError, match="multiplier must be one of"):
+        dm.fit(_loader(1), multiplier="pid")
+    with pytest.raises(ValueError, match="optimizer must be 'adam' or 'rmsprop'"):
+        dm.fit(_loader(1), optimizer="sgd")
+    with pytest.raises(TypeError, match="convergence must be a Convergence"):
+        dm.fit(_loader(1), convergence={"window": 10})
+    with pytest.raises(ValueError, match="dataloader: no batches"):
+        dm.fit([])
+    assert not dm.is_fitted
+
+
+def test_fit_stops_once_every_layer_has_converged_and_reports_each(monkeypatch):
+    from captum_diffmask import Convergence
+
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    # a criterion every layer meets as soon as it has 3 windows of 2 steps
+    loose = Convergence(window=2, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1)
+    history = dm.fit(_loader(6), epochs=50, eps=0.1, seed=0, verbose=False, convergence=loose)
+    steps = sum(h["steps"] for h in history)
+    assert steps < 50 * 6  # stopped before the cap
+    assert all(r["converged"] and r["steps"] >= 6 for r in dm.convergence.values())
+    assert set(dm.convergence) == {0, 1, 2}
+    assert history[-1]["status"] == "converged"
+    # until_converged=False runs every epoch
+    dm2 = DiffMask(tiny_bert(), mode="hidden")
+    history2 = dm2.fit(_loader(6), epochs=3, eps=0.1, seed=0, verbose=False, convergence=loose, until_converged=False)
+    assert sum(h["steps"] for h in history2) == 18

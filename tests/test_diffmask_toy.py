@@ -1,8 +1,11 @@
 """DiffMask on the paper's toy task, where the ground truth is known."""
 
+import warnings
+
+import pytest
 import torch
 
-from captum_diffmask import DiffMask
+from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.metrics import js_to_ground_truth
 from captum_diffmask.tasks.toy import toy_ground_truth, toy_sites
 
@@ -15,11 +18,14 @@ def test_toy_model_solves_the_task(toy_setup):
 def test_hidden_mode_matches_the_ground_truth_at_the_ffnn_output(toy_setup):
     model, _, train, valid = toy_setup
     dm = DiffMask(model, mode="hidden", sites=toy_sites(model), padding_mask_arg=1)
-    history = dm.fit(
-        train.loader(128, shuffle=True, seed=0), epochs=10, eps=0.05, lr=3e-3,
-        layers=[1], seed=0, verbose=False,
-    )
-    assert history[-1]["kl"] < 0.1  # the constraint holds at the end
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiffMaskConvergenceWarning)  # it converges: no warning
+        history = dm.fit(train.loader(128, shuffle=True, seed=0), eps=0.05, layers=[1], seed=0, verbose=False)
+    assert dm.convergence[1]["status"] == "converged" and history[-1]["converged"]
+    assert history[-1]["epoch"] < 100  # stopped by convergence, not by the cap
+    # the constraint holds at the end: the last window's mean KL (the last epoch
+    # may be a few steps only, the fit stops as soon as it has converged)
+    assert dm.convergence[1]["windows"][-1]["kl"] <= 0.05 * 1.25
     attributions = dm.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask), layer=1)
     truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
     js = js_to_ground_truth(attributions, truth, valid.mask)
@@ -55,3 +61,13 @@ def test_input_mode_layer0_is_uniform_and_layer1_concentrates_on_the_query(toy_s
     assert mean_js(layer1, truth) < 0.05  # uniform over the query digits
     assert layer1[query].mean() - layer1[real & ~query].mean() > 0.8
     assert abs(layer0[query].mean() - layer0[real & ~query].mean()) < 0.05
+
+
+def test_a_fit_capped_before_convergence_warns_naming_the_layer(toy_setup):
+    model, _, train, _ = toy_setup
+    dm = DiffMask(model, mode="hidden", sites=toy_sites(model), padding_mask_arg=1)
+    with pytest.warns(DiffMaskConvergenceWarning, match=r"stopped at the cap max_steps=150 (.|\n)*layer 1: .*raise the cap.*kept share .*eps 0.05"):
+        history = dm.fit(train.loader(128, shuffle=True, seed=0), eps=0.05, layers=[1], seed=0,
+                         verbose=False, max_steps=150)
+    assert sum(h["steps"] for h in history) == 150
+    assert dm.convergence[1]["status"] != "converged" and not history[-1]["converged"]

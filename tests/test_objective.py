@@ -89,3 +89,37 @@ def test_lagrange_multipliers_take_one_rate_per_layer():
         LagrangeMultipliers(3).optimizer(lr=[0.1, 0.2])
     with pytest.raises(ValueError, match="lr_lambda"):
         LagrangeMultipliers(3).optimizer(lr=[0.1, -0.2, 0.1])
+
+
+def _violate(multipliers, opt, violation):
+    opt.zero_grad()
+    (multipliers() * torch.as_tensor(violation, dtype=torch.float32)).sum().backward()
+    opt.step()
+    multipliers.clamp_()
+
+
+def test_damped_multiplier_rises_additively_and_decays_geometrically():
+    lambdas = LagrangeMultipliers(3, init=2.0)
+    opt = lambdas.optimizer(lr=[0.5, 0.5, 0.0], rule="damped", eps=0.1)
+    # violated (c = 0.3): lambda += lr * c; layer 1 not trained (c = 0): unchanged;
+    # layer 2 has rate 0: a fixed multiplier
+    _violate(lambdas, opt, [0.3, 0.0, 0.3])
+    assert lambdas().tolist() == pytest.approx([2.15, 2.0, 2.0])
+    # slack by half of eps (c = -0.05): lambda *= exp(0.05 * -0.5)
+    _violate(lambdas, opt, [-0.05, 0.0, -0.05])
+    assert lambdas(0).item() == pytest.approx(2.15 * math.exp(-0.025), rel=1e-6)
+    # slack by more than eps: at most exp(-0.05) a step, so a spike of 20 is back
+    # under 1 within 61 steps (plain ascent at rate 0.5 needs 380 at c = -eps)
+    spiked = LagrangeMultipliers(1, init=20.0)
+    opt = spiked.optimizer(lr=0.5, rule="damped", eps=0.1)
+    for _ in range(61):
+        _violate(spiked, opt, [-1.0])
+    assert spiked(0).item() == pytest.approx(20 * math.exp(-0.05 * 61), rel=1e-5)
+    assert spiked(0).item() < 1.0
+
+
+def test_multiplier_rule_and_decay_are_checked():
+    with pytest.raises(ValueError, match="multiplier must be one of"):
+        LagrangeMultipliers(2).optimizer(rule="pid")
+    with pytest.raises(ValueError, match="decay must be >= 0"):
+        LagrangeMultipliers(2).optimizer(rule="damped", decay=-1.0)

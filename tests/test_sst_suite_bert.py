@@ -11,6 +11,7 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites import sst as suite
+from captum_diffmask.convergence import STATUSES
 from captum_diffmask.tasks.sst import SSTSentence
 from conftest import shared_sst
 
@@ -90,18 +91,22 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert results["methods"][name]["status"] == "ok", results["methods"][name]
         assert name in results["cls_share"]
     assert "DiffMask (hidden)" in results["cls_share"]
-    # hidden mode: one multiplier rate per layer, the last layer's its own
-    hidden = suite.DEFAULTS["diffmask"]["hidden"]
-    expected = [hidden["lr_lambda"]] * L + [hidden["lr_lambda_last"]]
-    assert all(r["options"]["lr_lambda"] == expected for r in results["diffmask"]["hidden"]["runs"])
-    assert all(isinstance(r["options"]["lr_lambda"], float) for r in results["diffmask"]["input"]["runs"])
+    # fit's optimisation defaults (no per-task lr or lr_lambda), the suite's
+    # convergence window, and a per-layer convergence report of every fit
+    for mode in ("input", "hidden"):
+        for run in results["diffmask"][mode]["runs"]:
+            assert "lr" not in run["options"] and "lr_lambda" not in run["options"]
+            assert run["options"]["convergence"] == {"window": 50}
+            assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
+            assert all(r["status"] in STATUSES for r in run["convergence"].values())
     speed = results["speed"]
     assert speed["ratio_to_forward"]["forward"] == pytest.approx(1.0)
     assert {"DiffMask input", "DiffMask hidden"} <= set(speed["per_sentence_seconds"])
     assert all(v["epoch_seconds"] > 0 and v["ratio_to_finetune_epoch"] > 0 for v in speed["training"].values())
     # the report, the JSON and every figure it links
     report = (tmp_path / "report.md").read_text()
-    for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed"):
+    for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed",
+                    "Convergence per layer", "issue 16, hidden"):
         assert heading in report
     stored = json.loads((tmp_path / "results.json").read_text())
     assert stored["suite"] == "sst" and stored["mode"] == "full"

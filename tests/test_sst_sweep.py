@@ -44,7 +44,7 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
     assert sst_sweep.main([str(path), "--out", str(out), "--quiet", "--threads", "1"]) == 0
     hidden, inputs = [json.loads(line) for line in out.read_text().splitlines()]
     assert hidden["name"] == "hidden-2" and hidden["options"]["epochs"] == 2
-    assert hidden["options"]["init_bias"] == suite.DEFAULTS["diffmask"]["hidden"]["init_bias"]
+    assert hidden["options"]["eps"] == suite.DEFAULTS["diffmask"]["hidden"]["eps"]  # the mode's own
     assert [s["seed"] for s in hidden["seeds"]] == [0, 1]
     assert 0.0 <= hidden["stability"] <= 0.5  # std of two values in [0, 1]
     assert inputs["stability"] is None and inputs["train_sentences"] == 48 and inputs["options"]["epochs"] == 1
@@ -68,8 +68,10 @@ def test_committed_sweeps_name_known_options(path):
     spec = json.loads(path.read_text(encoding="utf-8"))
     runs = spec["runs"]
     assert runs
-    for mode_options in spec.get("base", {}).get("diffmask", {}).values():
-        assert not set(mode_options) - known, set(mode_options) - known
+    base = spec.get("base", {}).get("diffmask", {})
+    for options in [base] + [base[mode] for mode in ("input", "hidden") if mode in base]:
+        unknown = set(options) - known - {"input", "hidden"}
+        assert not unknown, unknown
     for run in runs:
         sst_sweep.sweep_config(spec.get("base"), run)  # raises on a bad mode
         unknown = set(run.get("diffmask", {})) - known

@@ -40,6 +40,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from captum_diffmask import DiffMask
+from captum_diffmask.diffmask import LEGACY_FIT
 from captum_diffmask.erasure_agreement import keeps_prediction, summarize_agreement, top_k_mask
 from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
 from captum_diffmask.sites import SiteLocator
@@ -113,7 +114,8 @@ DEFAULTS: Dict[str, Any] = {
                                "select": "sparsest", "check_every": 1},
         "REINFORCE": {"eps": 0.05, "steps": 1000, "lr": 0.05, "lr_lambda": 1.0, "optimizer": "rmsprop",
                       "select": "sparsest", "check_every": 1},
-        "DiffMask": {"mode": "input", "layer": 1, "epochs": 5, "eps": 0.3, "lr": 1e-3, "batch_size": 64},
+        # the committed report's recipe (before fit ran to convergence)
+        "DiffMask": {"mode": "input", "layer": 1, "epochs": 5, "eps": 0.3, "lr": 1e-3, "batch_size": 64, **LEGACY_FIT},
         "IntegratedGradients": {"n_steps": 50},
         "Occlusion": {},
         "PerSampleBottleneck": {"steps": 100},

@@ -1,0 +1,89 @@
+"""The convergence criterion of DiffMask.fit and its warnings."""
+
+import warnings
+
+import pytest
+
+from captum_diffmask.convergence import Convergence, DiffMaskConvergenceWarning, LayerMonitor, warn_unconverged
+
+CRITERION = Convergence(window=10, patience=2)  # 3 windows, for short tests
+
+
+def _feed(monitor, windows, kl, kept, lam):
+    r"""``windows`` windows of steps; kept and lam may be callables of the window index."""
+    for i in range(windows):
+        for _ in range(CRITERION.window):
+            monitor.record(kl, kept(i) if callable(kept) else kept, lam(i) if callable(lam) else lam)
+
+
+def test_settled_layer_within_eps_converges_only_after_patience_windows():
+    monitor = LayerMonitor(3, eps=0.1, criterion=CRITERION)
+    _feed(monitor, 2, kl=0.09, kept=0.4, lam=2.0)
+    assert monitor.status() == "unsettled"  # two windows: one comparison < patience 2
+    _feed(monitor, 1, kl=0.09, kept=0.405, lam=2.3)
+    assert monitor.status() == "converged"
+    report = monitor.report()
+    assert report["converged"] and report["steps"] == 30 and report["layer"] == 3
+    assert report["windows"][-1]["kept"] == pytest.approx(0.405)
+
+
+@pytest.mark.parametrize("kept, lam", [
+    (lambda i: 0.6 - 0.02 * i, 2.0),  # the kept share still falls 0.02 a window (> 0.01)
+    (0.4, lambda i: 2.0 * 2.0 ** i),  # the multiplier still doubles every window (> 50 %)
+    (0.9, lambda i: 20.0 - 3.0 * i),  # most gates held open while lambda falls from a spike
+])
+def test_moving_kept_share_or_multiplier_is_unsettled(kept, lam):
+    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    _feed(monitor, 6, kl=0.09, kept=kept, lam=lam)
+    assert monitor.status() == "unsettled"
+    assert "still moving" in monitor.advice() and "raise the cap" in monitor.advice()
+
+
+@pytest.mark.parametrize("kl, kept, status", [
+    (0.2, 0.4, "violated"),     # KL 2x eps
+    (0.01, 0.99, "open"),       # every gate open while the KL is far inside eps
+    (0.09, 0.99, "open"),       # open with the KL near eps: needed, or stuck; never "converged"
+    (0.09, 0.9, "converged"),   # a tenth of the gates closed with the constraint active
+    (0.8, 0.002, "closed"),     # collapsed
+    (0.0, 0.002, "closed"),     # or not read at all: still reported
+])
+def test_statuses_of_a_settled_layer(kl, kept, status):
+    monitor = LayerMonitor(1, eps=0.1, criterion=CRITERION)
+    _feed(monitor, 4, kl=kl, kept=kept, lam=1.0)
+    assert monitor.status() == status
+
+
+def test_all_open_advice_tells_slack_from_a_binding_constraint():
+    slack, binding = LayerMonitor(1, 0.1, CRITERION), LayerMonitor(1, 0.1, CRITERION)
+    _feed(slack, 4, kl=0.01, kept=0.99, lam=0.0)
+    _feed(binding, 4, kl=0.09, kept=0.99, lam=1.1)
+    assert "constraint is slack" in slack.advice() and "not started to close" in slack.advice()
+    assert "KL near eps" in binding.advice() and "larger eps" in binding.advice()
+    assert "constraint is slack" not in binding.advice()
+
+
+def test_warning_names_each_unconverged_layer_with_its_figures():
+    good, bad = LayerMonitor(0, 0.1, CRITERION), LayerMonitor(2, 0.1, CRITERION)
+    _feed(good, 4, kl=0.09, kept=0.4, lam=1.0)
+    _feed(bad, 4, kl=0.01, kept=0.995, lam=0.0)
+    with pytest.warns(DiffMaskConvergenceWarning) as caught:
+        warn_unconverged({0: good, 2: bad}, "the cap epochs=7 (280 steps)")
+    text = str(caught[0].message)
+    assert text.startswith("DiffMask.fit stopped at the cap epochs=7 (280 steps) before every layer converged")
+    assert "layer 2" in text and "layer 0" not in text
+    assert "kept share 0.995" in text and "eps 0.1" in text and "all open" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_unconverged({0: good})  # all converged: silent
+
+
+def test_a_layer_with_no_step_is_unsettled_and_says_so():
+    monitor = LayerMonitor(4, 0.1, CRITERION)
+    assert monitor.status() == "unsettled"
+    assert "not trained" in monitor.advice()
+
+
+@pytest.mark.parametrize("field, value", [("window", 0), ("patience", 1.5), ("tol_kept", -0.1)])
+def test_bad_criterion_is_refused_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"convergence.{field}"):
+        Convergence(**{field: value})

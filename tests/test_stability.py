@@ -1,0 +1,58 @@
+"""Stability across seeds: seed_std's numbers and fit_stability on a tiny BERT."""
+
+import math
+
+import pytest
+import torch
+
+from captum_diffmask import DiffMask, fit_stability, seed_std
+from conftest import tiny_bert, token_batch
+
+
+def test_seed_std_per_layer_and_overall_leaves_padding_out():
+    a = torch.tensor([[[0.0, 1.0], [1.0, 1.0], [5.0, 5.0]]])  # (B=1, T=3, K=2); position 2 is padding
+    b = torch.tensor([[[1.0, 1.0], [1.0, 0.0], [-5.0, 9.0]]])
+    mask = torch.tensor([[True, True, False]])
+    result = seed_std([a, b], mask)
+    s = math.sqrt(0.5)  # sample std of {0, 1}
+    assert result["per_layer"][0] == {"layer": 0, "mean_std": pytest.approx(s / 2), "p95_std": pytest.approx(0.95 * s)}
+    assert result["per_layer"][1]["mean_std"] == pytest.approx(s / 2)
+    assert result["mean_std"] == pytest.approx(s / 2) and result["max_std"] == pytest.approx(s)
+    assert result["seeds"] == 2
+    # one layer, (B, T): a single entry with layer None; identical seeds: 0
+    same = seed_std([a[..., 0], a[..., 0]])
+    assert same["per_layer"] == [{"layer": None, "mean_std": 0.0, "p95_std": 0.0}]
+
+
+def test_seed_std_refuses_what_it_cannot_compare():
+    a = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="per_seed: .*two seeds"):
+        seed_std([a])
+    with pytest.raises(ValueError, match="per_seed: .*one shape"):
+        seed_std([a, torch.zeros(2, 4)])
+    with pytest.raises(ValueError, match="mask: expected shape"):
+        seed_std([a, a], torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_fit_stability_matches_its_fits_and_leaves_the_rng_as_found():
+    model = tiny_bert()
+    ids, mask = token_batch(batch=6, length=7, seed=1)
+    loader = [(ids, mask)] * 3
+    before = torch.get_rng_state()
+    result = fit_stability(model, loader, ids, additional_forward_args=(mask,), seeds=[0, 1],
+                           explainer_options={"mode": "hidden"}, fit_options={"epochs": 2, "eps": 0.05})
+    assert torch.equal(torch.get_rng_state(), before)
+    L = model.config.num_hidden_layers
+    assert result["attributions"].shape == (2, 6, 7, L + 1)
+    assert len(result["per_layer"]) == L + 1 and len(result["convergence"]) == 2
+    # the same fits by hand give the same attributions, hence the same figures
+    by_hand = []
+    for seed in (0, 1):
+        dm = DiffMask(model, mode="hidden")
+        dm.fit(loader, epochs=2, eps=0.05, seed=seed, verbose=False)
+        by_hand.append(dm.attribute(ids, additional_forward_args=(mask,)))
+    assert torch.allclose(result["attributions"], torch.stack(by_hand))
+    assert result["mean_std"] == pytest.approx(seed_std(by_hand, mask.bool())["mean_std"])
+    assert result["mean_std"] > 0  # two seeds, two different probes
+    with pytest.raises(ValueError, match="seeds: at least two different"):
+        fit_stability(model, loader, ids, additional_forward_args=(mask,), seeds=[3, 3])
