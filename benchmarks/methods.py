@@ -24,7 +24,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_diffmask.forward import format_additional_args
-from captum_diffmask.metrics import random_attribution
+from captum_diffmask.evaluation.ground_truth import random_attribution
 
 #: Modules searched, in order, for a method class named in the registry.
 SEARCH_MODULES = (
@@ -207,7 +207,7 @@ def build_diffmask(cls: type, ctx: MethodContext, options: Mapping[str, Any]) ->
 
 class RandomScores:
     r"""The chance reference as an object with ``attribute``: uniform random
-    scores at real positions (:func:`captum_diffmask.metrics.random_attribution`),
+    scores at real positions (:func:`captum_diffmask.evaluation.ground_truth.random_attribution`),
     from a private generator, so successive calls differ and a run repeats."""
 
     def __init__(self, padding_mask_arg: Any = None, seed: int = 0) -> None:

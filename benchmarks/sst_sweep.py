@@ -40,8 +40,8 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from captum_diffmask.forward import model_device
-from captum_diffmask.tasks import sst_bert
-from captum_diffmask.tasks.sst import read_sst
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst import read_sst
 
 from .runner import merge, to_jsonable
 from .suites import sst as suite
@@ -108,7 +108,7 @@ def run_one(
                 for e in epochs if all("valid_l0" in h for h in history if h["epoch"] == e)
             ],
         })
-        attributions.append(suite._per_sentence(
+        attributions.append(suite.per_sentence(
             dev, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), device=device))
     spread = suite.stability(attributions)
     return {"name": run.get("name", mode), "mode": mode, "options": options,
@@ -139,19 +139,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     train_all, dev_sentences = read_sst("train", shared.get("data_dir")), read_sst("dev", shared.get("data_dir"))
     # the model of the suite (same configuration, same cache entry), whatever
     # subset of train a run fits DiffMask on
-    model, tokenizer, _ = suite.load_model(shared, suite._subset(train_all, shared.get("train_sentences")), dev_sentences,
+    model, tokenizer, _ = suite.load_model(shared, suite.subset(train_all, shared.get("train_sentences")), dev_sentences,
                                            not args.quiet)
     model.to(args.device)
     max_length = int(shared["model"].get("max_length", 128))
     dev = sst_bert.encode_sst(dev_sentences, tokenizer, max_length)
-    valid_rows = [dev_sentences.index(s) for s in suite._subset(dev_sentences, shared["diffmask"].get("validation_sentences"))]
+    valid_rows = [dev_sentences.index(s) for s in suite.subset(dev_sentences, shared["diffmask"].get("validation_sentences"))]
     valid = dev.subset(torch.as_tensor(valid_rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for run, config in zip(runs, configs):
         start = time.perf_counter()
         limit = run.get("train_sentences", shared.get("train_sentences"))
-        train = sst_bert.encode_sst(suite._subset(train_all, limit), tokenizer, max_length)
+        train = sst_bert.encode_sst(suite.subset(train_all, limit), tokenizer, max_length)
         result = run_one(run, config, model, train, valid, dev, not args.quiet)
         result.update({"seconds": time.perf_counter() - start, "device": str(args.device)})
         with out.open("a", encoding="utf-8") as f:

@@ -7,7 +7,7 @@ from .forward import ModelForward
 from .hard_concrete import HardConcrete
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
 from .sites import Site, SiteLocator
-from .stability import fit_stability, seed_std
+from .evaluation.stability import fit_stability, seed_std
 
 __version__ = "0.1.0"
 

@@ -34,7 +34,9 @@ class PreparedCall:
         ids (Tensor): (B, T) token ids.
         extra (tuple): ``additional_forward_args`` as a tuple.
         mask (Tensor): (B, T) bool, True at real tokens.
-        site (str): the site name for ``layer``.
+        site (str, optional): the site a method attributes to at ``layer``; None
+                    when the call spans several (DiffMask's ``layer=None``, a
+                    training batch).
         was_tuple (bool): ``inputs`` came as a 1-tuple (the result will too).
         module_outputs (dict, optional): the site modules' outputs recorded by
                     the capture pass, for partial re-runs; None before it.
@@ -44,18 +46,41 @@ class PreparedCall:
     ids: Tensor
     extra: Tuple[Any, ...]
     mask: Tensor
-    site: str
+    site: Optional[str]
     was_tuple: bool
     module_outputs: Optional[Dict[str, Any]] = None
     captured_ids: Optional[Tensor] = None
 
 
-def site_for_layer(layer: Any, num_layers: int) -> str:
-    r"""``"input"`` for layer 0, ``"hidden.k"`` for k in 1..L; errors name ``layer``."""
+def check_layer(layer: Any, num_layers: int, allow_none: bool = False) -> Optional[int]:
+    r"""
+    Validates a layer index.
+
+    Args:
+
+        layer (int or None): the layer, 0..L.
+        num_layers (int): L.
+        allow_none (bool, optional): whether None (every layer) is accepted.
+                    Default: False
+
+    Returns:
+        *int* or None: ``layer``.
+
+    Raises:
+        TypeError or ValueError naming ``layer``.
+    """
+    if layer is None and allow_none:
+        return None
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise TypeError(f"layer must be an int in 0..{num_layers}, got {layer!r}")
     if not 0 <= layer <= num_layers:
         raise ValueError(f"layer must be in 0..{num_layers}, got {layer}")
+    return layer
+
+
+def site_for_layer(layer: Any, num_layers: int) -> str:
+    r"""``"input"`` for layer 0, ``"hidden.k"`` for k in 1..L; errors name ``layer``."""
+    check_layer(layer, num_layers)
     return "input" if layer == 0 else f"hidden.{layer}"
 
 
@@ -111,28 +136,53 @@ class SiteAttribution(Attribution):
         raise NotImplementedError(f"attribute_future is not implemented for {type(self).__name__}")
 
     # ------------------------------------------------------------- helpers
-    def _prepare(self, inputs: Any, additional_forward_args: Any, layer: Any) -> PreparedCall:
-        r"""Validates ``inputs``, ``layer`` and the padding mask."""
-        ids, was_tuple = check_token_ids(inputs)
-        site = site_for_layer(layer, self.num_layers)
+    def _site(self, layer: Any) -> Optional[str]:
+        r"""The site attributed at ``layer`` (``site_for_layer``); a method with
+        another reading of ``layer`` overrides it."""
+        return site_for_layer(layer, self.num_layers)
+
+    def _prepare(
+        self, inputs: Any, additional_forward_args: Any, layer: Any, argument: str = "inputs"
+    ) -> PreparedCall:
+        r"""Validates ``inputs`` (named ``argument`` in errors), ``layer`` and the
+        padding mask."""
+        ids, was_tuple = check_token_ids(inputs, argument)
+        site = self._site(layer)
         extra = format_additional_args(additional_forward_args)
         mask = self.model_forward.padding_mask(ids, extra)
         return PreparedCall(ids, extra, mask, site, was_tuple)
 
     @staticmethod
     def _finish(scores: Tensor, call: PreparedCall) -> Union[Tensor, Tuple[Tensor]]:
-        r"""(B, T) float scores with padding set to 0, in the structure of ``inputs``."""
-        scores = scores.detach().float() * call.mask.float()
+        r"""(B, T) or (B, T, K) float scores with padding set to 0, in the
+        structure of ``inputs``."""
+        mask = call.mask.float()
+        if scores.dim() == 3:
+            mask = mask.unsqueeze(-1)
+        scores = scores.detach().float() * mask
         return (scores,) if call.was_tuple else scores
 
-    def _capture(self, call: PreparedCall, names: Optional[Iterable[str]] = None) -> Tuple[dict, Tensor]:
-        r"""One pass without gradients: the sites ``names`` (default: the call's
-        site) and the logits. With partial re-runs it also records every site
-        module's output into ``call`` for :meth:`_replaced_logits`."""
+    def _capture(
+        self, call: PreparedCall, names: Optional[Iterable[str]] = None, stop_early: bool = False
+    ) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
+        r"""
+        One pass without gradients that reads the sites ``names`` (default: the
+        call's site).
+
+        With partial re-runs (``rerun == "partial"``) and a whole pass, it also
+        records every site module's output into ``call`` for
+        :meth:`_replaced_logits`. ``stop_early`` ends the pass as soon as the
+        sites are read (no logits, nothing recorded).
+
+        Returns:
+            *tuple* ``(states, logits)``: site name -> (B, T, H), and the (B, C)
+            logits (None with ``stop_early``).
+        """
         wanted = [call.site] if names is None else list(names)
-        outputs: Optional[Dict[str, Any]] = {} if self.rerun == "partial" else None
+        outputs: Optional[Dict[str, Any]] = {} if self.rerun == "partial" and not stop_early else None
         recorded = self.locator.names if outputs is not None else wanted
-        with torch.no_grad(), self.locator.capture(recorded, module_outputs=outputs) as states:
+        logits: Optional[Tensor] = None
+        with torch.no_grad(), self.locator.capture(recorded, stop_early=stop_early, module_outputs=outputs) as states:
             logits = self.model_forward(call.ids, call.extra)
         call.module_outputs, call.captured_ids = outputs, call.ids
         return states, logits

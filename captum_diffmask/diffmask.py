@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
-import random
-import time
-import warnings
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from captum.log import log_usage
 from torch import nn, Tensor
-from tqdm.auto import tqdm
 
-from .attribution import SiteAttribution
-from .forward import Batch, check_token_ids, format_additional_args, frozen, model_device, split_batch
-from .convergence import Convergence, LayerMonitor, warn_unconverged
+from .attribution import check_layer, PreparedCall, SiteAttribution
+from .convergence import Convergence
+from .fitting import FitOptions, InitBaseline, run_fit
+from .forward import Batch, frozen, model_device, split_batch
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from .objective import (
-    kl_divergence, L0_KINDS, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates,
-)
+from .objective import kl_divergence, L0_KINDS, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
 from .sites import SiteLocator
 
@@ -40,62 +34,6 @@ def model_signature(model: nn.Module) -> str:
         f"{name}:{tuple(p.shape)}" for name, p in model.named_parameters()
     ]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()
-
-
-def check_layer(layer: Any, num_layers: int, allow_none: bool = True) -> Optional[int]:
-    r"""Validates ``layer`` (0..L, or None for all); ValueError naming it otherwise."""
-    if layer is None and allow_none:
-        return None
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int in 0..{num_layers}, got {layer!r}")
-    if not 0 <= layer <= num_layers:
-        raise ValueError(f"layer must be in 0..{num_layers}, got {layer}")
-    return layer
-
-
-class _FitLoop:
-    r"""The state of one :meth:`DiffMask.fit` run across epochs: the layers and
-    their draw, the optimizers (built on the first batch), the step count and
-    the convergence monitors, which decide when the loop is done."""
-
-    def __init__(
-        self,
-        layers: List[int],
-        rng: random.Random,
-        eps: float,
-        max_steps: Optional[int],
-        until_converged: bool,
-        monitors: Dict[int, LayerMonitor],
-        settings: Tuple[Any, ...],
-    ) -> None:
-        self.layers, self.rng, self.eps = layers, rng, eps
-        self.max_steps, self.until_converged = max_steps, until_converged
-        self.monitors, self.settings = monitors, settings
-        self.optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
-        self.step = 0
-        self.done = False
-        self.converged = False
-
-    def after_step(self, layer: int, record: Mapping[str, float], lam: float) -> bool:
-        r"""Counts the step and records it at ``layer``; True when it closed one
-        of that layer's windows."""
-        self.step += 1
-        closed = self.monitors[layer].record(record["kl"], record["l0"], lam)
-        if self.max_steps is not None and self.step >= self.max_steps:
-            self.done = True
-        elif closed and self.until_converged:
-            self.converged = all(m.status() == "converged" for m in self.monitors.values())
-            self.done = self.converged
-        return closed
-
-    def stopped_by(self, epochs: int) -> str:
-        r"""What ended the run, for the warning: the cap it reached, or
-        ``until_converged=False``."""
-        if self.max_steps is not None and self.step >= self.max_steps and not self.converged:
-            return f"the cap max_steps={self.max_steps}"
-        if not self.until_converged:
-            return f"epochs={epochs} with until_converged=False"
-        return f"the cap epochs={epochs} ({self.step} steps)"
 
 
 class DiffMask(SiteAttribution):
@@ -202,6 +140,10 @@ class DiffMask(SiteAttribution):
     def is_fitted(self) -> bool:
         return self.probe is not None
 
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
+
     # -------------------------------------------------------------- internals
     def _needed_sites(self, layer: Optional[int]) -> List[str]:
         last = self.num_layers if layer is None else layer
@@ -250,19 +192,19 @@ class DiffMask(SiteAttribution):
     def _hard_concrete(self, logits: Tensor) -> HardConcrete:
         return HardConcrete(logits, self.temperature, self.stretch)
 
-    def _capture(
-        self,
-        ids: Tensor,
-        extra: Tuple[Any, ...],
-        names: Sequence[str],
-        run_all: bool,
-        module_outputs: Optional[Dict[str, Any]] = None,
-    ) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
-        with torch.no_grad():
-            with self.locator.capture(names, stop_early=not run_all, module_outputs=module_outputs) as states:
-                logits = self.model_forward(ids, extra)
-                return states, logits
-        return states, None  # the forward pass stopped once the sites were read
+    def _site(self, layer: Any) -> Optional[str]:
+        r"""The site the gates of ``layer`` replace: ``input`` (input mode) or
+        ``hidden.k``; None for every layer."""
+        if check_layer(layer, self.num_layers, allow_none=True) is None:
+            return None
+        return "input" if self.mode == "input" else f"hidden.{layer}"
+
+    def _masked_site(self, layer: int) -> Tuple[str, Tensor]:
+        r"""The site the gates of ``layer`` replace, and its baseline (H,)."""
+        assert self.probe is not None
+        if self.mode == "input":
+            return "input", self.probe.baseline
+        return f"hidden.{layer}", self.probe.baselines[layer]
 
     # -------------------------------------------------------------------- fit
     def fit(
@@ -284,328 +226,51 @@ class DiffMask(SiteAttribution):
         multiplier: str = "damped",
         until_converged: bool = True,
         convergence: Optional[Convergence] = None,
+        init_baseline: InitBaseline = None,
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
         trained layer has converged, or a cap is reached.
 
-        Each step: one capture pass without gradients (all sites and the original
-        logits), a layer k drawn uniformly from ``layers``, gates sampled from the
-        probe, one pass with the site replaced by ``z * h + (1 - z) * b``, and the
-        Lagrangian ``L0 + lambda_k * (mean KL - eps)``: the probe and baselines
-        descend, ``lambda_k`` ascends (``multiplier``), clamped to [0, 200].
-
-        The fit stops once every trained layer has converged (``convergence``: the
-        kept share and the multiplier have settled and the constraint holds; see
-        :class:`Convergence` and ``docs/diffmask.md``); ``epochs`` and
-        ``max_steps`` are caps. When it stops with a layer unconverged (the cap
-        reached, the constraint still violated, every gate open with the
-        constraint slack, or every gate closed) a
-        :class:`DiffMaskConvergenceWarning` names the layer, its figures and what
-        to try. :attr:`convergence` holds the per-layer report afterwards.
-
-        The defaults (Adam at lr 3e-3, the damped multiplier, run to convergence)
-        were chosen on the toy task (``docs/diffmask.md``, "Convergence"); the
-        earlier recipe is ``optimizer="rmsprop", multiplier="ascent", lr=1e-3,
-        epochs=10, until_converged=False``.
+        Each step draws a layer k from ``layers``, samples the gates, replaces the
+        site by ``z * h + (1 - z) * b`` and takes one step on the Lagrangian
+        ``L0 + lambda_k * (mean KL - eps)`` (``docs/diffmask.md``). The fit stops
+        once every trained layer has converged (:class:`Convergence`); ``epochs``
+        and ``max_steps`` are caps. A layer left unconverged (the cap reached, the
+        constraint violated, every gate open with the constraint slack, or every
+        gate closed) is named in a :class:`DiffMaskConvergenceWarning` with its
+        figures and what to try; :attr:`convergence` holds the per-layer report.
 
         Args:
 
             dataloader (iterable): batches as ``attribute`` takes them: token ids
-                        (B, T), or ``(ids, *additional_forward_args)``, or a mapping
-                        with ``input_ids``/``attention_mask``. Iterated once per
-                        epoch.
-            epochs (int, optional): the most passes over ``dataloader``.
-                        Default: 100
-            eps (float, optional): the margin on KL(original || masked) in nats.
-                        Default: 0.1
-            lr (float, optional): learning rate of the gate networks. Default: 3e-3
-            lr_baseline (float, optional): learning rate of the baselines. Default: 1e-3
-            lr_lambda (float or sequence of float, optional): the multipliers' rate
-                        of ascent, or one per layer (L + 1 values, layer 0
-                        first). Default: 1.0
-            layers (sequence of int, optional): the layers to train; all when None.
-                        Default: None
-            max_steps (int, optional): the most steps in all. Default: None
-            seed (int, optional): seeds torch's RNG (probe init and gate noise).
-                        Default: None
-            verbose (bool, optional): tqdm progress bar. Default: True
-            optimizer (str, optional): ``"adam"`` (betas 0.9, 0.99) or
-                        ``"rmsprop"`` (centred, the authors') for the probe and
-                        baselines. Centred RMSprop divides by the gradient's
-                        spread, which vanishes when the L0 term alone drives the
-                        gates: they then close all at once. Default: ``"adam"``
-            validation (iterable, optional): held-out batches (as ``dataloader``).
-                        After every epoch the probe is scored on them with
-                        deterministic gates (:meth:`evaluate`, every trained layer),
-                        and at the end the probe of the **sparsest epoch that keeps
-                        the constraint** is restored: mean KL <= ``eps_valid`` and
-                        agreement >= ``agreement_valid`` at every trained layer,
-                        the smallest mean share of kept positions over the layers
-                        (the authors' checkpoint rule). When no epoch keeps it, the
-                        last epoch stays and a warning says so. Default: None
-            eps_valid (float, optional): the KL bound of the selection; ``eps``
-                        when None. Default: None
-            agreement_valid (float, optional): the least share of examples whose
-                        masked argmax equals the original one. Default: 0.0
-            multiplier (str, optional): the multipliers' update (see
-                        :meth:`LagrangeMultipliers.optimizer`): ``"damped"``
-                        (additive rise while violated, geometric decay while the
-                        constraint holds) or ``"ascent"`` (plain gradient ascent).
-                        Default: ``"damped"``
-            until_converged (bool, optional): stop once every trained layer has
-                        converged; False runs every epoch (the convergence report
-                        and warning still come). Default: True
-            convergence (Convergence, optional): the criterion's thresholds;
-                        ``Convergence()`` when None. Default: None
+                        (B, T), ``(ids, *additional_forward_args)``, or a mapping
+                        with ``input_ids``/``attention_mask``; iterated once per epoch.
+            epochs, eps, lr, lr_baseline, lr_lambda, layers, max_steps, seed,
+            verbose, optimizer, validation, eps_valid, agreement_valid,
+            multiplier, until_converged, convergence, init_baseline: the
+                        options of the fit, each documented in
+                        :class:`~captum_diffmask.fitting.FitOptions` (defaults: 100
+                        epochs, eps 0.1, Adam at lr 3e-3, baselines at 1e-3, the
+                        damped multiplier at rate 1, run to convergence).
 
         Returns:
-            *list* of dicts, one per (epoch, layer) trained in it, with the means of
-            ``kl`` (nats), ``l0`` (share of real tokens whose gate is open),
-            ``agreement`` (masked argmax == original argmax), the final ``lambda``
-            the number of ``steps``, the epoch's training ``seconds`` (all
-            layers), and the layer's convergence ``status`` at the epoch's end
-            (one of ``converged``, ``unsettled``, ``violated``, ``open``,
-            ``closed``) with ``converged`` (bool); with ``validation`` also
-            ``valid_kl``, ``valid_l0``, ``valid_agreement`` (deterministic gates),
-            ``valid_seconds`` and ``selected`` (True on the rows of the restored
-            epoch).
+            *list* of dicts, one per (epoch, layer) trained in it: the means of
+            ``kl`` (nats), ``l0`` (share of real tokens whose gate is open) and
+            ``agreement`` (masked argmax == original argmax), the final
+            ``lambda``, ``steps``, the epoch's ``seconds``, the layer's
+            convergence ``status`` (``converged``, ``unsettled``, ``violated``,
+            ``open``, ``closed``) and ``converged``; with ``validation`` also
+            ``valid_kl``, ``valid_l0``, ``valid_agreement``, ``valid_seconds``
+            and ``selected`` (True on the rows of the restored epoch).
         """
-        train_layers = self._check_fit_args(
-            epochs, eps, layers, agreement_valid, eps_valid, lr_lambda, optimizer, multiplier
+        options = FitOptions(
+            epochs=epochs, eps=eps, lr=lr, lr_baseline=lr_baseline, lr_lambda=lr_lambda, layers=layers,
+            max_steps=max_steps, seed=seed, verbose=verbose, optimizer=optimizer, validation=validation,
+            eps_valid=eps_valid, agreement_valid=agreement_valid, multiplier=multiplier,
+            until_converged=until_converged, convergence=convergence, init_baseline=init_baseline,
         )
-        criterion = Convergence() if convergence is None else convergence
-        if not isinstance(criterion, Convergence):
-            raise TypeError(f"convergence must be a Convergence, got {type(criterion).__name__}")
-        bound = float(eps if eps_valid is None else eps_valid)
-        best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean l0, epoch, state)
-        if seed is not None:
-            torch.manual_seed(seed)
-        loop = _FitLoop(
-            layers=train_layers, rng=random.Random(seed), eps=float(eps), max_steps=max_steps,
-            until_converged=bool(until_converged),
-            monitors={k: LayerMonitor(k, eps, criterion) for k in sorted(set(train_layers))},
-            settings=(optimizer, lr, lr_baseline, lr_lambda, multiplier),
-        )
-        history: List[Dict[str, Any]] = []
-        with frozen(self.model):
-            for epoch in range(1, epochs + 1):
-                bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{epochs}", disable=None if verbose else True, leave=False)
-                epoch_start = time.perf_counter()
-                sums = self._train_epoch(bar, loop)
-                if loop.step == 0:
-                    raise ValueError("dataloader: no batches")
-                rows = self._epoch_rows(epoch, sums, time.perf_counter() - epoch_start, loop.monitors)
-                if validation is not None and self.probe is not None:
-                    sparsity, keeps = self._validate(validation, rows, train_layers, bound, agreement_valid)
-                    if keeps and (best is None or sparsity < best[0]):
-                        best = (sparsity, epoch, self._state())
-                history.extend(rows)
-                if loop.done:
-                    break
-        if validation is not None and self.probe is not None:
-            self._restore_best(best, history, bound, agreement_valid)
-        self.convergence = {k: m.report() for k, m in loop.monitors.items()}
-        warn_unconverged(loop.monitors, loop.stopped_by(epochs))
-        return history
-
-    def _check_fit_args(
-        self,
-        epochs: Any,
-        eps: Any,
-        layers: Optional[Sequence[int]],
-        agreement_valid: Any,
-        eps_valid: Any,
-        lr_lambda: Union[float, Sequence[float]],
-        optimizer: Any,
-        multiplier: Any,
-    ) -> List[int]:
-        r"""Checks fit's arguments before any forward pass; returns the layers."""
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {eps!r}")
-        train_layers = list(range(self.num_layers + 1)) if layers is None else list(layers)
-        if not train_layers:
-            raise ValueError("layers must name at least one layer")
-        for k in train_layers:
-            check_layer(k, self.num_layers, allow_none=False)
-        if not agreement_valid <= 1:
-            raise ValueError(f"agreement_valid must be <= 1, got {agreement_valid!r}")
-        if eps_valid is not None and not eps_valid >= 0:
-            raise ValueError(f"eps_valid must be >= 0, got {eps_valid!r}")
-        if optimizer not in ("adam", "rmsprop"):
-            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {optimizer!r}")
-        if multiplier not in MULTIPLIER_RULES:
-            raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {multiplier!r}")
-        multiplier_rates(lr_lambda, self.num_layers + 1)  # now, not after the first forward pass
-        return train_layers
-
-    def _train_epoch(self, batches: Iterable[Batch], loop: "_FitLoop") -> Dict[int, Dict[str, float]]:
-        r"""One pass over ``batches`` (or fewer steps, when the loop ends); the
-        sums of each trained layer's step records."""
-        sums: Dict[int, Dict[str, float]] = {}
-        for batch in batches:
-            ids, extra = split_batch(batch)
-            ids, _ = check_token_ids(ids, "dataloader batch")
-            mask = self.model_forward.padding_mask(ids, extra)
-            outputs: Optional[Dict[str, Any]] = {} if self.mode == "hidden" and self.rerun == "partial" else None
-            names = self.locator.names if outputs is not None else self._needed_sites(None)
-            states, original = self._capture(ids, extra, names, run_all=True, module_outputs=outputs)
-            if self.probe is None:
-                self._build(states, mask)
-            if loop.optimizers is None:
-                loop.optimizers = self._optimizers(*loop.settings, eps=loop.eps)
-            k = loop.rng.choice(loop.layers)
-            record = self._step(ids, extra, mask, states, original, k, loop.eps, loop.optimizers, outputs)
-            acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
-            for key in ("kl", "l0", "agreement"):
-                acc[key] += record[key]
-            acc["steps"] += 1
-            assert self.lambdas is not None
-            if loop.after_step(k, record, float(self.lambdas(k).detach())) and hasattr(batches, "set_postfix"):
-                window = loop.monitors[k].windows[-1]
-                batches.set_postfix(layer=k, kept=f"{window.kept:.3f}", kl=f"{window.kl:.4f}",
-                                    lam=f"{window.lam:.3g}", status=loop.monitors[k].status())
-            if loop.done:
-                break
-        return sums
-
-    def _epoch_rows(
-        self, epoch: int, sums: Mapping[int, Mapping[str, float]], seconds: float, monitors: Mapping[int, LayerMonitor]
-    ) -> List[Dict[str, Any]]:
-        assert self.lambdas is not None
-        rows = []
-        for k in sorted(sums):
-            n = sums[k]["steps"]
-            status = monitors[k].status()
-            rows.append({
-                "epoch": epoch, "layer": k, "kl": sums[k]["kl"] / n, "l0": sums[k]["l0"] / n,
-                "agreement": sums[k]["agreement"] / n, "lambda": float(self.lambdas(k).detach()),
-                "steps": n, "seconds": seconds, "status": status, "converged": status == "converged",
-            })
-        return rows
-
-    def _validate(
-        self, validation: Iterable[Batch], rows: List[Dict[str, Any]], layers: Sequence[int], bound: float, agreement: float
-    ) -> Tuple[float, bool]:
-        r"""Scores the probe on ``validation`` into ``rows``; (mean kept share over
-        the layers, whether every layer keeps the selection's constraint)."""
-        start = time.perf_counter()
-        scores = self._evaluate(validation, sorted(set(layers)), "threshold")
-        seconds = time.perf_counter() - start
-        for row in rows:
-            row.update({f"valid_{key}": value for key, value in scores[row["layer"]].items()})
-            row["valid_seconds"] = seconds
-        keeps = all(v["kl"] <= bound and v["agreement"] >= agreement for v in scores.values())
-        return sum(v["l0"] for v in scores.values()) / len(scores), keeps
-
-    def _restore_best(
-        self, best: Optional[Tuple[float, int, Dict[str, Any]]], history: List[Dict[str, Any]], bound: float, agreement: float
-    ) -> None:
-        if best is None:
-            warnings.warn(
-                f"DiffMask.fit: no epoch kept KL <= {bound} and agreement >= {agreement} "
-                "on the validation batches at every layer; the last epoch's probe is kept",
-                stacklevel=3,
-            )
-        else:
-            self._load_state(best[2])
-        chosen = history[-1]["epoch"] if best is None else best[1]
-        for row in history:
-            row["selected"] = row["epoch"] == chosen
-
-    def _state(self) -> Dict[str, Any]:
-        assert self.probe is not None and self.lambdas is not None
-        return copy.deepcopy({"probe": self.probe.state_dict(), "lambdas": self.lambdas.state_dict()})
-
-    def _load_state(self, state: Mapping[str, Any]) -> None:
-        assert self.probe is not None and self.lambdas is not None
-        self.probe.load_state_dict(state["probe"])
-        self.lambdas.load_state_dict(state["lambdas"])
-
-    def _optimizers(
-        self, kind: str, lr: float, lr_baseline: float, lr_lambda: Union[float, Sequence[float]], multiplier: str, eps: float
-    ) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
-        assert self.probe is not None and self.lambdas is not None
-        baselines = {id(p) for n, p in self.probe.named_parameters() if n.startswith("baseline")}
-        gates = [p for p in self.probe.parameters() if id(p) not in baselines]
-        base = [p for p in self.probe.parameters() if id(p) in baselines]
-        groups = [{"params": gates, "lr": lr}, {"params": base, "lr": lr_baseline}]
-        if kind == "rmsprop":
-            # The authors' choice. Centred: it divides by the gradient's spread,
-            # which vanishes once the multiplier is ~0 and the L0 term alone
-            # drives the gates, and they then close all together within a few
-            # dozen steps (docs/diffmask.md, "Convergence").
-            probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
-        elif kind == "adam":
-            # beta2 0.99, not 0.999: after the multiplier has pushed gates open,
-            # the small L0 gradient regains its scale within ~100 steps.
-            probe_opt = torch.optim.Adam(groups, betas=(0.9, 0.99))
-        else:
-            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {kind!r}")
-        return probe_opt, self.lambdas.optimizer(lr_lambda, rule=multiplier, eps=eps)
-
-    def _step(
-        self,
-        ids: Tensor,
-        extra: Tuple[Any, ...],
-        mask: Tensor,
-        states: Dict[str, Tensor],
-        original: Tensor,
-        layer: int,
-        eps: float,
-        optimizers: Tuple[torch.optim.Optimizer, torch.optim.Optimizer],
-        module_outputs: Optional[Dict[str, Any]] = None,
-    ) -> Dict[str, float]:
-        assert self.probe is not None and self.lambdas is not None
-        probe_opt, lambda_opt = optimizers
-        dist = self._hard_concrete(self._gate_logits(states, layer))
-        gates = dist.rsample()
-        log_keep = dist.log_prob_nonzero()
-        if self.mode == "input":
-            gates = gates.prod(-1)  # kept only if every vote up to k is non-zero
-            log_keep = log_keep.sum(-1)
-        site, baseline = self._masked_site(layer)
-        masked_state = mix_baseline(states[site], gates, baseline)
-        masked = self._masked_logits(ids, extra, site, masked_state, module_outputs)
-        log_p, log_q = log_probs(original), log_probs(masked)
-        kl = kl_divergence(log_p, log_q)
-        penalty = l0_penalty(log_keep, mask, self.l0)
-        constraint = kl.mean() - eps
-        loss = penalty.mean() + self.lambdas(layer) * constraint
-        probe_opt.zero_grad(set_to_none=True)
-        lambda_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        probe_opt.step()
-        lambda_opt.step()
-        self.lambdas.clamp_()
-        real = mask.float()
-        with torch.no_grad():
-            kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
-            agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
-        return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
-
-    def _masked_site(self, layer: int) -> Tuple[str, Tensor]:
-        r"""The site the gates of ``layer`` replace, and its baseline (H,)."""
-        assert self.probe is not None
-        if self.mode == "input":
-            return "input", self.probe.baseline
-        return f"hidden.{layer}", self.probe.baselines[layer]
-
-    def _masked_logits(
-        self,
-        ids: Tensor,
-        extra: Tuple[Any, ...],
-        site: str,
-        masked_state: Tensor,
-        module_outputs: Optional[Dict[str, Any]] = None,
-    ) -> Tensor:
-        r"""Logits with ``site`` replaced; with recorded ``module_outputs``, the
-        sites up to ``site`` are not recomputed (see :meth:`SiteLocator.reuse`)."""
-        reused = self._reused_before(module_outputs, [site]) if module_outputs is not None else {}
-        with self.locator.reuse(reused), self.locator.replace({site: masked_state}):
-            return self.model_forward(ids, extra)
+        return run_fit(self, dataloader, options)
 
     # -------------------------------------------------------------- attribute
     @log_usage()
@@ -637,16 +302,17 @@ class DiffMask(SiteAttribution):
             in [0, 1]: (B, T) for a layer, (B, T, L + 1) for ``layer=None``; 0 at
             padded positions.
         """
-        if not self.is_fitted:
-            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) before attribute")
-        ids, was_tuple = check_token_ids(inputs)
-        layer = check_layer(layer, self.num_layers)
-        mask = self.model_forward.padding_mask(ids, additional_forward_args)
-        states, _ = self._capture(ids, additional_forward_args, self._needed_sites(layer), run_all=False)
+        self._check_fitted()
+        if target is not None:
+            raise ValueError(
+                "target must be None for DiffMask: it keeps the whole output distribution "
+                f"(KL(original || masked) <= eps), not one class; got {target!r}"
+            )
+        call = self._prepare(inputs, additional_forward_args, layer)
+        states, _ = self._capture(call, self._needed_sites(layer), stop_early=True)
         with torch.no_grad():
             keep = self._keep_probabilities(states, layer)
-        keep = keep * (mask.unsqueeze(-1) if keep.dim() == 3 else mask).to(keep.dtype)
-        return (keep,) if was_tuple else keep
+        return self._finish(keep, call)
 
     def _keep_probabilities(self, states: Dict[str, Tensor], layer: Optional[int]) -> Tensor:
         last = self.num_layers if layer is None else layer
@@ -697,32 +363,26 @@ class DiffMask(SiteAttribution):
             [0, 1] (0 at padding; 1 = kept), the logits (B, C) of the model with
             the site mixed as ``z * h + (1 - z) * b``, and its logits unmasked.
         """
-        if not self.is_fitted:
-            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
+        self._check_fitted()
         if layer is None:
             raise ValueError(f"layer must be given: an int in 0..{self.num_layers}")
-        ids, _ = check_token_ids(inputs)
-        layer = check_layer(layer, self.num_layers, allow_none=False)
-        extra = format_additional_args(additional_forward_args)
+        call = self._prepare(inputs, additional_forward_args, layer)
         with frozen(self.model):
-            mask = self.model_forward.padding_mask(ids, extra)
-            gates, masked, original = self._masked_batch(ids, extra, [layer], rule)[layer]
-        return gates * mask.to(gates.dtype), masked, original
+            gates, masked, original = self._masked_batch(call, [layer], rule)[layer]
+        return gates * call.mask.to(gates.dtype), masked, original
 
     def _masked_batch(
-        self, ids: Tensor, extra: Tuple[Any, ...], layers: Sequence[int], rule: str
+        self, call: PreparedCall, layers: Sequence[int], rule: str
     ) -> Dict[int, Tuple[Tensor, Tensor, Tensor]]:
         r"""One capture pass, then for each layer its deterministic gates and the
         masked logits (only the part after the site re-run where possible)."""
-        outputs: Optional[Dict[str, Any]] = {} if self.mode == "hidden" and self.rerun == "partial" else None
-        names = self.locator.names if outputs is not None else self._needed_sites(None)
-        states, original = self._capture(ids, extra, names, run_all=True, module_outputs=outputs)
+        states, original = self._capture(call, self.locator.names)
         assert original is not None
         results = {}
         for k in layers:
             gates = self._deterministic_gates(states, k, rule)
             site, baseline = self._masked_site(k)
-            masked = self._masked_logits(ids, extra, site, mix_baseline(states[site], gates, baseline), outputs)
+            masked = self._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline)})
             results[k] = (gates, masked, original)
         return results
 
@@ -749,9 +409,8 @@ class DiffMask(SiteAttribution):
             is unchanged, over examples; the share of real positions kept
             (gate > 0), over positions.
         """
-        if not self.is_fitted:
-            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
-        chosen = list(range(self.num_layers + 1)) if layers is None else [check_layer(k, self.num_layers, allow_none=False) for k in layers]
+        self._check_fitted()
+        chosen = list(range(self.num_layers + 1)) if layers is None else [check_layer(k, self.num_layers) for k in layers]
         if not chosen:
             raise ValueError("layers must name at least one layer")
         with frozen(self.model):
@@ -762,15 +421,15 @@ class DiffMask(SiteAttribution):
         examples, positions = 0, 0.0
         for batch in dataloader:
             ids, extra = split_batch(batch)
-            ids, _ = check_token_ids(ids, "validation batch")
-            mask = self.model_forward.padding_mask(ids, extra).float()
+            call = self._prepare(ids, extra, None, argument="validation batch")
+            mask = call.mask.float()
             with torch.no_grad():
-                for k, (gates, masked, original) in self._masked_batch(ids, extra, layers, rule).items():
+                for k, (gates, masked, original) in self._masked_batch(call, layers, rule).items():
                     log_p, log_q = log_probs(original), log_probs(masked)
                     sums[k]["kl"] += float(kl_divergence(log_p, log_q).sum())
                     sums[k]["agreement"] += float((log_p.argmax(-1) == log_q.argmax(-1)).float().sum())
                     sums[k]["kept"] += float(((gates > 0).float() * mask).sum())
-            examples += ids.shape[0]
+            examples += call.ids.shape[0]
             positions += float(mask.sum())
         if examples == 0:
             raise ValueError("validation: no batches")

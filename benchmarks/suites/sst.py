@@ -39,10 +39,10 @@ from tqdm.auto import tqdm
 
 from captum_diffmask import Convergence, DiffMask, seed_std
 from captum_diffmask.forward import format_additional_args, model_device
-from captum_diffmask.plots import layer_heatmaps, _save
-from captum_diffmask.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
-from captum_diffmask.tasks import sst_bert
-from captum_diffmask.tasks.sst_bert import EncodedSST
+from captum_diffmask.visualization import layer_heatmaps, save_figure
+from benchmarks.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst_bert import EncodedSST
 
 from ..methods import MethodContext, prepare, PreparedMethod, RandomScores
 from ..report import fmt, fmt_ratio, fmt_seconds, table
@@ -178,7 +178,7 @@ def load_model(
 
 
 # ---------------------------------------------------------------- helpers
-def _subset(sentences: List[SSTSentence], limit: Optional[int]) -> List[SSTSentence]:
+def subset(sentences: List[SSTSentence], limit: Optional[int]) -> List[SSTSentence]:
     r"""At most ``limit`` sentences spread evenly over the list (so the length mix
     stays the split's)."""
     if limit is None or limit >= len(sentences):
@@ -191,7 +191,7 @@ def _bar(items: Any, verbose: bool, desc: str) -> Any:
     return tqdm(items, desc=desc, disable=None if verbose else True, leave=False)
 
 
-def _per_sentence(data: EncodedSST, batch_size: int, fn: Callable[[Tensor, Tensor], Tensor], verbose: bool = False,
+def per_sentence(data: EncodedSST, batch_size: int, fn: Callable[[Tensor, Tensor], Tensor], verbose: bool = False,
                   desc: str = "", device: Optional[torch.device] = None) -> List[Tensor]:
     r"""``fn(ids, mask) -> (B, T[, L])`` over ``data`` in length-sorted batches
     (moved to ``device`` when given); one CPU tensor per sentence (its real
@@ -419,15 +419,15 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     figures_dir.mkdir(parents=True, exist_ok=True)
     data_dir = config.get("data_dir")
 
-    train_sentences = _subset(read_sst("train", data_dir), config.get("train_sentences"))
+    train_sentences = subset(read_sst("train", data_dir), config.get("train_sentences"))
     dev_sentences = read_sst("dev", data_dir)
-    eval_sentences = _subset(dev_sentences if split == "dev" else read_sst("test", data_dir), config.get("eval_sentences"))
+    eval_sentences = subset(dev_sentences if split == "dev" else read_sst("test", data_dir), config.get("eval_sentences"))
     model, tokenizer, model_info = load_model(config, train_sentences, dev_sentences, verbose)
     max_length = int(config["model"].get("max_length", 128))
     train = sst_bert.encode_sst(train_sentences, tokenizer, max_length)
     dev = sst_bert.encode_sst(dev_sentences, tokenizer, max_length)
     evaluated = sst_bert.encode_sst(eval_sentences, tokenizer, max_length)
-    valid = dev.subset(torch.as_tensor([dev_sentences.index(s) for s in _subset(dev_sentences, config["diffmask"].get("validation_sentences"))]))
+    valid = dev.subset(torch.as_tensor([dev_sentences.index(s) for s in subset(dev_sentences, config["diffmask"].get("validation_sentences"))]))
     dev_scores = sst_bert.evaluate(model, dev)
     model_info.update({"dev_accuracy": 100.0 * dev_scores["accuracy"], "dev_macro_f1": 100.0 * dev_scores["macro_f1"],
                        "train_sentences": len(train), "evaluated_sentences": len(evaluated)})
@@ -445,7 +445,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
             _log(verbose, f"[sst] DiffMask {mode}, seed {seed}")
             explainer, info = fit_diffmask(model, mode, train, valid, config, seed, verbose)
             info["faithfulness"] = faithfulness(explainer, evaluated, 64, verbose)
-            attributions[mode].append(_per_sentence(
+            attributions[mode].append(per_sentence(
                 evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), verbose,
                 f"attribute {mode}"))
             runs.append({"seed": seed, **info})
@@ -481,7 +481,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
                         handle.explainer.fit_statistics(ctx.train_loader(int(options.get("batch_size", 64)), seeds[0]),
                                                         layer=k, max_batches=options.get("max_batches"))
             start = time.perf_counter()
-            scores = _per_sentence(cls_data, 32, lambda ids, mask: _attribute(method, ids, mask, L), verbose, f"{name} [CLS]")
+            scores = per_sentence(cls_data, 32, lambda ids, mask: _attribute(method, ids, mask, L), verbose, f"{name} [CLS]")
             record["seconds_last_layer"] = time.perf_counter() - start
             record.update(_cls_share(scores))
             record["setup_seconds"] = setup
@@ -571,7 +571,7 @@ def _groups_figure(groups: Mapping[str, Any], L: int, path: Path) -> str:
         ax.set_title(f"by {'word sentiment label' if kind == 'sentiment' else 'part of speech'}", fontsize=10)
         ax.legend(fontsize=8)
     figure.tight_layout()
-    _save(figure, path, 150)
+    save_figure(figure, path)
     return str(Path("figures") / path.name)
 
 

@@ -41,10 +41,10 @@ from tqdm.auto import tqdm
 
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask import LEGACY_FIT
-from captum_diffmask.erasure_agreement import keeps_prediction, summarize_agreement, top_k_mask
+from captum_diffmask.evaluation.erasure_agreement import keeps_prediction, summarize_agreement, top_k_mask
 from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks.sst import (
+from benchmarks.tasks.sst import (
     encode,
     mean_word_vector,
     predict,
@@ -339,15 +339,10 @@ def fit_amortised_diffmask(
     routed, ignored = route_options(options, [("init", DiffMask.__init__), ("fit", DiffMask.fit)])
     if ignored:
         raise ValueError(f"method_options.DiffMask: unknown options {ignored}")
-    torch.manual_seed(seed)
     explainer = DiffMask(model, sites=sst_sites(model), padding_mask_arg=0, **routed["init"])
-    ids, mask = next(iter(train.batches(batch_size, shuffle=True, seed=seed)))
-    states, _ = explainer._capture(ids, (mask,), explainer._needed_sites(None), run_all=True)
-    explainer._build(states, mask)  # the probe as fit would build it, so that the baseline can be pinned
-    with torch.no_grad():
-        if explainer.mode == "input":
-            explainer.probe.baseline.copy_(baseline)
-    history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed), **routed["fit"])
+    # the input baseline pinned to the erasure's (input mode; lr_baseline 0 keeps it there)
+    pinned = baseline if explainer.mode == "input" else None
+    history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed), init_baseline=pinned, **routed["fit"])
     return explainer, layer, {"fit_last": history[-1] if history else {}, "fit_steps": int(sum(h["steps"] for h in history))}
 
 

@@ -24,10 +24,10 @@ import torch
 from tqdm.auto import tqdm
 
 from captum_diffmask import DiffMask
-from captum_diffmask.metrics import js_to_ground_truth, kl_to_ground_truth, summarize
-from captum_diffmask.plots import attribution_panels, hidden_state_scatter
+from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
+from captum_diffmask.visualization import attribution_panels, hidden_state_scatter
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks.toy import (
+from captum_diffmask.toy import (
     generate_toy_data,
     ToyData,
     ToyModel,

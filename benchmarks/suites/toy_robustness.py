@@ -23,7 +23,7 @@ import torch
 
 from captum_diffmask import DiffMask, seed_std
 from captum_diffmask.convergence import DiffMaskConvergenceWarning
-from captum_diffmask.tasks.toy import generate_toy_data, ToyData, ToyModel, toy_sites
+from captum_diffmask.toy import generate_toy_data, ToyData, ToyModel, toy_sites
 
 from ..report import fmt, table
 from .toy import load_toy_model, score

@@ -10,7 +10,7 @@ from benchmarks import build_config, run_suite
 from benchmarks.__main__ import main
 from benchmarks.methods import MethodSpec, REGISTRY, route_options
 from benchmarks.runner import cache_dir, cached, load_suite, median_seconds, to_jsonable, write_json
-from captum_diffmask.metrics import random_attribution, summarize
+from captum_diffmask.evaluation.ground_truth import random_attribution, summarize
 
 # Small enough for about half a minute on one thread, large enough that the toy
 # model learns the task (97% held-out accuracy) and DiffMask's fit converges (JS

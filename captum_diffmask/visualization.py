@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["normalize_unit", "normalize_per_layer", "attribution_panels", "layer_heatmap", "layer_heatmaps", "hidden_state_scatter"]
+__all__ = ["save_figure", "normalize_unit", "normalize_per_layer", "attribution_panels", "layer_heatmap", "layer_heatmaps", "hidden_state_scatter"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 Panel = Tuple[str, Mapping[str, Any]]
@@ -57,7 +57,21 @@ def normalize_unit(scores: Any) -> np.ndarray:
     return np.divide(array, peak, out=np.zeros_like(array), where=peak > 0)
 
 
-def _save(figure: Figure, path: Optional[PathLike], dpi: int) -> Figure:
+def save_figure(figure: Figure, path: Optional[PathLike], dpi: int = 150) -> Figure:
+    r"""
+    Writes ``figure`` as a PNG at ``path`` (its folder created), unless ``path``
+    is None.
+
+    Args:
+
+        figure (Figure): a figure built by this module (or any matplotlib figure).
+        path (str or PathLike, optional): the file to write; nothing is written
+                    when None.
+        dpi (int, optional): resolution. Default: 150
+
+    Returns:
+        *Figure*: ``figure`` itself.
+    """
     if path is not None:
         directory = os.path.dirname(os.fspath(path))
         if directory:
@@ -147,7 +161,7 @@ def attribution_panels(
         figure.colorbar(image, ax=list(axes), shrink=0.8, label="normalised attribution" if normalize else "attribution")
     if title:
         figure.suptitle(title, fontsize=10)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def normalize_per_layer(scores: Any) -> np.ndarray:
@@ -256,7 +270,7 @@ def layer_heatmaps(
     figure.colorbar(image, ax=list(axes), pad=0.01, fraction=0.02 if len(matrices) > 1 else 0.05)
     if title:
         figure.suptitle(title, fontsize=11)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def hidden_state_scatter(
@@ -313,4 +327,4 @@ def hidden_state_scatter(
     ax.legend(fontsize=8, markerscale=1.5)
     if title:
         ax.set_title(title, fontsize=10)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)

@@ -11,9 +11,9 @@ from transformers import BertConfig, BertForSequenceClassification
 from captum_diffmask.methods.erasure import ErasureResult, ExactErasure
 from captum_diffmask.objective import log_probs
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks.toy import toy_ground_truth, toy_sites
+from captum_diffmask.toy import toy_ground_truth, toy_sites
 
-from conftest import tiny_bert, VOCAB
+from tiny_models import tiny_bert, VOCAB
 
 
 def wide_bert(seed: int = 0):

@@ -12,8 +12,8 @@ import torch
 
 from captum_diffmask.methods import ExactErasure
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks import sst
-from captum_diffmask.tasks.sst import (
+from benchmarks.tasks import sst
+from benchmarks.tasks.sst import (
     default_data_dir,
     encode,
     parse_tree,
@@ -26,7 +26,7 @@ from captum_diffmask.tasks.sst import (
     train_sst_classifier,
     Vocabulary,
 )
-from conftest import shared_sst
+from tiny_models import shared_sst
 
 
 SHARED = shared_sst()
@@ -101,7 +101,7 @@ def test_data_dir_resolution_and_missing_files(tmp_path, monkeypatch):
 
 
 def test_default_data_dir_is_beside_the_checkout():
-    checkout = pathlib.Path(__file__).resolve().parents[1]
+    checkout = pathlib.Path(__file__).resolve().parents[2]
     assert default_data_dir() == checkout.parent / "shared" / "data"
 
 

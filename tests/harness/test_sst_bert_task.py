@@ -1,4 +1,4 @@
-"""captum_diffmask.tasks.sst_bert: SST-5 encoded for a BERT-family classifier, on
+"""benchmarks.tasks.sst_bert: SST-5 encoded for a BERT-family classifier, on
 a config-built tiny BERT and a few real SST dev sentences (../shared/data)."""
 
 import sys
@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from captum_diffmask.tasks import sst_bert
-from captum_diffmask.tasks.sst import read_sst, SSTSentence, unescape_ptb
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst import read_sst, SSTSentence, unescape_ptb
 
 torch.set_num_threads(1)
 

@@ -14,8 +14,8 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites import sst_erasure
-from captum_diffmask.tasks.sst import read_sst
-from conftest import shared_sst
+from benchmarks.tasks.sst import read_sst
+from tiny_models import shared_sst
 
 
 SHARED = shared_sst()

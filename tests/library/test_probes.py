@@ -9,7 +9,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 from captum_diffmask import DiffMask
 from captum_diffmask.probes import GateNetworks, HiddenGateProbe, InputGateProbe
-from captum_diffmask.tasks.toy import ToyModel, toy_sites
+from captum_diffmask.toy import ToyModel, toy_sites
 
 EQUAL, UNEQUAL = [12, 12, 12], [66, 2, 12]  # unequal: the toy task's [input; state], state alone
 # A logit is 10 * tanh(.) + b, terms of size up to 10 and 5, where float32 numbers are

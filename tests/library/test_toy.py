@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from captum_diffmask.tasks.toy import (
+from captum_diffmask.toy import (
     ToyData,
     ToyModel,
     accuracy,

@@ -9,7 +9,7 @@ from captum_diffmask.methods import (
     PerSampleBottleneck, REINFORCE,
 )
 
-from conftest import tiny_bert, tiny_model, token_batch
+from tiny_models import tiny_bert, tiny_model, token_batch
 
 FEW = {"steps": 5, "verbose": False}
 METHODS = {

@@ -6,8 +6,8 @@ with all-MiniLM-L6-v2 in place of BERT-base).
   5-way head) and :func:`tiny_bert` (a config-built 2-layer BERT and a small
   WordPiece vocabulary, for tests and quick runs). Both use eager attention, so
   that ``output_attentions=True`` returns the attention weights.
-- Data: :func:`encode_sst` turns :class:`~captum_diffmask.tasks.sst.SSTSentence`
-  objects (from :func:`~captum_diffmask.tasks.sst.read_sst`) into an
+- Data: :func:`encode_sst` turns :class:`~benchmarks.tasks.sst.SSTSentence`
+  objects (from :func:`~benchmarks.tasks.sst.read_sst`) into an
   :class:`EncodedSST`: word-piece ids, attention mask, labels and the word each
   token belongs to (``word_index``), with length-bucketed batches that cut padding.
 - Words: :func:`word_pooling` turns token scores into word scores;
@@ -388,7 +388,7 @@ def encode_sst(sentences: Sequence[SSTSentence], tokenizer: Any, max_length: int
     r"""
     Sentences as word-piece tensors, with the word each token belongs to.
 
-    Each SST word is unescaped (:func:`~captum_diffmask.tasks.sst.unescape_ptb`:
+    Each SST word is unescaped (:func:`~benchmarks.tasks.sst.unescape_ptb`:
     ``-LRB-`` -> ``(``, ``\/`` -> ``/``, ...) and the words are tokenised as
     pre-split words (``is_split_into_words=True``), so a token never straddles
     two SST words and ``word_index`` maps every piece back to its word. A word

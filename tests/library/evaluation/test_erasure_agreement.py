@@ -1,4 +1,4 @@
-"""Erasure agreement scores (captum_diffmask.erasure_agreement) on hand-made cases,
+"""Erasure agreement scores (captum_diffmask.evaluation.erasure_agreement) on hand-made cases,
 and against a brute-force reading of their definitions."""
 
 import itertools
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from captum_diffmask.erasure_agreement import (
+from captum_diffmask.evaluation.erasure_agreement import (
     agreement,
     closest_optimal_set,
     kept_share,

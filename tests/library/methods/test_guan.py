@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from captum_diffmask.methods.guan import Guan
-from captum_diffmask.tasks.toy import toy_ground_truth, toy_sites
+from captum_diffmask.toy import toy_ground_truth, toy_sites
 
-from conftest import tiny_bert, token_batch
+from tiny_models import tiny_bert, token_batch
 
 
 def _query_minus_other(scores, truth, mask):

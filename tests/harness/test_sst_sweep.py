@@ -10,7 +10,7 @@ import pytest
 from benchmarks import sst_sweep
 from benchmarks.suites import sst as suite
 from captum_diffmask import DiffMask
-from conftest import shared_sst
+from tiny_models import shared_sst
 
 
 BASE = {
@@ -58,7 +58,7 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             assert seed["steps_per_layer"] > 0
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "benchmarks" / "sweeps").glob("*.json")),
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "benchmarks" / "sweeps").glob("*.json")),
                          ids=lambda p: p.name)
 def test_committed_sweeps_name_known_options(path):
     # the sweeps the docs quote must run as written: a mode, and options that

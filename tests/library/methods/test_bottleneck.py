@@ -8,9 +8,9 @@ import torch
 from captum_diffmask.methods.bottleneck import capacity_nats, PerSampleBottleneck, resolve_target
 from captum_diffmask.objective import log_probs
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks.toy import toy_ground_truth, toy_sites
+from captum_diffmask.toy import toy_ground_truth, toy_sites
 
-from conftest import tiny_bert, token_batch
+from tiny_models import tiny_bert, token_batch
 
 
 def _query_minus_other(scores, truth, mask):

@@ -7,9 +7,9 @@ import torch
 
 from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask, REINFORCE
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks.toy import toy_ground_truth, toy_sites
+from captum_diffmask.toy import toy_ground_truth, toy_sites
 
-from conftest import tiny_bert, token_batch
+from tiny_models import tiny_bert, token_batch
 
 STEPS = 300
 

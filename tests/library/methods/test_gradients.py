@@ -6,9 +6,9 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from captum_diffmask.methods.gradients import IntegratedGradients, Occlusion
 from captum_diffmask.sites import SiteLocator
-from captum_diffmask.tasks.toy import toy_sites
+from captum_diffmask.toy import toy_sites
 
-from conftest import tiny_bert, token_batch, VOCAB
+from tiny_models import tiny_bert, token_batch, VOCAB
 
 
 def wide_bert(seed: int = 0):

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 PAGES = ["diffmask.md", "methods.md", "sst.md", "transformers.md"]
 
 

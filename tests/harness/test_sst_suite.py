@@ -12,8 +12,8 @@ import torch
 from benchmarks import runner
 from benchmarks.suites import sst as suite
 from captum_diffmask.convergence import STATUSES
-from captum_diffmask.tasks.sst import SSTSentence
-from conftest import shared_sst
+from benchmarks.tasks.sst import SSTSentence
+from tiny_models import shared_sst
 
 
 TINY = {
@@ -67,9 +67,9 @@ def test_layers_kept_by_group_by_hand():
 
 def test_subset_spreads_over_the_list():
     items = [SSTSentence((str(i),), 0, (0,)) for i in range(10)]
-    picked = suite._subset(items, 4)
+    picked = suite.subset(items, 4)
     assert [s.words[0] for s in picked] == ["0", "3", "6", "9"]
-    assert suite._subset(items, None) is items
+    assert suite.subset(items, None) is items
 
 
 # ----------------------------------------------------------------- a tiny run

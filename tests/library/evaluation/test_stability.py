@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask, fit_stability, seed_std
-from conftest import tiny_bert, token_batch
+from tiny_models import tiny_bert, token_batch
 
 
 def test_seed_std_per_layer_and_overall_leaves_padding_out():

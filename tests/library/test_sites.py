@@ -5,7 +5,7 @@ from torch import nn
 from captum_diffmask import SiteLocator
 from captum_diffmask.sites import first_tensor, with_first_tensor
 
-from conftest import HF_KINDS, tiny_model, token_batch
+from tiny_models import HF_KINDS, tiny_model, token_batch
 
 
 def _logits(model, ids, mask):

@@ -1,0 +1,392 @@
+"""How :meth:`DiffMask.fit` trains the probe: its options, one training step, the
+epochs until convergence, and the checkpoint selection on held-out batches.
+
+One step: a capture pass without gradients (every site and the original
+logits), a layer k drawn from the trained layers, gates sampled from the probe,
+a pass with the site replaced by ``z * h + (1 - z) * b``, and the Lagrangian
+``L0 + lambda_k * (mean KL - eps)``: the probe and baselines descend, ``lambda_k``
+moves by the multiplier rule and is clamped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+import time
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .attribution import check_layer, PreparedCall
+from .convergence import Convergence, LayerMonitor, warn_unconverged
+from .forward import Batch, frozen, split_batch
+from .objective import kl_divergence, l0_penalty, log_probs, MULTIPLIER_RULES, multiplier_rates
+from .probes import mix_baseline
+from .rng import preserved_rng
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .diffmask import DiffMask
+
+#: The probe's optimisers :class:`FitOptions` knows.
+OPTIMIZERS = ("adam", "rmsprop")
+#: A pinned starting baseline: one (H,) vector (input mode), or layer -> (H,) (hidden mode).
+InitBaseline = Union[None, Tensor, Mapping[int, Tensor]]
+
+
+@dataclass
+class FitOptions:
+    r"""
+    The options of :meth:`DiffMask.fit`, checked before any forward pass.
+
+    Attributes:
+        epochs (int): the most passes over the data loader (a cap).
+        eps (float): the margin on KL(original || masked), nats, on the batch mean.
+        lr (float): learning rate of the gate networks.
+        lr_baseline (float): learning rate of the baselines (0 keeps them fixed).
+        lr_lambda (float or sequence of float): the multipliers' rate, one for
+                    all or one per layer (L + 1 values, layer 0 first).
+        layers (sequence of int, optional): the layers drawn, uniformly, one per
+                    batch; all when None.
+        max_steps (int, optional): the most steps in all (a cap).
+        seed (int, optional): seeds the probe's initialisation, the gate noise and
+                    the layer draw, on a fork of the global RNG (the caller's
+                    state is left as found).
+        verbose (bool): a tqdm progress bar per epoch with the last window's
+                    figures.
+        optimizer (str): ``"adam"`` (betas 0.9, 0.99) or ``"rmsprop"`` (centred,
+                    the authors') for the probe and baselines.
+        validation (iterable, optional): held-out batches scored after every
+                    epoch with deterministic gates; the probe of the sparsest epoch
+                    that keeps ``eps_valid`` and ``agreement_valid`` at every
+                    trained layer is restored at the end.
+        eps_valid (float, optional): the selection's KL bound; ``eps`` when None.
+        agreement_valid (float): the selection's least share of examples whose
+                    masked argmax equals the original one.
+        multiplier (str): ``"damped"`` (additive rise while violated, geometric
+                    decay while the constraint holds) or ``"ascent"``.
+        until_converged (bool): stop once every trained layer has converged.
+        convergence (Convergence, optional): the criterion; ``Convergence()``
+                    when None.
+        init_baseline (Tensor or dict, optional): where the baselines start
+                    instead of the mean state of the first batch: an (H,) vector
+                    in input mode, ``{layer: (H,) vector}`` in hidden mode; with
+                    ``lr_baseline=0`` they stay there.
+    """
+
+    epochs: int = 100
+    eps: float = 0.1
+    lr: float = 3e-3
+    lr_baseline: float = 1e-3
+    lr_lambda: Union[float, Sequence[float]] = 1.0
+    layers: Optional[Sequence[int]] = None
+    max_steps: Optional[int] = None
+    seed: Optional[int] = None
+    verbose: bool = True
+    optimizer: str = "adam"
+    validation: Optional[Iterable[Batch]] = None
+    eps_valid: Optional[float] = None
+    agreement_valid: float = 0.0
+    multiplier: str = "damped"
+    until_converged: bool = True
+    convergence: Optional[Convergence] = None
+    init_baseline: InitBaseline = None
+
+    def check(self, num_layers: int) -> List[int]:
+        r"""Validates every option (errors name it); returns the trained layers."""
+        _check_int(self.epochs, "epochs")
+        if self.max_steps is not None:
+            _check_int(self.max_steps, "max_steps")
+        for name in ("eps", "lr", "lr_baseline"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        layers = list(range(num_layers + 1)) if self.layers is None else list(self.layers)
+        if not layers:
+            raise ValueError("layers must name at least one layer")
+        for k in layers:
+            check_layer(k, num_layers)
+        if not self.agreement_valid <= 1:
+            raise ValueError(f"agreement_valid must be <= 1, got {self.agreement_valid!r}")
+        if self.eps_valid is not None and not self.eps_valid >= 0:
+            raise ValueError(f"eps_valid must be >= 0, got {self.eps_valid!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.multiplier not in MULTIPLIER_RULES:
+            raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {self.multiplier!r}")
+        multiplier_rates(self.lr_lambda, num_layers + 1)
+        if self.convergence is not None and not isinstance(self.convergence, Convergence):
+            raise TypeError(f"convergence must be a Convergence, got {type(self.convergence).__name__}")
+        return layers
+
+
+def _check_int(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+class _FitLoop:
+    r"""The state of one fit across epochs: the layers and their draw, the
+    optimisers (built on the first batch), the step count and the convergence
+    monitors, which decide when the loop is done."""
+
+    def __init__(self, options: FitOptions, layers: List[int]) -> None:
+        self.options, self.layers = options, layers
+        self.eps = float(options.eps)
+        self.rng = random.Random(options.seed)
+        criterion = options.convergence or Convergence()
+        self.monitors = {k: LayerMonitor(k, self.eps, criterion) for k in sorted(set(layers))}
+        self.optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
+        self.step = 0
+        self.done = False
+        self.converged = False
+
+    def after_step(self, layer: int, record: Mapping[str, float], lam: float) -> bool:
+        r"""Counts the step and records it at ``layer``; True when it closed one
+        of that layer's windows."""
+        self.step += 1
+        closed = self.monitors[layer].record(record["kl"], record["l0"], lam)
+        max_steps = self.options.max_steps
+        if max_steps is not None and self.step >= max_steps:
+            self.done = True
+        elif closed and self.options.until_converged:
+            self.converged = all(m.status() == "converged" for m in self.monitors.values())
+            self.done = self.converged
+        return closed
+
+    def stopped_by(self) -> str:
+        r"""What ended the run, for the warning: the cap it reached, or
+        ``until_converged=False``."""
+        options = self.options
+        if options.max_steps is not None and self.step >= options.max_steps and not self.converged:
+            return f"the cap max_steps={options.max_steps}"
+        if not options.until_converged:
+            return f"epochs={options.epochs} with until_converged=False"
+        return f"the cap epochs={options.epochs} ({self.step} steps)"
+
+
+# ------------------------------------------------------------------ the fit
+def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOptions) -> List[Dict[str, Any]]:
+    r"""Trains ``explainer``'s probe as :meth:`DiffMask.fit` documents; returns
+    the history and sets ``explainer.convergence``."""
+    layers = options.check(explainer.num_layers)
+    loop = _FitLoop(options, layers)
+    selection = None if options.validation is None else CheckpointSelection(options, layers)
+    history: List[Dict[str, Any]] = []
+    seeded = preserved_rng(options.seed) if options.seed is not None else contextlib.nullcontext()
+    with frozen(explainer.model), seeded:
+        for epoch in range(1, options.epochs + 1):
+            bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{options.epochs}",
+                       disable=None if options.verbose else True, leave=False)
+            start = time.perf_counter()
+            sums = train_epoch(explainer, bar, loop)
+            if loop.step == 0:
+                raise ValueError("dataloader: no batches")
+            rows = epoch_rows(explainer, epoch, sums, time.perf_counter() - start, loop.monitors)
+            if selection is not None:
+                selection.after_epoch(explainer, epoch, rows)
+            history.extend(rows)
+            if loop.done:
+                break
+    if selection is not None:
+        selection.restore(explainer, history)
+    explainer.convergence = {k: m.report() for k, m in loop.monitors.items()}
+    warn_unconverged(loop.monitors, loop.stopped_by(), stacklevel=4)
+    return history
+
+
+def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop) -> Dict[int, Dict[str, float]]:
+    r"""One pass over ``batches`` (or fewer steps, when the loop ends); the sums
+    of each trained layer's step records."""
+    sums: Dict[int, Dict[str, float]] = {}
+    for batch in batches:
+        ids, extra = split_batch(batch)
+        call = explainer._prepare(ids, extra, None, argument="dataloader batch")
+        states, original = explainer._capture(call, explainer.locator.names)
+        assert original is not None
+        if loop.optimizers is None:
+            if explainer.probe is None:
+                explainer._build(states, call.mask)
+            pin_baselines(explainer, loop.options.init_baseline)
+            loop.optimizers = build_optimizers(explainer, loop.options)
+        k = loop.rng.choice(loop.layers)
+        record = training_step(explainer, call, states, original, k, loop)
+        acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
+        for key in ("kl", "l0", "agreement"):
+            acc[key] += record[key]
+        acc["steps"] += 1
+        assert explainer.lambdas is not None
+        if loop.after_step(k, record, float(explainer.lambdas(k).detach())) and hasattr(batches, "set_postfix"):
+            window = loop.monitors[k].windows[-1]
+            batches.set_postfix(layer=k, kept=f"{window.kept:.3f}", kl=f"{window.kl:.4f}",
+                                lam=f"{window.lam:.3g}", status=loop.monitors[k].status())
+        if loop.done:
+            break
+    return sums
+
+
+def training_step(
+    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int, loop: _FitLoop
+) -> Dict[str, float]:
+    r"""One step of the Lagrangian at ``layer``; the step's mean KL, expected
+    kept share and agreement."""
+    assert explainer.probe is not None and explainer.lambdas is not None and loop.optimizers is not None
+    probe_opt, lambda_opt = loop.optimizers
+    dist = explainer._hard_concrete(explainer._gate_logits(states, layer))
+    gates = dist.rsample()
+    log_keep = dist.log_prob_nonzero()
+    if explainer.mode == "input":
+        gates = gates.prod(-1)  # kept only if every vote up to k is non-zero
+        log_keep = log_keep.sum(-1)
+    site, baseline = explainer._masked_site(layer)
+    masked = explainer._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline)})
+    log_p, log_q = log_probs(original), log_probs(masked)
+    kl = kl_divergence(log_p, log_q)
+    penalty = l0_penalty(log_keep, call.mask, explainer.l0)
+    loss = penalty.mean() + explainer.lambdas(layer) * (kl.mean() - loop.eps)
+    probe_opt.zero_grad(set_to_none=True)
+    lambda_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    probe_opt.step()
+    lambda_opt.step()
+    explainer.lambdas.clamp_()
+    real = call.mask.float()
+    with torch.no_grad():
+        kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
+        agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
+    return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
+
+
+def build_optimizers(
+    explainer: "DiffMask", options: FitOptions
+) -> Tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+    r"""The probe's optimiser (gate networks at ``lr``, baselines at
+    ``lr_baseline``) and the multipliers' rule."""
+    assert explainer.probe is not None and explainer.lambdas is not None
+    baselines = {id(p) for n, p in explainer.probe.named_parameters() if n.startswith("baseline")}
+    gates = [p for p in explainer.probe.parameters() if id(p) not in baselines]
+    base = [p for p in explainer.probe.parameters() if id(p) in baselines]
+    groups = [{"params": gates, "lr": options.lr}, {"params": base, "lr": options.lr_baseline}]
+    if options.optimizer == "rmsprop":
+        # The authors' choice. Centred: it divides by the gradient's spread,
+        # which vanishes once the multiplier is ~0 and the L0 term alone drives
+        # the gates, and they then close all together within a few dozen steps
+        # (docs/diffmask.md, "Convergence").
+        probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
+    else:
+        # beta2 0.99, not 0.999: after the multiplier has pushed gates open, the
+        # small L0 gradient regains its scale within ~100 steps.
+        probe_opt = torch.optim.Adam(groups, betas=(0.9, 0.99))
+    lambda_opt = explainer.lambdas.optimizer(options.lr_lambda, rule=options.multiplier, eps=float(options.eps))
+    return probe_opt, lambda_opt
+
+
+def pin_baselines(explainer: "DiffMask", init_baseline: InitBaseline) -> None:
+    r"""Copies ``init_baseline`` into the probe's baselines (see
+    :class:`FitOptions`); errors name ``init_baseline``."""
+    if init_baseline is None:
+        return
+    assert explainer.probe is not None
+    if explainer.mode == "input":
+        if not isinstance(init_baseline, Tensor):
+            raise TypeError("init_baseline must be an (H,) Tensor in input mode")
+        targets = {"input": (explainer.probe.baseline, init_baseline)}
+    else:
+        if not isinstance(init_baseline, Mapping):
+            raise TypeError("init_baseline must be a dict {layer: (H,) Tensor} in hidden mode")
+        targets = {}
+        for k, vector in init_baseline.items():
+            check_layer(k, explainer.num_layers)
+            targets[f"hidden.{k}"] = (explainer.probe.baselines[k], vector)
+    for site, (parameter, vector) in targets.items():
+        if not isinstance(vector, Tensor) or tuple(vector.shape) != tuple(parameter.shape):
+            shape = tuple(vector.shape) if isinstance(vector, Tensor) else type(vector).__name__
+            raise ValueError(f"init_baseline for {site} must have shape {tuple(parameter.shape)}, got {shape}")
+        with torch.no_grad():
+            parameter.copy_(vector.detach().to(parameter))
+
+
+def epoch_rows(
+    explainer: "DiffMask", epoch: int, sums: Mapping[int, Mapping[str, float]], seconds: float,
+    monitors: Mapping[int, LayerMonitor],
+) -> List[Dict[str, Any]]:
+    r"""The history rows of one epoch, one per layer trained in it."""
+    assert explainer.lambdas is not None
+    rows = []
+    for k in sorted(sums):
+        n = sums[k]["steps"]
+        status = monitors[k].status()
+        rows.append({
+            "epoch": epoch, "layer": k, "kl": sums[k]["kl"] / n, "l0": sums[k]["l0"] / n,
+            "agreement": sums[k]["agreement"] / n, "lambda": float(explainer.lambdas(k).detach()),
+            "steps": n, "seconds": seconds, "status": status, "converged": status == "converged",
+        })
+    return rows
+
+
+# ------------------------------------------------------------ checkpoints
+class CheckpointSelection:
+    r"""
+    The authors' checkpoint rule: after every epoch the probe is scored on held-out
+    batches with deterministic gates, and the probe of the sparsest epoch (the
+    smallest mean kept share over the layers) whose every trained layer keeps
+    KL <= ``eps_valid`` and agreement >= ``agreement_valid`` is restored at the
+    end.
+
+    Args:
+
+        options (FitOptions): ``validation``, ``eps_valid`` (``eps`` when None)
+                    and ``agreement_valid``.
+        layers (sequence of int): the trained layers.
+    """
+
+    def __init__(self, options: FitOptions, layers: Sequence[int]) -> None:
+        assert options.validation is not None
+        self.validation = options.validation
+        self.layers = sorted(set(layers))
+        self.bound = float(options.eps if options.eps_valid is None else options.eps_valid)
+        self.agreement = float(options.agreement_valid)
+        self.best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean kept, epoch, state)
+
+    def after_epoch(self, explainer: "DiffMask", epoch: int, rows: List[Dict[str, Any]]) -> None:
+        r"""Scores the probe into ``rows`` and keeps its state if it is the best yet."""
+        start = time.perf_counter()
+        scores = explainer._evaluate(self.validation, self.layers, "threshold")
+        seconds = time.perf_counter() - start
+        for row in rows:
+            row.update({f"valid_{key}": value for key, value in scores[row["layer"]].items()})
+            row["valid_seconds"] = seconds
+        keeps = all(v["kl"] <= self.bound and v["agreement"] >= self.agreement for v in scores.values())
+        sparsity = sum(v["l0"] for v in scores.values()) / len(scores)
+        if keeps and (self.best is None or sparsity < self.best[0]):
+            self.best = (sparsity, epoch, _state(explainer))
+
+    def restore(self, explainer: "DiffMask", history: List[Dict[str, Any]]) -> None:
+        r"""Restores the best epoch's probe (or warns that none kept the bound)
+        and marks its rows ``selected``."""
+        if self.best is None:
+            warnings.warn(
+                f"DiffMask.fit: no epoch kept KL <= {self.bound} and agreement >= {self.agreement} "
+                "on the validation batches at every layer; the last epoch's probe is kept",
+                stacklevel=4,
+            )
+        else:
+            _load_state(explainer, self.best[2])
+        chosen = history[-1]["epoch"] if self.best is None else self.best[1]
+        for row in history:
+            row["selected"] = row["epoch"] == chosen
+
+
+def _state(explainer: "DiffMask") -> Dict[str, Any]:
+    assert explainer.probe is not None and explainer.lambdas is not None
+    return copy.deepcopy({"probe": explainer.probe.state_dict(), "lambdas": explainer.lambdas.state_dict()})
+
+
+def _load_state(explainer: "DiffMask", state: Mapping[str, Any]) -> None:
+    assert explainer.probe is not None and explainer.lambdas is not None
+    explainer.probe.load_state_dict(state["probe"])
+    explainer.lambdas.load_state_dict(state["lambdas"])
