@@ -12,18 +12,98 @@ token embeddings), k >= 1 is ``hidden.k`` (the output of block k-1).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
 from captum.attr import Attribution
+from captum.log import log_usage
 from torch import nn, Tensor
 
 from .forward import check_token_ids, format_additional_args, ModelForward
+from .rng import preserved_rng
 from .sites import repeat_batch, Replacement, SiteLocator
 
 #: Captum-style targets: a class for every example, one per example, or None.
 TargetType = Union[None, int, List[int], Tensor]
+#: What replaces a state: None (the method's default), a constant, a vector (H,)
+#: for every token, or a full (B, T, H) tensor.
+BaselineType = Union[None, float, Tensor]
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def attribution_call(method: _Method) -> _Method:
+    r"""
+    Wraps an ``attribute``: Captum's usage log, and the caller's random number
+    generators left as found (a stochastic method draws on a fork of the global
+    RNG that continues the caller's sequence, then rewinds it; see
+    :func:`captum_diffmask.rng.preserved_rng`).
+    """
+    logged = log_usage()(method)
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with preserved_rng():
+            return logged(*args, **kwargs)
+
+    call.attribution_call = True  # type: ignore[attr-defined]  # for the contract's tests
+    return call  # type: ignore[return-value]
+
+
+def reject_target(target: Any, method: str, preserved: str = "the whole output distribution") -> None:
+    r"""For methods that preserve the whole output rather than one class: a
+    ``target`` is an error (naming it), never silently ignored."""
+    if target is not None:
+        raise ValueError(
+            f"target must be None for {method}: it preserves {preserved}, not one class; got {target!r}"
+        )
+
+
+def resolve_baseline(
+    baselines: BaselineType, state: Tensor, mask: Tensor, default: str = "zeros", argument: str = "baselines"
+) -> Tensor:
+    r"""
+    The reference state (B, T, H) that replaces ``state``.
+
+    Args:
+
+        baselines (float or Tensor, optional): a constant, a vector (H,) for every
+                    token (e.g. a fitted DiffMask's learned baseline), or a full
+                    (B, T, H) tensor; None for ``default``.
+        state (Tensor): (B, T, H) the site's states.
+        mask (Tensor): (B, T) bool, True at real tokens.
+        default (str, optional): ``"zeros"``, or ``"mean"`` (the mean state over
+                    the batch's real tokens). Default: ``"zeros"``
+        argument (str, optional): the name used in errors. Default: ``"baselines"``
+
+    Returns:
+        *Tensor* (B, T, H), detached, equal to ``state`` at padded positions
+        (padding is never moved).
+    """
+    if baselines is None:
+        if default == "mean":
+            weights = mask.to(state.device).float().unsqueeze(-1)
+            mean = (state.float() * weights).sum((0, 1)) / weights.sum().clamp(min=1.0)
+            full = mean.to(state.dtype).expand_as(state)
+        else:
+            full = torch.zeros_like(state)
+    elif isinstance(baselines, (int, float)) and not isinstance(baselines, bool):
+        full = torch.full_like(state, float(baselines))
+    elif isinstance(baselines, Tensor):
+        if baselines.shape == state.shape[-1:]:
+            full = baselines.to(state).expand_as(state)
+        elif baselines.shape == state.shape:
+            full = baselines.to(state)
+        else:
+            raise ValueError(
+                f"{argument} must be None, a float, a tensor ({state.shape[-1]},) or a tensor "
+                f"{tuple(state.shape)} shaped like the site state, got shape {tuple(baselines.shape)}"
+            )
+    else:
+        raise TypeError(f"{argument} must be None, a float or a Tensor, got {type(baselines).__name__}")
+    return torch.where(mask.to(state.device).unsqueeze(-1), full.detach(), state)
 
 
 @dataclass
@@ -107,6 +187,10 @@ class SiteAttribution(Attribution):
 
     #: ``"partial"`` (re-run only what follows a replaced site) or ``"full"``.
     rerun: str = "partial"
+    #: Whether ``target`` selects the class attributed (else it must be None).
+    uses_target: bool = True
+    #: Whether ``attribute`` takes ``baselines=`` (what replaces a state).
+    uses_baselines: bool = False
 
     def __init__(
         self,

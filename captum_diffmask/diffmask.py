@@ -7,10 +7,9 @@ import os
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
-from captum.log import log_usage
 from torch import nn, Tensor
 
-from .attribution import check_layer, PreparedCall, SiteAttribution
+from .attribution import attribution_call, check_layer, PreparedCall, reject_target, SiteAttribution
 from .convergence import Convergence
 from .fitting import FitOptions, InitBaseline, run_fit
 from .forward import Batch, frozen, model_device, split_batch
@@ -97,6 +96,8 @@ class DiffMask(SiteAttribution):
         >>> history = dm.fit(train_loader, epochs=10, eps=0.1)
         >>> attributions = dm.attribute(input_ids, additional_forward_args=(mask,), layer=3)
     """
+
+    uses_target = False
 
     def __init__(
         self,
@@ -273,13 +274,13 @@ class DiffMask(SiteAttribution):
         return run_fit(self, dataloader, options)
 
     # -------------------------------------------------------------- attribute
-    @log_usage()
+    @attribution_call
     def attribute(
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
         target: Any = None,
         additional_forward_args: Any = None,
-        layer: Optional[int] = None,
+        layer: Optional[int] = 0,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
         The probability that each token (input mode) or state (hidden mode) is kept.
@@ -290,12 +291,15 @@ class DiffMask(SiteAttribution):
         Args:
 
             inputs (Tensor or tuple[Tensor]): token ids (B, T).
-            target: ignored; DiffMask explains the whole output distribution.
-                        Accepted for Captum compatibility. Default: None
+            target: must be None: DiffMask keeps the whole output distribution,
+                        not one class (a target is an error, not ignored).
+                        Default: None
             additional_forward_args (Any, optional): the model's other positional
                         arguments (e.g. the attention mask). Default: None
-            layer (int, optional): the depth k the probe reads, 0..L; None for all.
-                        Default: None
+            layer (int, optional): input mode: the depth k the probe reads (the
+                        votes from ``hidden.0 .. hidden.k``); hidden mode: the
+                        states of ``hidden.k``; 0..L, or None for every layer.
+                        Default: 0
 
         Returns:
             *Tensor* (or a 1-tuple, when ``inputs`` is a tuple) of **attributions**
@@ -303,11 +307,7 @@ class DiffMask(SiteAttribution):
             padded positions.
         """
         self._check_fitted()
-        if target is not None:
-            raise ValueError(
-                "target must be None for DiffMask: it keeps the whole output distribution "
-                f"(KL(original || masked) <= eps), not one class; got {target!r}"
-            )
+        reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
         call = self._prepare(inputs, additional_forward_args, layer)
         states, _ = self._capture(call, self._needed_sites(layer), stop_early=True)
         with torch.no_grad():

@@ -358,7 +358,7 @@ def mix_baseline(state: Tensor, gate: Tensor, baseline: Tensor) -> Tensor:
 
         state (Tensor): (B, T, H) the original activation.
         gate (Tensor): (B, T) gate values in ``[0, 1]``.
-        baseline (Tensor): (H,) the replacement vector.
+        baseline (Tensor): (H,) the replacement vector, or (B, T, H) one per position.
 
     Returns:
         *Tensor* (B, T, H) in the dtype of ``state``.

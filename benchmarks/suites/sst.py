@@ -446,7 +446,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
             explainer, info = fit_diffmask(model, mode, train, valid, config, seed, verbose)
             info["faithfulness"] = faithfulness(explainer, evaluated, 64, verbose)
             attributions[mode].append(per_sentence(
-                evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), verbose,
+                evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None), verbose,
                 f"attribute {mode}"))
             runs.append({"seed": seed, **info})
             if seed == seeds[0]:
@@ -590,7 +590,7 @@ def _heatmaps(config, model, tokenizer, data, explainers, prepared, L, figures_d
         panels: Dict[str, Tuple[Any, Optional[Sequence[str]]]] = {}
         for mode in ("input", "hidden"):
             if mode in explainers:
-                panels[f"DiffMask {mode}"] = (explainers[mode].attribute(ids, additional_forward_args=(mask,))[0], labels)
+                panels[f"DiffMask {mode}"] = (explainers[mode].attribute(ids, additional_forward_args=(mask,), layer=None)[0], labels)
         for name in HEATMAP_METHODS:
             method = prepared.get(name)
             if method is None:
@@ -628,7 +628,7 @@ def _speed(config, model, train, data, explainers, prepared, diffmask, seed, L, 
     per_sentence = {"forward": forward_seconds / n}
     timed: Dict[str, Callable[[Tensor, Tensor], Any]] = {}
     for mode, explainer in explainers.items():
-        timed[f"DiffMask {mode}"] = lambda ids, mask, e=explainer: e.attribute(ids, additional_forward_args=(mask,))
+        timed[f"DiffMask {mode}"] = lambda ids, mask, e=explainer: e.attribute(ids, additional_forward_args=(mask,), layer=None)
     ig_steps = int(options.get("ig_steps", 50))
     for name, method in prepared.items():
         if name == "Random":

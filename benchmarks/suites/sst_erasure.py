@@ -532,7 +532,7 @@ def _run_mask_method(
     start_time = time.perf_counter()
     for start, stop in _bar(_chunks(len(data), chunk), verbose, desc=name):
         part = data.subset(torch.arange(start, stop))
-        result = explainer.fit_masks(part.ids, (part.mask,), layer=0, baseline=baseline, verbose=False, **options)
+        result = explainer.fit_masks(part.ids, (part.mask,), layer=0, baselines=baseline, verbose=False, **options)
         kept.append(_pad_to(result.mask.bool(), data.ids.shape[1]))
         keep.append(_pad_to(result.keep, data.ids.shape[1]))
         lambdas.append(result.lambdas)

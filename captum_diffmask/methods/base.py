@@ -1,5 +1,5 @@
 """What the comparison methods share beyond :class:`SiteAttribution`: the
-per-example optimisation loop."""
+per-example optimisation loop and its optimisers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,34 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..attribution import PreparedCall, site_for_layer, SiteAttribution
+from ..checks import check_choice, check_positive_int
 
-__all__ = ["PreparedCall", "SiteAttribution", "optimize", "site_for_layer"]
+__all__ = ["PreparedCall", "SiteAttribution", "OPTIMIZERS", "make_optimizer", "optimize", "site_for_layer"]
+
+#: The optimisers of the per-example methods.
+OPTIMIZERS = ("rmsprop", "adam")
+
+
+def make_optimizer(kind: str, parameter: Tensor, lr: float) -> torch.optim.Optimizer:
+    r"""
+    The optimiser of a per-example method's parameters.
+
+    Args:
+
+        kind (str): ``"rmsprop"`` (centred, as the authors' code) or ``"adam"``
+                    (torch's defaults).
+        parameter (Tensor): the per-example parameters (a leaf that requires grad).
+        lr (float): the learning rate, > 0.
+
+    Returns:
+        *torch.optim.Optimizer*; errors name ``optimizer`` or ``lr``.
+    """
+    check_choice(kind, OPTIMIZERS, "optimizer")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a number > 0, got {lr!r}")
+    if kind == "rmsprop":
+        return torch.optim.RMSprop([parameter], lr=lr, centered=True)
+    return torch.optim.Adam([parameter], lr=lr)
 
 
 def optimize(
@@ -37,8 +63,7 @@ def optimize(
         after_step (Callable, optional): ``after_step(step)`` after each update
                     (e.g. multiplier ascent and clamping). Default: None
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    check_positive_int(steps, "steps")
     for step in tqdm(range(steps), desc=desc, disable=None if verbose else True, leave=False):
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(step)

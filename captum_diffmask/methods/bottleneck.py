@@ -16,31 +16,16 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Unio
 
 import torch
 import torch.nn.functional as F
-from captum.log import log_usage
 from torch import nn, Tensor
 
-from ..forward import Batch, check_token_ids, frozen, split_batch
+from ..attribution import attribution_call, resolve_target
+from ..checks import check_choice, check_non_negative, check_positive_int
+from ..forward import Batch, frozen, split_batch
 from ..objective import log_probs
 from ..sites import SiteLocator
-from ..attribution import resolve_target as shared_resolve_target
-from .base import optimize, site_for_layer, SiteAttribution
+from .base import make_optimizer, optimize, site_for_layer, SiteAttribution
 
 _READOUTS = ("alpha", "capacity")
-_OPTIMIZERS = ("rmsprop", "adam")
-
-
-def resolve_target(target: Any, log_p: Tensor) -> Tensor:
-    r"""
-    The class whose log-probability a task loss uses, per example: the shared
-    :func:`captum_diffmask.attribution.resolve_target` on (B, C) log-probabilities
-    (for a single binary logit, C = 2: class 1 is "logit > 0").
-
-    Returns:
-        *Tensor* (B,) long class indices; None means the predicted class.
-    """
-    classes = shared_resolve_target(log_p, target)
-    assert classes is not None  # log-probabilities always have C >= 2 columns
-    return classes
 
 
 def capacity_nats(alpha: Tensor, state: Tensor, mean: Tensor, std: Tensor) -> Tensor:
@@ -178,11 +163,9 @@ class PerSampleBottleneck(SiteAttribution):
                 if max_batches is not None and index >= max_batches:
                     break
                 ids, extra = split_batch(batch)
-                ids, _ = check_token_ids(ids, "dataloader batch")
-                mask = self.model_forward.padding_mask(ids, extra)
-                with self.locator.capture([site], stop_early=True) as states:
-                    self.model_forward(ids, extra)
-                real = states[site][mask].double()  # (N, H): real tokens only
+                call = self._prepare(ids, extra, layer, argument="dataloader batch")
+                states, _ = self._capture(call, stop_early=True)
+                real = states[site][call.mask].double()  # (N, H): real tokens only
                 total = real.sum(0) if total is None else total + real.sum(0)
                 total_sq = real.pow(2).sum(0) if total_sq is None else total_sq + real.pow(2).sum(0)
                 count += real.shape[0]
@@ -194,7 +177,7 @@ class PerSampleBottleneck(SiteAttribution):
         self.statistics[layer] = (mean.float(), std.float())
         return self.statistics[layer]
 
-    @log_usage()
+    @attribution_call
     def attribute(
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
@@ -249,14 +232,10 @@ class PerSampleBottleneck(SiteAttribution):
                 f"layer: no statistics for layer {layer}; call "
                 f"fit_statistics(dataloader, layer={layer}) first"
             )
-        if readout not in _READOUTS:
-            raise ValueError(f"readout must be one of {_READOUTS}, got {readout!r}")
-        if optimizer not in _OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be an int >= 1, got {samples!r}")
-        if beta is not None and not beta >= 0:
-            raise ValueError(f"beta must be >= 0, got {beta!r}")
+        check_choice(readout, _READOUTS, "readout")
+        check_positive_int(samples, "samples")
+        if beta is not None:
+            check_non_negative(beta, "beta")
 
         states, original = self._capture(call)
         state = states[call.site]
@@ -267,15 +246,14 @@ class PerSampleBottleneck(SiteAttribution):
                 f"the site's states have size {state.shape[-1]}"
             )
         beta = 10.0 / state.shape[-1] if beta is None else float(beta)
-        target_index = resolve_target(target, log_probs(original))
+        # on log-probabilities: a single binary logit is two classes here
+        target_index = resolve_target(log_probs(original), target)
+        assert target_index is not None
         real = call.mask.to(state.device).float()
         tokens = real.sum(-1).clamp(min=1.0)
 
         alpha = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
-        if optimizer == "rmsprop":
-            opt: torch.optim.Optimizer = torch.optim.RMSprop([alpha], lr=lr, centered=True)
-        else:
-            opt = torch.optim.Adam([alpha], lr=lr)
+        opt = make_optimizer(optimizer, alpha, lr)
 
         def loss_fn(step: int) -> Tensor:
             # lambda = 1 at padding: padded positions are never perturbed.

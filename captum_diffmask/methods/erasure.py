@@ -24,8 +24,10 @@ from tqdm.auto import tqdm
 from ..forward import frozen
 from ..objective import log_probs
 from ..sites import SiteLocator
+from ..attribution import attribution_call, BaselineType, resolve_baseline, resolve_target, TargetType
+from ..checks import check_positive_int
+from ..rng import preserved_rng
 from .base import PreparedCall, SiteAttribution
-from .gradients import resolve_target, TargetType
 
 
 @dataclass
@@ -180,34 +182,21 @@ class ExactErasure(SiteAttribution):
         self.verbose = verbose
         self._check_options()
 
+    uses_baselines = True
+
     def _check_options(self) -> None:
-        for name in ("budget", "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_positive_int(self.budget, "budget")
+        check_positive_int(self.eval_batch_size, "eval_batch_size")
 
-    def _baseline_vector(self, state: Tensor) -> Tensor:
-        hidden = state.shape[-1]
-        baseline = self.baseline
-        if baseline is None:
-            return state.new_zeros(hidden)
-        if isinstance(baseline, (int, float)) and not isinstance(baseline, bool):
-            return state.new_full((hidden,), float(baseline))
-        if isinstance(baseline, Tensor):
-            if baseline.shape != (hidden,):
-                raise ValueError(
-                    f"baseline must be a vector ({hidden},) of the site's size, got shape "
-                    f"{tuple(baseline.shape)}"
-                )
-            return baseline.detach().to(state)
-        raise TypeError(f"baseline must be None, a float or a Tensor, got {type(baseline).__name__}")
-
+    @attribution_call
     def attribute(  # type: ignore[override]
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
         layer: int = 0,
+        *,
+        baselines: BaselineType = None,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
         Args:
@@ -221,6 +210,9 @@ class ExactErasure(SiteAttribution):
                         Default: None
             layer (int, optional): 0 for the token embeddings, k >= 1 for
                         ``hidden.k``. Default: 0
+            baselines (float or Tensor, optional): what replaces an erased state
+                        in this call (the constructor's ``baseline`` when None).
+                        Default: None
 
         Returns:
             *Tensor* (B, T) 0/1 float: one minimal kept subset per example (1 =
@@ -228,7 +220,7 @@ class ExactErasure(SiteAttribution):
             about which a warning is emitted.
         """
         call = self._prepare(inputs, additional_forward_args, layer)
-        result = self._search(call, target, all_solutions=False)
+        result = self._search(call, target, all_solutions=False, baselines=baselines)
         unsolved = int((~result.solved).sum())
         if unsolved:
             warnings.warn(
@@ -245,6 +237,7 @@ class ExactErasure(SiteAttribution):
         layer: int = 0,
         all_solutions: bool = False,
         target: TargetType = None,
+        baselines: BaselineType = None,
     ) -> ErasureResult:
         r"""
         Runs the search and returns everything it found.
@@ -259,19 +252,26 @@ class ExactErasure(SiteAttribution):
             all_solutions (bool, optional): enumerate the whole minimal size and
                         return every minimal subset in ``all_masks``. Default: False
             target (optional): as in :meth:`attribute`. Default: None
+            baselines (optional): as in :meth:`attribute`. Default: None
 
         Returns:
             :class:`ErasureResult`.
         """
         call = self._prepare(inputs, additional_forward_args, layer)
-        return self._search(call, target, all_solutions=bool(all_solutions))
+        with preserved_rng():
+            return self._search(call, target, all_solutions=bool(all_solutions), baselines=baselines)
 
     # ------------------------------------------------------------------ search
-    def _search(self, call: PreparedCall, target: TargetType, all_solutions: bool) -> ErasureResult:
+    def _search(
+        self, call: PreparedCall, target: TargetType, all_solutions: bool, baselines: BaselineType
+    ) -> ErasureResult:
         self._check_options()
         states, logits = self._capture(call)
+        assert logits is not None
         state = states[call.site].detach()
-        baseline = self._baseline_vector(state)
+        chosen = self.baseline if baselines is None else baselines
+        argument = "baseline" if baselines is None else "baselines"
+        baseline = resolve_baseline(chosen, state, call.mask, argument=argument)
         explicit = resolve_target(logits, target)  # also validates target
         wanted = log_probs(logits).argmax(-1) if explicit is None else explicit
 
@@ -344,7 +344,7 @@ class ExactErasure(SiteAttribution):
         if rows:
             keep[rows, cols] = True
         keep = keep.to(device) | ~call.mask[index]  # padding is never erased
-        masked = torch.where(keep.unsqueeze(-1), state[index], baseline)
+        masked = torch.where(keep.unsqueeze(-1), state[index], baseline[index])
         batch = call.ids.shape[0]
         extra = tuple(
             a[index] if isinstance(a, Tensor) and a.dim() >= 1 and a.shape[0] == batch else a

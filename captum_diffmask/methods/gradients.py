@@ -14,50 +14,24 @@ contribute nothing and score exactly 0.
 from __future__ import annotations
 
 from dataclasses import replace as _replace_fields
-from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 import torch
 from captum.attr import IntegratedGradients as _CaptumIntegratedGradients
 from captum.attr import Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
+from ..attribution import attribution_call, BaselineType, resolve_baseline, resolve_target, TargetType
+from ..checks import check_positive_int
 from ..forward import frozen
 from ..sites import SiteLocator
-from ..attribution import resolve_target, TargetType
 from .base import PreparedCall, SiteAttribution
-
-BaselineType = Union[None, float, Tensor]
 
 _REDUCTIONS = ("abs_sum", "sum", "l2")
 _IG_METHODS = ("riemann_trapezoid", "gausslegendre", "riemann_left", "riemann_right", "riemann_middle")
 
 
 # --------------------------------------------------------------- shared helpers
-def resolve_baseline(baseline: BaselineType, state: Tensor, mask: Tensor, argument: str = "baseline") -> Tensor:
-    r"""
-    The reference state (B, T, H) that replaces ``state``: zeros (None), a constant
-    (float), a vector (H,) for every token, or a full (B, T, H) tensor. At padded
-    positions it equals ``state`` (padding is never moved).
-    """
-    if baseline is None:
-        full = torch.zeros_like(state)
-    elif isinstance(baseline, (int, float)) and not isinstance(baseline, bool):
-        full = torch.full_like(state, float(baseline))
-    elif isinstance(baseline, Tensor):
-        if baseline.shape == state.shape[-1:]:
-            full = baseline.to(state).expand_as(state)
-        elif baseline.shape == state.shape:
-            full = baseline.to(state)
-        else:
-            raise ValueError(
-                f"{argument} must be None, a float, a tensor ({state.shape[-1]},) or a tensor "
-                f"{tuple(state.shape)} shaped like the site state, got shape {tuple(baseline.shape)}"
-            )
-    else:
-        raise TypeError(f"{argument} must be None, a float or a Tensor, got {type(baseline).__name__}")
-    return torch.where(mask.unsqueeze(-1), full.detach(), state)
-
-
 def reduce_tokens(attributions: Tensor, reduction: str) -> Tensor:
     r"""(B, T, H) per-feature attributions -> (B, T) per-token scores."""
     if reduction == "abs_sum":
@@ -67,13 +41,6 @@ def reduce_tokens(attributions: Tensor, reduction: str) -> Tensor:
     if reduction == "l2":
         return attributions.norm(dim=-1)
     raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-
-
-def _check_positive_int(value: Any, argument: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{argument} must be an int >= 1, got {value!r}")
 
 
 class _SiteFunction:
@@ -174,18 +141,26 @@ class IntegratedGradients(SiteAttribution):
 
     @staticmethod
     def _check_options(n_steps: Any, method: Any, reduction: Any, internal_batch_size: Any) -> None:
-        _check_positive_int(n_steps, "n_steps")
+        check_positive_int(n_steps, "n_steps")
         if method not in _IG_METHODS:
             raise ValueError(f"method must be one of {_IG_METHODS}, got {method!r}")
         if method.startswith("riemann") and n_steps < 2:
             raise ValueError(f"n_steps must be >= 2 for the Riemann rules, got {n_steps}")
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-        _check_positive_int(internal_batch_size, "internal_batch_size", allow_none=True)
+        check_positive_int(internal_batch_size, "internal_batch_size", allow_none=True)
+
+    uses_baselines = True
+
+    @property
+    def multiplies_by_inputs(self) -> bool:
+        # (h - b) times the path integral of the gradient, as Captum's own IG
+        return True
 
     def has_convergence_delta(self) -> bool:
         return True
 
+    @attribution_call
     def attribute(  # type: ignore[override]
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
@@ -193,6 +168,7 @@ class IntegratedGradients(SiteAttribution):
         additional_forward_args: Any = None,
         layer: int = 0,
         *,
+        baselines: BaselineType = None,
         n_steps: Optional[int] = None,
         method: Optional[str] = None,
         reduction: Optional[str] = None,
@@ -210,6 +186,9 @@ class IntegratedGradients(SiteAttribution):
                         e.g. ``(attention_mask,)``. Default: None
             layer (int, optional): 0 for the token embeddings (``input`` site),
                         k >= 1 for ``hidden.k``. Default: 0
+            baselines (float or Tensor, optional): the reference state for this
+                        call (as the constructor's ``baseline``, which is used when
+                        None). Default: None
             n_steps, method, reduction, internal_batch_size (optional): override
                         the constructor's values for this call.
             return_convergence_delta (bool, optional): also return, per example,
@@ -230,9 +209,10 @@ class IntegratedGradients(SiteAttribution):
 
         call = self._prepare(inputs, additional_forward_args, layer)
         states, logits = self._capture(call)
+        assert logits is not None
         state = states[call.site].detach()
         captum_target = resolve_target(logits, target)
-        baseline = resolve_baseline(self.baseline, state, call.mask)
+        baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
 
         forward = _SiteFunction(self, call)
         ig = _CaptumIntegratedGradients(forward, multiply_by_inputs=True)
@@ -305,10 +285,13 @@ class Occlusion(SiteAttribution):
         perturbations_per_eval: int = 16,
     ) -> None:
         super().__init__(model, sites, forward_func, padding_mask_arg)
-        _check_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        check_positive_int(perturbations_per_eval, "perturbations_per_eval")
         self.baseline = baseline
         self.perturbations_per_eval = perturbations_per_eval
 
+    uses_baselines = True
+
+    @attribution_call
     def attribute(  # type: ignore[override]
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
@@ -316,6 +299,7 @@ class Occlusion(SiteAttribution):
         additional_forward_args: Any = None,
         layer: int = 0,
         *,
+        baselines: BaselineType = None,
         perturbations_per_eval: Optional[int] = None,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
@@ -329,6 +313,9 @@ class Occlusion(SiteAttribution):
                         Default: None
             layer (int, optional): 0 for the token embeddings, k >= 1 for
                         ``hidden.k``. Default: 0
+            baselines (float or Tensor, optional): what replaces an occluded state
+                        in this call (the constructor's ``baseline`` when None).
+                        Default: None
             perturbations_per_eval (int, optional): overrides the constructor's.
 
         Returns:
@@ -337,12 +324,13 @@ class Occlusion(SiteAttribution):
         """
         if perturbations_per_eval is None:
             perturbations_per_eval = self.perturbations_per_eval
-        _check_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        check_positive_int(perturbations_per_eval, "perturbations_per_eval")
         call = self._prepare(inputs, additional_forward_args, layer)
         states, logits = self._capture(call)
+        assert logits is not None
         state = states[call.site].detach()
         captum_target = resolve_target(logits, target)
-        baseline = resolve_baseline(self.baseline, state, call.mask)
+        baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
 
         hidden = state.shape[-1]
         occlusion = _CaptumOcclusion(_SiteFunction(self, call))

@@ -13,14 +13,14 @@ from typing import Any, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from captum.log import log_usage
 from torch import Tensor
 
+from ..attribution import attribution_call, reject_target
+from ..checks import check_choice, check_non_negative
 from ..forward import frozen
-from .base import optimize, SiteAttribution
+from .base import make_optimizer, optimize, SiteAttribution
 
 _READOUTS = ("inverse", "neg_sigma")
-_OPTIMIZERS = ("rmsprop", "adam")
 
 
 class Guan(SiteAttribution):
@@ -74,7 +74,9 @@ class Guan(SiteAttribution):
                     mask in ``additional_forward_args``. Default: ``"auto"``
     """
 
-    @log_usage()
+    uses_target = False
+
+    @attribution_call
     def attribute(
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
@@ -95,8 +97,8 @@ class Guan(SiteAttribution):
         Args:
 
             inputs (Tensor or tuple[Tensor]): token ids (B, T).
-            target: ignored; the deviation covers the whole output. Accepted for
-                        Captum compatibility. Default: None
+            target: must be None: the deviation covers the whole output (a
+                        target is an error, not ignored). Default: None
             additional_forward_args (Any, optional): the model's other positional
                         arguments (e.g. the attention mask). Default: None
             layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
@@ -117,13 +119,10 @@ class Guan(SiteAttribution):
             *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple) of scores,
             higher = more important, 0 at padding.
         """
+        reject_target(target, "Guan", "the whole output (its deviation)")
         call = self._prepare(inputs, additional_forward_args, layer)
-        if readout not in _READOUTS:
-            raise ValueError(f"readout must be one of {_READOUTS}, got {readout!r}")
-        if optimizer not in _OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
-        if not lam >= 0:
-            raise ValueError(f"lam must be >= 0, got {lam!r}")
+        check_choice(readout, _READOUTS, "readout")
+        check_non_negative(lam, "lam")
         names = self.locator.names
         if deviation_site is not None:
             if deviation_site not in names:
@@ -142,10 +141,7 @@ class Guan(SiteAttribution):
         real = call.mask.to(state.device)
 
         s = torch.full(state.shape[:-1], -5.0, device=state.device, requires_grad=True)
-        if optimizer == "rmsprop":
-            opt: torch.optim.Optimizer = torch.optim.RMSprop([s], lr=lr, centered=True)
-        else:
-            opt = torch.optim.Adam([s], lr=lr)
+        opt = make_optimizer(optimizer, s, lr)
 
         def deviation(noisy: Tensor) -> Tensor:
             squared = (noisy.float() - reference).pow(2)

@@ -18,21 +18,21 @@ input, hindsight included; DiffMask's probe must decide from the model's states.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from captum.log import log_usage
 from torch import Tensor
 
+from ..attribution import attribution_call, BaselineType, reject_target, resolve_baseline
+from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import frozen
 from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from ..objective import kl_divergence, LagrangeMultipliers, log_probs
 from ..probes import mix_baseline
-from .base import optimize, PreparedCall, SiteAttribution
+from .base import make_optimizer, optimize, OPTIMIZERS, PreparedCall, SiteAttribution
 
 _READOUTS = ("keep", "mask")
-_OPTIMIZERS = ("adam", "rmsprop")
 _SELECTIONS = ("last", "sparsest")
 _LOGIT_RANGE = 10.0
 
@@ -53,7 +53,8 @@ class MaskResult:
         agreement (Tensor): (B,) bool, the deterministic mask keeps the argmax of
                     the output.
         lambdas (Tensor): (B,) the final Lagrange multipliers.
-        baseline (Tensor): (H,) the replacement vector used.
+        baseline (Tensor): (B, T, H) what replaced the states (equal to the
+                    states at padding).
     """
 
     keep: Tensor
@@ -70,17 +71,8 @@ class _PerExampleMask(SiteAttribution):
 
     _name = "per-example mask"
 
-    def _baseline(self, baseline: Optional[Tensor], state: Tensor, mask: Tensor) -> Tensor:
-        if baseline is None:
-            weights = mask.float().unsqueeze(-1)
-            return (state.float() * weights).sum((0, 1)) / weights.sum().clamp(min=1.0)
-        if not isinstance(baseline, Tensor):
-            raise TypeError(f"baseline must be None or a Tensor of shape (H,), got {type(baseline).__name__}")
-        if baseline.shape != state.shape[-1:]:
-            raise ValueError(
-                f"baseline must have shape ({state.shape[-1]},) (the site's size), got {tuple(baseline.shape)}"
-            )
-        return baseline.detach().float().to(state.device)
+    uses_target = False
+    uses_baselines = True
 
     def _masked_log_q(self, call: PreparedCall, state: Tensor, gates: Tensor, baseline: Tensor) -> Tensor:
         gates = torch.where(call.mask, gates, torch.ones_like(gates))  # padding is never replaced
@@ -105,7 +97,7 @@ class _PerExampleMask(SiteAttribution):
         steps: int = 500,
         lr: float = 0.1,
         lr_lambda: float = 0.1,
-        baseline: Optional[Tensor] = None,
+        baselines: BaselineType = None,
         optimizer: str = "adam",
         samples: int = 1,
         verbose: bool = True,
@@ -131,7 +123,8 @@ class _PerExampleMask(SiteAttribution):
                         gradient ascent on ``KL - eps``, clamped to [0, 200]; larger
                         values make lambda overshoot and keep more tokens than
                         needed). Default: 0.1
-            baseline (Tensor, optional): (H,) the replacement vector; None = the
+            baselines (float or Tensor, optional): what replaces a masked state:
+                        a constant, a vector (H,) or a (B, T, H) tensor; None = the
                         mean state of the site over the batch's real tokens.
                         Default: None
             optimizer (str, optional): ``"adam"`` or ``"rmsprop"`` (centred) for
@@ -158,21 +151,17 @@ class _PerExampleMask(SiteAttribution):
             multipliers.
         """
         call = self._prepare(inputs, additional_forward_args, layer)
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {eps!r}")
-        if optimizer not in _OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be an int >= 1, got {samples!r}")
-        if select not in _SELECTIONS:
-            raise ValueError(f"select must be one of {_SELECTIONS}, got {select!r}")
-        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
-            raise ValueError(f"check_every must be an int >= 1, got {check_every!r}")
+        check_non_negative(eps, "eps")
+        check_choice(optimizer, OPTIMIZERS, "optimizer")
+        check_positive_int(samples, "samples")
+        check_choice(select, _SELECTIONS, "select")
+        check_positive_int(check_every, "check_every")
         states, original = self._capture(call)
+        assert original is not None
         state = states[call.site]
         mask = call.mask.to(state.device)
         call.mask = mask
-        b = self._baseline(baseline, state, mask)
+        b = resolve_baseline(baselines, state, mask, default="mean")
         log_p = log_probs(original)
 
         logits = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
@@ -218,7 +207,7 @@ class _PerExampleMask(SiteAttribution):
             baseline=b,
         )
 
-    @log_usage()
+    @attribution_call
     def attribute(
         self,
         inputs: Union[Tensor, Tuple[Tensor]],
@@ -230,7 +219,7 @@ class _PerExampleMask(SiteAttribution):
         steps: int = 500,
         lr: float = 0.1,
         lr_lambda: float = 0.1,
-        baseline: Optional[Tensor] = None,
+        baselines: BaselineType = None,
         optimizer: str = "adam",
         samples: int = 1,
         verbose: bool = True,
@@ -243,8 +232,8 @@ class _PerExampleMask(SiteAttribution):
         Args:
 
             inputs (Tensor or tuple[Tensor]): token ids (B, T).
-            target: ignored; the constraint covers the whole output distribution.
-                        Accepted for Captum compatibility. Default: None
+            target: must be None: the constraint covers the whole output
+                        distribution (a target is an error, not ignored). Default: None
             additional_forward_args (Any, optional): the model's other positional
                         arguments. Default: None
             layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
@@ -252,28 +241,22 @@ class _PerExampleMask(SiteAttribution):
             readout (str, optional): ``"keep"``: the probability that each gate
                         is open, in [0, 1]; ``"mask"``: the deterministic 0/1 mask
                         (``keep > 0.5``). Default: ``"keep"``
-            eps, steps, lr, lr_lambda, baseline, optimizer, samples, verbose,
+            eps, steps, lr, lr_lambda, baselines, optimizer, samples, verbose,
                         select, check_every: as in :meth:`fit_masks`.
 
         Returns:
             *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple), higher = more
             important, 0 at padding.
         """
-        if readout not in _READOUTS:
-            raise ValueError(f"readout must be one of {_READOUTS}, got {readout!r}")
+        reject_target(target, self._name)
+        check_choice(readout, _READOUTS, "readout")
         result = self.fit_masks(
             inputs, additional_forward_args, layer, eps=eps, steps=steps, lr=lr, lr_lambda=lr_lambda,
-            baseline=baseline, optimizer=optimizer, samples=samples, verbose=verbose,
+            baselines=baselines, optimizer=optimizer, samples=samples, verbose=verbose,
             select=select, check_every=check_every,
         )
         scores = result.keep if readout == "keep" else result.mask
         return (scores,) if isinstance(inputs, tuple) else scores
-
-
-def _gate_optimizer(kind: str, logits: Tensor, lr: float) -> torch.optim.Optimizer:
-    if kind == "adam":
-        return torch.optim.Adam([logits], lr=lr)
-    return torch.optim.RMSprop([logits], lr=lr, centered=True)
 
 
 class PerExampleDiffMask(_PerExampleMask):
@@ -323,7 +306,7 @@ class PerExampleDiffMask(_PerExampleMask):
         lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
         optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
     ) -> None:
-        opt = _gate_optimizer(optimizer, logits, lr)
+        opt = make_optimizer(optimizer, logits, lr)
         lambda_opt = lambdas.optimizer(lr_lambda)
         real = call.mask.float()
 
@@ -401,7 +384,7 @@ class REINFORCE(_PerExampleMask):
         lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
         optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
     ) -> None:
-        opt = _gate_optimizer(optimizer, logits, lr)
+        opt = make_optimizer(optimizer, logits, lr)
         lambda_opt = lambdas.optimizer(lr_lambda)
         real = call.mask.float()
         moving = torch.zeros(logits.shape[0], device=logits.device)

@@ -27,7 +27,7 @@ def test_fit_and_attribute_shapes_values_and_padding(kind, mode):
         assert attr.shape == ids.shape
         assert torch.isfinite(attr).all() and attr.min() >= 0 and attr.max() <= 1
         assert (attr[mask == 0] == 0).all()
-    every = dm.attribute(ids, additional_forward_args=(mask,))
+    every = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert every.shape == (*ids.shape, dm.num_layers + 1)
     assert torch.allclose(every[..., 1], dm.attribute(ids, additional_forward_args=(mask,), layer=1))
     if mode == "input":  # a token kept at layer k was kept by every earlier vote
@@ -55,7 +55,7 @@ def test_padded_positions_give_no_nan_even_when_fully_padded_rows():
     mask[1, 1:] = 0
     ids[1, 1:] = 0
     dm.fit([(ids, mask)] * 3, epochs=1, seed=0, verbose=False)
-    attr = dm.attribute(ids, additional_forward_args=(mask,))
+    attr = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert torch.isfinite(attr).all() and (attr[1, 1:] == 0).all()
 
 
@@ -66,12 +66,12 @@ def test_save_load_round_trips_attributions_exactly(tmp_path, kind, mode):
     dm = DiffMask(model, mode=mode)
     dm.fit(_loader(3), epochs=1, seed=0, verbose=False)
     ids, mask = token_batch(seed=5)
-    expected = dm.attribute(ids, additional_forward_args=(mask,))
+    expected = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     path = tmp_path / "dm.pt"
     dm.save(path)
     loaded = DiffMask.load(path, model)
     assert loaded.mode == mode
-    assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,)), expected)
+    assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,), layer=None), expected)
 
 
 def test_load_refuses_a_checkpoint_for_another_model(tmp_path):
@@ -276,7 +276,7 @@ def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_b
     low, high = dm.stretch
     p_open = torch.sigmoid(torch.tensor(init_bias - dm.temperature * torch.log(torch.tensor(-low / high)).item()))
     ids, mask = token_batch(seed=3)
-    attributions = dm.attribute(ids, additional_forward_args=(mask,))
+    attributions = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     real = mask.bool()
     for k in range(dm.num_layers + 1):
         expected = p_open ** (k + 1) if mode == "input" else p_open

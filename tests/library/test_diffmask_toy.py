@@ -48,7 +48,7 @@ def test_input_mode_layer0_is_uniform_and_layer1_concentrates_on_the_query(toy_s
            lr_baseline=3e-2, lr_lambda=0.2, layers=[1], seed=0, verbose=False)
     dm.fit(train.loader(128, shuffle=True, seed=1), epochs=6, eps=0.1, lr=3e-3,
            lr_baseline=0.0, lr_lambda=0.2, layers=[0], seed=1, verbose=False)
-    every = dm.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask))
+    every = dm.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask), layer=None)
     truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
     real, query = valid.mask, truth.bool()
 

@@ -201,12 +201,12 @@ def test_save_load_round_trip_with_unequal_site_sizes(tmp_path, mode):
     mask[0, 5:] = 0
     dm = DiffMask(model, mode=mode, sites=toy_sites(model), padding_mask_arg=1)
     dm.fit([(ids, query, mask)] * 3, epochs=2, lr=1e-2, seed=0, verbose=False)
-    expected = dm.attribute(ids, additional_forward_args=(query, mask))
+    expected = dm.attribute(ids, additional_forward_args=(query, mask), layer=None)
     assert expected.shape == (8, 7, 2)
     path = tmp_path / "dm.pt"
     dm.save(path)
     loaded = DiffMask.load(path, model, sites=toy_sites(model), padding_mask_arg=1)
-    assert torch.equal(loaded.attribute(ids, additional_forward_args=(query, mask)), expected)
+    assert torch.equal(loaded.attribute(ids, additional_forward_args=(query, mask), layer=None), expected)
     for k in range(2):
         one = dm.attribute(ids, additional_forward_args=(query, mask), layer=k)
         assert torch.equal(loaded.attribute(ids, additional_forward_args=(query, mask), layer=k), one)

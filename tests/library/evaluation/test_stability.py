@@ -50,7 +50,7 @@ def test_fit_stability_matches_its_fits_and_leaves_the_rng_as_found():
     for seed in (0, 1):
         dm = DiffMask(model, mode="hidden")
         dm.fit(loader, epochs=2, eps=0.05, seed=seed, verbose=False)
-        by_hand.append(dm.attribute(ids, additional_forward_args=(mask,)))
+        by_hand.append(dm.attribute(ids, additional_forward_args=(mask,), layer=None))
     assert torch.allclose(result["attributions"], torch.stack(by_hand))
     assert result["mean_std"] == pytest.approx(seed_std(by_hand, mask.bool())["mean_std"])
     assert result["mean_std"] > 0  # two seeds, two different probes

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from captum_diffmask.methods.bottleneck import capacity_nats, PerSampleBottleneck, resolve_target
+from captum_diffmask.methods.bottleneck import capacity_nats, PerSampleBottleneck
 from captum_diffmask.objective import log_probs
 from captum_diffmask.sites import SiteLocator
 from captum_diffmask.toy import toy_ground_truth, toy_sites
@@ -106,22 +106,6 @@ def test_attribute_leaves_the_model_untouched():
     bottleneck.attribute(ids, additional_forward_args=(mask,), layer=1, steps=3, verbose=False)
     assert model.training and all(p.requires_grad for p in model.parameters())
     assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
-
-
-def test_resolve_target():
-    log_p = log_probs(torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]))
-    assert resolve_target(None, log_p).tolist() == [1, 0]
-    assert resolve_target(2, log_p).tolist() == [2, 2]
-    assert resolve_target([0, 2], log_p).tolist() == [0, 2]
-    assert resolve_target(torch.tensor([1, 1]), log_p).tolist() == [1, 1]
-    with pytest.raises(ValueError, match="target"):
-        resolve_target(3, log_p)
-    with pytest.raises(ValueError, match="target"):
-        resolve_target([0, 1, 2], log_p)
-    with pytest.raises(TypeError, match="target"):
-        resolve_target(0.5, log_p)
-    binary = log_probs(torch.tensor([-1.0, 2.0]))  # a single logit: class 1 = "> 0"
-    assert resolve_target(None, binary).tolist() == [0, 1]
 
 
 def test_bad_input_errors_name_the_argument():

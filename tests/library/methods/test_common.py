@@ -41,7 +41,7 @@ def test_same_shape_padding_zero_and_no_hooks_left(name):
     model = tiny_bert()
     ids, mask = token_batch()
     method, options = _make(name, model, ids, mask)
-    assert not method.multiplies_by_inputs
+    assert method.multiplies_by_inputs == (name == "IntegratedGradients")  # (h - b) x the gradient integral
     for layer in (0, 2):
         scores = method.attribute(ids, additional_forward_args=(mask,), layer=layer, **options)
         assert scores.shape == ids.shape
@@ -134,3 +134,99 @@ def test_partial_rerun_skips_the_blocks_before_the_site():
         assert len(calls) > 2
     finally:
         handle.remove()
+
+
+# ------------------------------------------------------------ the contract
+def _fitted_diffmask(model, ids, mask):
+    dm = DiffMask(model, mode="hidden")
+    dm.fit([(ids, mask)], max_steps=2, seed=0, verbose=False, until_converged=False)
+    return dm
+
+
+ALL = sorted(METHODS) + ["DiffMask"]
+
+
+def _any(name, model, ids, mask):
+    if name == "DiffMask":
+        return _fitted_diffmask(model, ids, mask), {}
+    return _make(name, model, ids, mask)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ALL)
+def test_target_is_honoured_or_refused_by_name(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    method, options = _any(name, model, ids, mask)
+    run = lambda target: method.attribute(ids, target=target, additional_forward_args=(mask,), layer=2, **options)  # noqa: E731
+    if method.uses_target:
+        by_class = [run(c) for c in range(3)]
+        assert any(not torch.equal(by_class[0], other) for other in by_class[1:]), name
+        assert torch.equal(run(None), run(model(input_ids=ids, attention_mask=mask).logits.argmax(-1)))
+    else:
+        with pytest.raises(ValueError, match="target must be None"):
+            run(1)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ALL)
+def test_baselines_per_call_change_the_result_where_a_method_uses_them(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    method, options = _any(name, model, ids, mask)
+    # at the token embeddings, where what replaces a token changes what the model reads
+    run = lambda **kw: method.attribute(ids, additional_forward_args=(mask,), layer=0, **options, **kw)  # noqa: E731
+    if not method.uses_baselines:
+        with pytest.raises(TypeError, match="baselines"):
+            run(baselines=0.0)
+        return
+    if name in ("PerExampleDiffMask", "REINFORCE"):
+        # long enough for the KL (which the baseline sets) to move the gates
+        options = {**options, "steps": 40, "eps": 0.0}
+    # not a constant: BERT's LayerNorm after the embeddings removes a constant shift
+    far_vector = 5.0 * torch.randn(32, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    far = run(baselines=far_vector)
+    torch.manual_seed(0)
+    near = run(baselines=torch.zeros(32))
+    assert not torch.equal(far, near)
+    assert (far[mask == 0] == 0).all()
+    if hasattr(method, "baseline"):  # the constructor's default is the fallback
+        method.baseline = far_vector
+        torch.manual_seed(0)
+        assert torch.equal(run(), far)
+
+
+def test_integrated_gradients_multiplies_by_inputs_as_captum_does():
+    from captum.attr import IntegratedGradients as CaptumIG
+
+    ours = IntegratedGradients(tiny_bert())
+    assert ours.multiplies_by_inputs == CaptumIG(lambda x: x).multiplies_by_inputs is True
+    assert ours.has_convergence_delta() and not Occlusion(tiny_bert()).has_convergence_delta()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ALL)
+def test_attribute_leaves_the_global_rng_as_found_and_is_logged(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    method, options = _any(name, model, ids, mask)
+    assert getattr(type(method).attribute, "attribution_call", False), name  # Captum's log_usage + the RNG fork
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+    assert torch.equal(torch.get_rng_state(), before)
+    again = method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+    assert torch.equal(first, again)  # the same draws: the caller's sequence was rewound
+
+
+def test_diffmask_fit_with_a_seed_leaves_the_global_rng_as_found():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    dm = _fitted_diffmask(model, ids, mask)
+    assert torch.equal(torch.get_rng_state(), before)
+    again = _fitted_diffmask(model, ids, mask)
+    for a, b in zip(dm.probe.parameters(), again.probe.parameters()):
+        assert torch.equal(a, b)  # the seed alone decides the fit

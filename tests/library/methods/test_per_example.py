@@ -29,7 +29,7 @@ def toy_masks(toy_setup):
         torch.manual_seed(0)
         explainer = cls(model, sites=toy_sites(model), padding_mask_arg=1)
         results[cls.__name__] = explainer.fit_masks(
-            data.ids, (data.query, data.mask), layer=1, steps=STEPS, baseline=baseline, verbose=False
+            data.ids, (data.query, data.mask), layer=1, steps=STEPS, baselines=baseline, verbose=False
         )
     return model, data, baseline, locator, results
 
@@ -39,7 +39,7 @@ def test_toy_masks_keep_the_prediction_and_drop_other_digits(toy_masks, name):
     _, data, baseline, _, results = toy_masks
     result = results[name]
     assert isinstance(result, MaskResult)
-    assert torch.equal(result.baseline, baseline)
+    assert torch.equal(result.baseline[data.mask], baseline.expand(int(data.mask.sum()), -1))
     assert result.keep.shape == result.mask.shape == data.ids.shape
     assert (result.keep[~data.mask] == 0).all() and (result.mask[~data.mask] == 0).all()
     assert set(result.mask.unique().tolist()) <= {0.0, 1.0}
@@ -159,7 +159,7 @@ def test_tiny_bert_layers_shapes(cls):
         assert result.keep.shape == result.mask.shape == ids.shape
         assert result.kl.shape == result.agreement.shape == result.lambdas.shape == (ids.shape[0],)
         assert torch.isfinite(result.keep).all() and torch.isfinite(result.kl).all()
-        assert result.baseline.shape == (32,)
+        assert result.baseline.shape == (*ids.shape, 32)
 
 
 @pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
@@ -171,9 +171,9 @@ def test_bad_input_errors_name_the_argument(cls):
     with pytest.raises(ValueError, match="layer"):
         run(layer=4)
     with pytest.raises(ValueError, match="baseline"):
-        run(layer=1, baseline=torch.zeros(7))
+        run(layer=1, baselines=torch.zeros(7))
     with pytest.raises(TypeError, match="baseline"):
-        run(layer=1, baseline=[0.0] * 32)
+        run(layer=1, baselines=[0.0] * 32)
     with pytest.raises(ValueError, match="readout"):
         run(layer=1, readout="probability")
     with pytest.raises(ValueError, match="eps"):
