@@ -53,12 +53,10 @@ def _list() -> None:
         except Exception as error:  # noqa: BLE001 - one broken suite must not hide the others
             description = f"(cannot be loaded: {type(error).__name__}: {error})"
         print(f"  {name:<12} {description}")
-    print("methods:")
-    for name, (ok, where) in available_methods().items():
+    print("methods (captum_diffmask.evaluation.METHODS):")
+    for name, ok in available_methods().items():
         state = "available" if ok else "not available"
-        print(f"  {name:<20} {state:<14} {REGISTRY[name].description}")
-        if not ok:
-            print(f"  {'':<20} ({where})")
+        print(f"  {name:<20} {state:<14} {REGISTRY[name]}")
 
 
 def parse_settings(settings: List[str]) -> Dict[str, Any]:

@@ -7,11 +7,12 @@ from .forward import ModelForward
 from .hard_concrete import HardConcrete
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
 from .sites import Site, SiteLocator
-from .evaluation.stability import fit_stability, seed_std
+from .evaluation import compare, Comparison, fit_stability, seed_std
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Comparison",
     "Convergence",
     "DiffMask",
     "DiffMaskConvergenceWarning",
@@ -20,6 +21,7 @@ __all__ = [
     "ModelForward",
     "Site",
     "SiteLocator",
+    "compare",
     "fit_stability",
     "seed_std",
     "js_divergence",

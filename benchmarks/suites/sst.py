@@ -44,9 +44,11 @@ from benchmarks.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ..methods import MethodContext, prepare, PreparedMethod, RandomScores
+from captum_diffmask.methods import RandomAttribution
+
+from ..methods import MethodContext, prepare, PreparedMethod
 from ..report import fmt, fmt_ratio, fmt_seconds, table
-from ..runner import cached, median_seconds, to_jsonable
+from ..runner import cached, median_seconds
 
 DESCRIPTION = (
     "SST-5 with a fine-tuned MiniLM: DiffMask input/hidden faithfulness, stability, [CLS] share, "
@@ -471,7 +473,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
                 method: Any = AttentionScores(model)
                 setup = 0.0
             elif name == "Random":
-                method, setup = RandomScores(0, seed=seeds[0] + 7919), 0.0
+                method, setup = RandomAttribution(model, padding_mask_arg=0, seed=seeds[0] + 7919), 0.0
             else:
                 handle = prepare(name, ctx, options)
                 method, setup = handle, handle.setup_seconds

@@ -89,33 +89,6 @@ def has_ground_truth(ground_truth: Tensor, mask: Optional[Tensor] = None) -> Ten
     return weights.sum(-1) > 0
 
 
-def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
-    r"""
-    The chance reference: independent uniform scores in [0, 1) per real position.
-
-    Scoring it the same way as a method shows what an attribution that knows
-    nothing about the model gets (it is what any divergence to a ground truth
-    must beat to mean something).
-
-    Args:
-
-        mask (Tensor): (B, T), True (or 1) at real tokens.
-        seed (int, optional): seeds a private generator (the global RNG is not
-                    touched). Default: None (the global RNG, or ``generator``)
-        generator (torch.Generator, optional): used when ``seed`` is None, so that
-                    successive calls draw different scores. Default: None
-
-    Returns:
-        *Tensor* (B, T) float32, uniform in [0, 1) at real positions, 0 at padding.
-    """
-    if not isinstance(mask, Tensor) or mask.dim() != 2:
-        raise ValueError(f"mask must be a (B, T) Tensor, got {getattr(mask, 'shape', type(mask).__name__)}")
-    if seed is not None:
-        generator = torch.Generator().manual_seed(int(seed))
-    scores = torch.rand(mask.shape, generator=generator)
-    return scores.to(mask.device) * mask.bool().float()
-
-
 def summarize(values: Tensor) -> Dict[str, float]:
     r"""
     Mean and spread of per-example divergences, the way the paper reports them.

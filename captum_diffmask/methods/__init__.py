@@ -9,6 +9,7 @@ from .erasure import ErasureResult, ExactErasure
 from .gradients import IntegratedGradients, Occlusion
 from .guan import Guan
 from .per_example import MaskResult, PerExampleDiffMask, REINFORCE
+from .random import RandomAttribution
 
 __all__ = [
     "SiteAttribution",
@@ -23,4 +24,5 @@ __all__ = [
     "PerExampleDiffMask",
     "REINFORCE",
     "MaskResult",
+    "RandomAttribution",
 ]

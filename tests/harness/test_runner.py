@@ -8,9 +8,9 @@ import torch
 
 from benchmarks import build_config, run_suite
 from benchmarks.__main__ import main
-from benchmarks.methods import MethodSpec, REGISTRY, route_options
+from benchmarks.methods import REGISTRY
+from captum_diffmask.evaluation import METHODS
 from benchmarks.runner import cache_dir, cached, load_suite, median_seconds, to_jsonable, write_json
-from captum_diffmask.evaluation.ground_truth import random_attribution, summarize
 
 # Small enough for about half a minute on one thread, large enough that the toy
 # model learns the task (97% held-out accuracy) and DiffMask's fit converges (JS
@@ -105,12 +105,18 @@ def test_tiny_run_writes_report_and_figures(tiny_run):
         assert f"]({file})" in report
 
 
-def test_a_failing_method_is_reported_not_raised(cache, tmp_path, monkeypatch):
-    def explode(cls, ctx, options):
+class _Boom:
+    def __init__(self, model, padding_mask_arg="auto"):
+        pass
+
+    def attribute(self, inputs, target=None, additional_forward_args=None, layer=0):
         raise RuntimeError("boom")
 
-    monkeypatch.setitem(REGISTRY, "Boom", MethodSpec("Boom", explode, "always fails", builtin=object))
-    monkeypatch.setitem(REGISTRY, "Missing", MethodSpec("NotWrittenYet", explode, "not in the library"))
+
+def test_a_failing_method_is_reported_not_raised(cache, tmp_path, monkeypatch):
+    monkeypatch.setitem(REGISTRY, "Boom", "always fails")
+    monkeypatch.setitem(METHODS, "Boom", _Boom)
+    monkeypatch.setitem(REGISTRY, "Missing", "not in the library")
     overrides = dict(TINY, figures=False)
     results = run_suite("toy", tmp_path, quick=True, methods=["Random", "Boom", "Missing"],
                         overrides=overrides, verbose=False)
@@ -190,44 +196,12 @@ def test_json_conventions(tmp_path):
     assert json.loads((tmp_path / "x.json").read_text())["a"] == "inf"
 
 
-def test_route_options_follows_signatures():
-    class Method:
-        def __init__(self, model, n_steps=50):
-            pass
-
-        def attribute(self, inputs, layer=0, steps=10, **kwargs):
-            pass
-
-    routed, ignored = route_options({"n_steps": 5, "steps": 7, "other": 1},
-                                    [("init", Method.__init__), ("attribute", Method.attribute)])
-    assert routed == {"init": {"n_steps": 5}, "attribute": {"steps": 7, "other": 1}}  # **kwargs takes the rest
-    routed, ignored = route_options({"zzz": 1}, [("init", Method.__init__)])
-    assert ignored == ["zzz"] and routed == {"init": {}}
-
-
 def test_median_seconds_counts_and_budget():
     calls = []
     median, n = median_seconds(lambda: calls.append(1), repeats=4, budget_seconds=10.0, warmup=True)
     assert n == 4 and len(calls) == 5 and median >= 0
     median, n = median_seconds(lambda: sum(range(10_000)), repeats=100, budget_seconds=0.0, warmup=False)
     assert n == 1  # a spent budget still gives one timed call
-
-
-def test_random_attribution_and_summarize():
-    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
-    scores = random_attribution(mask, seed=3)
-    assert scores.shape == (2, 4) and torch.all(scores[~mask] == 0) and torch.all((scores[mask] >= 0) & (scores[mask] < 1))
-    assert torch.equal(scores, random_attribution(mask, seed=3))
-    assert not torch.equal(scores, random_attribution(mask, seed=4))
-    with pytest.raises(ValueError, match="mask"):
-        random_attribution(torch.ones(3, dtype=torch.bool))
-
-    stats = summarize(torch.tensor([0.1, 0.3, math.nan]))
-    assert stats["count"] == 2 and stats["mean"] == pytest.approx(0.2) and stats["std"] == pytest.approx(0.1)
-    stats = summarize(torch.tensor([0.5, math.inf, math.nan, 1.5]))
-    assert stats["mean"] == math.inf and stats["finite_mean"] == pytest.approx(1.0)
-    assert stats["inf_share"] == pytest.approx(1 / 3) and stats["count"] == 3
-    assert math.isnan(summarize(torch.tensor([math.nan]))["mean"])
 
 
 def test_aggregate_over_seeds():

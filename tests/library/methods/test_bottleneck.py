@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from captum_diffmask.methods.bottleneck import capacity_nats, PerSampleBottleneck
-from captum_diffmask.objective import log_probs
 from captum_diffmask.sites import SiteLocator
 from captum_diffmask.toy import toy_ground_truth, toy_sites
 

@@ -1,0 +1,11 @@
+"""Evaluating attributions: divergence to a ground truth, agreement with exact
+erasure, stability across seeds, and side-by-side comparisons of methods."""
+
+from .compare import compare, METHODS, prepare_method, PreparedMethod, route_options
+from .comparison import Comparison, MethodResult
+from .stability import fit_stability, seed_std
+
+__all__ = [
+    "compare", "Comparison", "MethodResult", "METHODS", "prepare_method", "PreparedMethod", "route_options",
+    "fit_stability", "seed_std",
+]

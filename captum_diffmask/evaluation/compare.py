@@ -1,0 +1,354 @@
+"""Several attribution methods side by side on the user's own model and batch.
+
+:func:`compare` sets every method up (a fitted explainer as given, a name with its
+options built here and, where it needs data, fitted within a stated budget), runs
+each on the same batch at the same layer, times it against one forward pass of the
+model, and returns a :class:`Comparison`: the scores, a Markdown table, the panel
+figure and per-layer heatmaps, and a JSON-ready dict. The benchmark harness sets
+its methods up with the same :func:`prepare_method`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn, Tensor
+
+from ..diffmask import DiffMask
+from ..forward import Batch, check_token_ids, format_additional_args, frozen, ModelForward
+from ..methods import (
+    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
+    REINFORCE,
+)
+from .comparison import Comparison, MethodResult, token_labels
+
+#: The library's methods by name, as :func:`compare` takes them.
+METHODS: Dict[str, type] = {
+    cls.__name__: cls
+    for cls in (DiffMask, IntegratedGradients, Occlusion, PerSampleBottleneck, Guan, ExactErasure,
+                PerExampleDiffMask, REINFORCE, RandomAttribution)
+}
+#: A method for :func:`compare`: an object with ``attribute`` (fitted or not), a
+#: name of :data:`METHODS`, or ``(name, options)``.
+MethodSpec = Union[Any, str, Tuple[str, Mapping[str, Any]]]
+
+
+@dataclass
+class PreparedMethod:
+    r"""
+    A method ready to attribute, with what its setup cost.
+
+    Attributes:
+        name (str): the method's name in results.
+        explainer (Any): the object whose ``attribute`` is called.
+        attribute_kwargs (dict): options passed to every ``attribute`` call.
+        setup_seconds (float): construction plus any fitting, in seconds.
+        ignored_options (list of str): options no signature of the method takes.
+        info (dict): what the setup reports (for a fit: its steps, last record and
+                    per-layer convergence).
+    """
+
+    name: str
+    explainer: Any
+    attribute_kwargs: Dict[str, Any] = field(default_factory=dict)
+    setup_seconds: float = 0.0
+    ignored_options: List[str] = field(default_factory=list)
+    info: Dict[str, Any] = field(default_factory=dict)
+
+    def attribute(self, ids: Tensor, additional_forward_args: Any, layer: Optional[int], target: Any = None) -> Tensor:
+        r"""The scores of ``ids`` at ``layer`` as a float tensor ((B, T), or
+        (B, T, L + 1) for DiffMask's ``layer=None``); ``target`` is passed only to
+        methods that attribute a class."""
+        kwargs = dict(self.attribute_kwargs)
+        if target is not None and getattr(self.explainer, "uses_target", True):
+            kwargs["target"] = target
+        result = self.explainer.attribute(ids, additional_forward_args=additional_forward_args, layer=layer, **kwargs)
+        if isinstance(result, (tuple, list)) and len(result) == 1:
+            result = result[0]
+        if not isinstance(result, Tensor) or tuple(result.shape[:2]) != tuple(ids.shape):
+            shape = tuple(result.shape) if isinstance(result, Tensor) else type(result).__name__
+            raise ValueError(f"{self.name}.attribute returned {shape}, expected scores of shape {tuple(ids.shape)}")
+        return result.detach().float()
+
+
+# --------------------------------------------------------------- option routing
+def _parameters(fn: Optional[Callable[..., Any]]) -> Tuple[set, bool]:
+    r"""Named keyword parameters of ``fn`` and whether it takes ``**kwargs``."""
+    if fn is None:
+        return set(), False
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return set(), False
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = {p.name for p in signature.parameters.values() if p.kind in kinds}
+    return names, any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
+
+
+def route_options(
+    options: Mapping[str, Any], targets: Sequence[Tuple[str, Optional[Callable[..., Any]]]]
+) -> Tuple[Dict[str, Dict[str, Any]], List[str]]:
+    r"""
+    Sends each option to the first target whose signature names it (then to the
+    first that takes ``**kwargs``), so that a method's options can be given as one
+    flat dict whatever the method's split into constructor, fit and attribute.
+
+    Args:
+
+        options (Mapping): flat options.
+        targets (sequence): ``(label, callable or None)`` in priority order.
+
+    Returns:
+        *tuple* ``(routed, ignored)``: ``routed[label]`` is a kwargs dict per
+        target; ``ignored`` the option names that no target takes.
+    """
+    signatures = [(label, *_parameters(fn)) for label, fn in targets]
+    routed: Dict[str, Dict[str, Any]] = {label: {} for label, _ in targets}
+    ignored: List[str] = []
+    for key, value in options.items():
+        label = next((lab for lab, names, _ in signatures if key in names), None)
+        if label is None:
+            label = next((lab for lab, _, var_kw in signatures if var_kw), None)
+        if label is None:
+            ignored.append(key)
+        else:
+            routed[label][key] = value
+    return routed, ignored
+
+
+# -------------------------------------------------------------------- setup
+def prepare_method(
+    method: MethodSpec,
+    model: nn.Module,
+    train_data: Optional[Iterable[Batch]] = None,
+    layer: Optional[int] = 0,
+    sites: Optional[Mapping[str, Any]] = None,
+    padding_mask_arg: Union[int, str, None] = "auto",
+    forward_func: Optional[Callable[..., Any]] = None,
+    fit_steps: Optional[int] = 1000,
+    seed: int = 0,
+    verbose: bool = False,
+) -> PreparedMethod:
+    r"""
+    Sets one method up for ``model``.
+
+    Args:
+
+        method: an object with ``attribute`` (used as given; an unfitted
+                    :class:`DiffMask` is fitted, a bottleneck without statistics
+                    for ``layer`` gets them), a name of :data:`METHODS`, or
+                    ``(name, options)`` with one flat dict of options, each routed
+                    to the constructor, ``fit`` / ``fit_statistics`` or
+                    ``attribute``, whichever names it.
+        model (nn.Module): the analysed model.
+        train_data (iterable, optional): re-iterable batches (as
+                    :meth:`DiffMask.fit` takes them) for the methods that learn
+                    from data: DiffMask's fit and the bottleneck's statistics.
+                    Default: None
+        layer (int, optional): the layer the method will attribute at; a DiffMask
+                    built here is fitted at it only (every layer when None).
+                    Default: 0
+        sites, padding_mask_arg, forward_func: as in :class:`DiffMask`, for the
+                    methods built here.
+        fit_steps (int, optional): the budget of a DiffMask fit made here: its
+                    ``max_steps`` unless the options set one (None: no cap beyond
+                    ``epochs``). Default: 1000
+        seed (int, optional): seeds a fit made here. Default: 0
+        verbose (bool, optional): progress bars. Default: False
+
+    Returns:
+        *PreparedMethod*.
+    """
+    name, explainer, options = _resolve(method)
+    start = time.perf_counter()
+    if explainer is None:
+        common = {"sites": sites, "padding_mask_arg": padding_mask_arg, "forward_func": forward_func}
+        explainer, options, ignored = _construct(name, model, options, common, verbose)
+    else:
+        ignored = []
+    routed, more_ignored = route_options(options, _fit_targets(explainer))
+    info = _fit_if_needed(explainer, routed, train_data, layer, fit_steps, seed, verbose)
+    return PreparedMethod(name, explainer, routed["attribute"], time.perf_counter() - start,
+                          ignored + more_ignored, info)
+
+
+def _resolve(method: MethodSpec) -> Tuple[str, Any, Dict[str, Any]]:
+    if isinstance(method, str):
+        method = (method, {})
+    if isinstance(method, tuple) and len(method) == 2 and isinstance(method[0], str):
+        name, options = method
+        if name not in METHODS:
+            raise ValueError(f"methods: unknown method {name!r}; the library's are {sorted(METHODS)}")
+        if not isinstance(options, Mapping):
+            raise TypeError(f"methods: the options of {name} must be a dict, got {type(options).__name__}")
+        return name, None, dict(options)
+    if not callable(getattr(method, "attribute", None)):
+        raise TypeError(f"methods: expected a name, (name, options) or an object with attribute(), got {method!r}")
+    return type(method).__name__, method, {}
+
+
+def _construct(
+    name: str, model: nn.Module, options: Dict[str, Any], common: Mapping[str, Any], verbose: bool
+) -> Tuple[Any, Dict[str, Any], List[str]]:
+    r"""Builds the named method; returns it, the options left for fit and
+    attribute, and those no signature takes."""
+    cls = METHODS[name]
+    init_names, _ = _parameters(cls.__init__)
+    kwargs = {k: v for k, v in common.items() if k in init_names and v is not None}
+    targets = [("init", cls.__init__)] + _fit_targets(cls)
+    routed, ignored = route_options(options, targets)
+    if "verbose" not in options:  # the caller's verbosity wherever the method takes one
+        for label, fn in (("init", cls.__init__), ("attribute", cls.attribute)):
+            if "verbose" in _parameters(fn)[0]:
+                routed[label]["verbose"] = verbose
+    explainer = cls(model, **kwargs, **routed.pop("init"))
+    rest = {key: value for part in routed.values() for key, value in part.items()}
+    return explainer, rest, ignored
+
+
+def _fit_targets(explainer: Any) -> List[Tuple[str, Optional[Callable[..., Any]]]]:
+    return [("fit", getattr(explainer, "fit", None)), ("statistics", getattr(explainer, "fit_statistics", None)),
+            ("attribute", getattr(explainer, "attribute", None))]
+
+
+def _fit_if_needed(
+    explainer: Any, routed: Mapping[str, Dict[str, Any]], train_data: Optional[Iterable[Batch]],
+    layer: Optional[int], fit_steps: Optional[int], seed: int, verbose: bool,
+) -> Dict[str, Any]:
+    r"""Fits an unfitted DiffMask and gives a bottleneck its statistics; what the
+    fit reports."""
+    if isinstance(explainer, DiffMask) and not explainer.is_fitted:
+        if train_data is None:
+            raise ValueError(f"train_data is needed to fit {type(explainer).__name__} (or pass it fitted)")
+        options = {"layers": None if layer is None else [layer], "seed": seed, "verbose": verbose, **routed["fit"]}
+        if fit_steps is not None:
+            options.setdefault("max_steps", fit_steps)
+        history = explainer.fit(train_data, **options)
+        return {"fit_steps": int(sum(row["steps"] for row in history)), "fit_last": history[-1],
+                "convergence": dict(explainer.convergence), "fit_options": _jsonable_options(options)}
+    if isinstance(explainer, PerSampleBottleneck) and layer not in explainer.statistics:
+        if train_data is None:
+            raise ValueError("train_data is needed for PerSampleBottleneck's statistics (fit_statistics)")
+        explainer.fit_statistics(train_data, layer=layer, **routed["statistics"])
+    return {}
+
+
+def _jsonable_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool, list, type(None)))}
+
+
+# ------------------------------------------------------------------ compare
+def compare(
+    model: nn.Module,
+    inputs: Tensor,
+    methods: Sequence[MethodSpec],
+    layer: Optional[int] = 0,
+    additional_forward_args: Any = None,
+    target: Any = None,
+    train_data: Optional[Iterable[Batch]] = None,
+    tokenizer: Any = None,
+    tokens: Optional[Sequence[Sequence[str]]] = None,
+    sites: Optional[Mapping[str, Any]] = None,
+    padding_mask_arg: Union[int, str, None] = "auto",
+    forward_func: Optional[Callable[..., Any]] = None,
+    fit_steps: Optional[int] = 1000,
+    seed: int = 0,
+    errors: str = "raise",
+    verbose: bool = False,
+) -> Comparison:
+    r"""
+    Runs several attribution methods on the same batch of the user's model.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        inputs (Tensor): (B, T) token ids.
+        methods (sequence): each an object with ``attribute`` (e.g. a fitted
+                    :class:`DiffMask`), a name of :data:`METHODS`, or
+                    ``(name, options)``; see :func:`prepare_method`.
+        layer (int, optional): the layer every method attributes at (0: the input
+                    tokens; DiffMask's input mode reads it as depth). A DiffMask
+                    also gives its every-layer scores, for the heatmaps.
+                    Default: 0
+        additional_forward_args (Any, optional): the model's other arguments
+                    (e.g. ``(attention_mask,)``). Default: None
+        target (optional): the class attributed by the methods that attribute
+                    one (``uses_target``); the others keep the whole output and
+                    are not given it. Default: None (the predicted class)
+        train_data (iterable, optional): re-iterable training batches for the
+                    methods the call fits (DiffMask, the bottleneck's statistics).
+                    Default: None
+        tokenizer (optional): labels the tokens (``convert_ids_to_tokens``).
+        tokens (sequence, optional): the labels, (B, T), instead.
+        sites, padding_mask_arg, forward_func: as in :class:`DiffMask`, for the
+                    methods built by the call.
+        fit_steps (int, optional): the step budget of each DiffMask fit the call
+                    makes. Default: 1000
+        seed (int, optional): seeds those fits. Default: 0
+        errors (str, optional): ``"raise"`` a method's error, or ``"record"`` it
+                    in its result and go on. Default: ``"raise"``
+        verbose (bool, optional): progress bars. Default: False
+
+    Returns:
+        :class:`Comparison`.
+    """
+    if errors not in ("raise", "record"):
+        raise ValueError(f"errors must be 'raise' or 'record', got {errors!r}")
+    ids, _ = check_token_ids(inputs)
+    extra = format_additional_args(additional_forward_args)
+    model_forward = ModelForward(model, forward_func, padding_mask_arg)
+    mask = model_forward.padding_mask(ids, extra)
+    setup = dict(train_data=train_data, layer=layer, sites=sites, padding_mask_arg=padding_mask_arg,
+                 forward_func=forward_func, fit_steps=fit_steps, seed=seed, verbose=verbose)
+    results: Dict[str, MethodResult] = {}
+    for method in methods:
+        result = _run_one(method, model, ids, extra, target, setup, errors)
+        name, number = result.name, 2
+        while name in results:  # the same method twice, e.g. with other options
+            name, number = f"{result.name} #{number}", number + 1
+        result.name = name
+        results[name] = result
+    seconds = time_forward(model_forward, ids, extra)
+    return Comparison(results, token_labels(ids, tokenizer, tokens), mask, layer, seconds)
+
+
+def _run_one(
+    method: MethodSpec, model: nn.Module, ids: Tensor, extra: Tuple[Any, ...], target: Any,
+    setup: Mapping[str, Any], errors: str,
+) -> MethodResult:
+    options = dict(method[1]) if isinstance(method, tuple) and len(method) == 2 else {}
+    name = method[0] if isinstance(method, tuple) else method if isinstance(method, str) else type(method).__name__
+    try:
+        prepared = prepare_method(method, model, **setup)
+        start = time.perf_counter()
+        scores = prepared.attribute(ids, extra, setup["layer"], target)
+        seconds = time.perf_counter() - start
+        every = None
+        if isinstance(prepared.explainer, DiffMask) and setup["layer"] is not None:
+            every = prepared.attribute(ids, extra, None)
+    except Exception as error:  # noqa: BLE001 - recorded when asked to, else raised
+        if errors == "raise":
+            raise
+        return MethodResult(str(name), None, error=f"{type(error).__name__}: {error}", options=options)
+    if scores.dim() == 3:  # DiffMask's layer=None: the per-layer scores are the result
+        every, scores = scores, scores.mean(-1)
+    return MethodResult(prepared.name, scores, seconds, prepared.setup_seconds, every, None, options,
+                        prepared.ignored_options, prepared.info)
+
+
+def time_forward(model_forward: ModelForward, ids: Tensor, extra: Tuple[Any, ...], repeats: int = 5) -> float:
+    r"""One forward pass of the batch, the median of ``repeats`` after one
+    warm-up pass, in seconds (no gradients, the model in eval mode)."""
+    times = []
+    with frozen(model_forward.model), torch.no_grad():
+        model_forward(ids, extra)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model_forward(ids, extra)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)

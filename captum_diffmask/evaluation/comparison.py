@@ -1,0 +1,215 @@
+"""What :func:`captum_diffmask.compare` returns: every method's scores on one batch,
+their cost against one forward pass, and the ways to show them."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from ..visualization import attribution_panels, layer_heatmaps
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class MethodResult:
+    r"""
+    One method's outcome in a comparison.
+
+    Attributes:
+        name (str): the method's name.
+        scores (Tensor, optional): (B, T) float scores at the compared layer, 0 at
+                    padding; None when the method failed.
+        seconds (float): the ``attribute`` call on the whole batch, in seconds.
+        setup_seconds (float): construction and any fitting, in seconds.
+        every_layer (Tensor, optional): (B, T, L + 1) scores at every layer, for
+                    a DiffMask (its per-layer heatmaps); else None.
+        error (str, optional): why the method failed (``errors="record"``).
+        options (dict): the options it was given.
+        ignored_options (list of str): options no signature of the method takes.
+        info (dict): what its setup reports (for a fit made by the call: its
+                    steps and per-layer convergence).
+    """
+
+    name: str
+    scores: Optional[Tensor]
+    seconds: float = math.nan
+    setup_seconds: float = 0.0
+    every_layer: Optional[Tensor] = None
+    error: Optional[str] = None
+    options: Dict[str, Any] = field(default_factory=dict)
+    ignored_options: List[str] = field(default_factory=list)
+    info: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    r"""
+    Every method's scores on one batch, with what they cost.
+
+    Attributes:
+        methods (dict): name -> :class:`MethodResult`, in the order given.
+        tokens (list of list of str): per example, a label per position.
+        mask (Tensor): (B, T) bool, True at real tokens.
+        layer (int, optional): the layer every method attributed at.
+        forward_seconds (float): one forward pass of the model on the batch, the
+                    median of several, in seconds.
+    """
+
+    methods: Dict[str, MethodResult]
+    tokens: List[List[str]]
+    mask: Tensor
+    layer: Optional[int]
+    forward_seconds: float
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def scores(self) -> Dict[str, Tensor]:
+        r"""name -> (B, T) scores of the methods that ran."""
+        return {name: r.scores for name, r in self.methods.items() if r.scores is not None}
+
+    def seconds_per_example(self, name: str) -> float:
+        r"""The method's attribution time per example, in seconds."""
+        return self.methods[name].seconds / max(self.batch_size, 1)
+
+    def ratio_to_forward(self, name: str) -> float:
+        r"""The method's attribution time over one forward pass of the batch."""
+        return self.methods[name].seconds / self.forward_seconds if self.forward_seconds > 0 else math.nan
+
+    def table(self) -> str:
+        r"""A Markdown table: per method its output, time per example, time over
+        one forward pass, setup time, and its top tokens in the first example (or
+        its error)."""
+        lines = [
+            f"Layer {self.layer}, {self.batch_size} examples; one forward pass: "
+            f"{self.forward_seconds * 1e3:.3g} ms for the batch.",
+            "",
+            "| method | scores | s / example | x one forward pass | setup s | top tokens (example 0) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, result in self.methods.items():
+            if result.scores is None:
+                lines.append(f"| {name} | failed | | | {result.setup_seconds:.3g} | {result.error} |")
+                continue
+            shape = "x".join(str(n) for n in result.scores.shape)
+            lines.append(
+                f"| {name} | {shape} | {self.seconds_per_example(name):.3g} | {self.ratio_to_forward(name):.3g} "
+                f"| {result.setup_seconds:.3g} | {', '.join(self.top_tokens(name))} |"
+            )
+        return "\n".join(lines)
+
+    def top_tokens(self, name: str, example: int = 0, k: int = 3) -> List[str]:
+        r"""The ``k`` highest-scoring real tokens of ``example`` for a method."""
+        scores = self.methods[name].scores
+        if scores is None:
+            return []
+        real = self.mask[example].nonzero().flatten().tolist()
+        ranked = sorted(real, key=lambda t: -float(scores[example, t]))[:k]
+        return [self.tokens[example][t] for t in ranked]
+
+    def plot(self, path: Optional[PathLike] = None, example: int = 0, title: Optional[str] = None) -> List[Figure]:
+        r"""
+        The panel figure of ``example`` (one row per method, each row scaled to
+        [0, 1]) and, for every method with per-layer scores (DiffMask), a
+        tokens x layers heatmap.
+
+        Args:
+
+            path (str or PathLike, optional): the panel figure's PNG; each heatmap
+                        goes beside it as ``STEM-NAME-layers.png``. Default: None
+            example (int, optional): the example shown. Default: 0
+            title (str, optional): the panel figure's title. Default: None
+
+        Returns:
+            *list* of figures: the panel figure first.
+        """
+        if not 0 <= example < self.batch_size:
+            raise ValueError(f"example must be in 0..{self.batch_size - 1}, got {example}")
+        real = self.mask[example].nonzero().flatten()
+        tokens = [self.tokens[example][t] for t in real.tolist()]
+        rows = {name: scores[example, real] for name, scores in self.scores.items()}
+        if not rows:
+            raise ValueError("no method produced scores to plot")
+        panel_title = f"layer {self.layer}" if self.layer is not None else "every layer"
+        figures = [attribution_panels(tokens, [(panel_title, rows)], path, title=title)]
+        for name, result in self.methods.items():
+            if result.every_layer is not None:
+                heatmap_path = _beside(path, f"{name}-layers") if path is not None else None
+                matrix = result.every_layer[example, real]
+                figures.append(layer_heatmaps(tokens, {f"{name}, every layer": (matrix, None)}, heatmap_path,
+                                              per_layer=False))
+        return figures
+
+    def to_dict(self) -> Dict[str, Any]:
+        r"""Everything as JSON-ready Python values (scores as nested lists)."""
+        methods = {}
+        for name, r in self.methods.items():
+            methods[name] = {
+                "scores": None if r.scores is None else r.scores.tolist(),
+                "every_layer": None if r.every_layer is None else r.every_layer.tolist(),
+                "seconds": _finite(r.seconds), "setup_seconds": _finite(r.setup_seconds),
+                "seconds_per_example": None if r.scores is None else _finite(self.seconds_per_example(name)),
+                "ratio_to_forward": None if r.scores is None else _finite(self.ratio_to_forward(name)),
+                "error": r.error, "options": _plain(r.options), "ignored_options": list(r.ignored_options),
+                "info": _plain(r.info),
+            }
+        return {"layer": self.layer, "batch_size": self.batch_size, "forward_seconds": self.forward_seconds,
+                "tokens": self.tokens, "mask": self.mask.int().tolist(), "methods": methods}
+
+
+def _beside(path: PathLike, suffix: str) -> str:
+    stem, extension = os.path.splitext(os.fspath(path))
+    return f"{stem}-{suffix}{extension or '.png'}"
+
+
+def _finite(value: float) -> Optional[float]:
+    return float(value) if math.isfinite(value) else None
+
+
+def _plain(value: Any) -> Any:
+    r"""``value`` with tensors as lists, non-finite floats as None and other
+    objects as their text, so that ``json.dumps`` takes it."""
+    if isinstance(value, Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return _finite(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return repr(value)
+
+
+def token_labels(ids: Tensor, tokenizer: Any = None, tokens: Optional[Sequence[Sequence[str]]] = None) -> List[List[str]]:
+    r"""
+    A label per position: ``tokens`` as given, else the tokenizer's
+    ``convert_ids_to_tokens``, else the ids as text.
+
+    Args:
+
+        ids (Tensor): (B, T) token ids.
+        tokenizer (optional): a Hugging Face tokenizer. Default: None
+        tokens (sequence of sequence of str, optional): the labels, (B, T).
+                    Default: None
+
+    Returns:
+        *list* of B lists of T strings.
+    """
+    if tokens is not None:
+        labels = [[str(t) for t in row] for row in tokens]
+        if len(labels) != ids.shape[0] or any(len(row) != ids.shape[1] for row in labels):
+            raise ValueError(f"tokens must hold {ids.shape[1]} labels for each of {ids.shape[0]} examples")
+        return labels
+    if tokenizer is not None:
+        return [list(tokenizer.convert_ids_to_tokens(row.tolist())) for row in ids]
+    return [[str(int(t)) for t in row] for row in ids]

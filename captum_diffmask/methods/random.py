@@ -1,0 +1,98 @@
+"""The chance reference: scores that know nothing about the model."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple, Union
+
+import torch
+from captum.attr import Attribution
+from torch import nn, Tensor
+
+from ..attribution import attribution_call, reject_target
+from ..forward import check_token_ids, ModelForward
+
+
+def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
+    r"""
+    The chance reference: independent uniform scores in [0, 1) per real position.
+
+    Scoring it the same way as a method shows what an attribution that knows
+    nothing about the model gets (it is what any divergence to a ground truth
+    must beat to mean something).
+
+    Args:
+
+        mask (Tensor): (B, T), True (or 1) at real tokens.
+        seed (int, optional): seeds a private generator (the global RNG is not
+                    touched). Default: None (the global RNG, or ``generator``)
+        generator (torch.Generator, optional): used when ``seed`` is None, so that
+                    successive calls draw different scores. Default: None
+
+    Returns:
+        *Tensor* (B, T) float32, uniform in [0, 1) at real positions, 0 at padding.
+    """
+    if not isinstance(mask, Tensor) or mask.dim() != 2:
+        raise ValueError(f"mask must be a (B, T) Tensor, got {getattr(mask, 'shape', type(mask).__name__)}")
+    if seed is not None:
+        generator = torch.Generator().manual_seed(int(seed))
+    scores = torch.rand(mask.shape, generator=generator)
+    return scores.to(mask.device) * mask.bool().float()
+
+
+class RandomAttribution(Attribution):
+    r"""
+    Independent uniform scores in [0, 1) at the real positions, 0 at padding:
+    what any attribution must beat to mean something. Drawn from the instance's
+    own generator, so successive calls differ, a run repeats, and the global RNG
+    is not touched. The model is never run.
+
+    Args:
+
+        model (nn.Module): the analysed model (only its padding convention is used).
+        forward_func (Callable, optional): accepted for the common signature;
+                    unused. Default: None
+        padding_mask_arg (int, str or None, optional): index of the padding mask in
+                    ``additional_forward_args``. Default: ``"auto"``
+        seed (int, optional): seeds the generator. Default: 0
+    """
+
+    uses_target = False
+    uses_baselines = False
+
+    def __init__(
+        self,
+        model: nn.Module,
+        forward_func: Optional[Callable[..., Any]] = None,
+        padding_mask_arg: Union[int, str, None] = "auto",
+        seed: int = 0,
+    ) -> None:
+        self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
+        Attribution.__init__(self, self.model_forward)
+        self.generator = torch.Generator().manual_seed(int(seed))
+
+    @attribution_call
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: Any = None,
+        additional_forward_args: Any = None,
+        layer: Optional[int] = 0,
+    ) -> Union[Tensor, Tuple[Tensor]]:
+        r"""
+        Args:
+
+            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            target: must be None (the scores preserve nothing). Default: None
+            additional_forward_args (Any, optional): the model's other arguments;
+                        only the padding mask is read. Default: None
+            layer (int, optional): accepted for the common signature; the scores
+                        do not depend on it. Default: 0
+
+        Returns:
+            *Tensor* (B, T) in [0, 1), 0 at padding (a 1-tuple if ``inputs`` was).
+        """
+        reject_target(target, "RandomAttribution", "nothing")
+        ids, was_tuple = check_token_ids(inputs)
+        mask = self.model_forward.padding_mask(ids, additional_forward_args)
+        scores = random_attribution(mask, generator=self.generator)
+        return (scores,) if was_tuple else scores
