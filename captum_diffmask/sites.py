@@ -443,7 +443,9 @@ class SiteLocator:
                         sites cannot be reused (ValueError). Assumes each module
                         runs once per forward pass.
         """
-        patched: List[nn.Module] = []
+        # module -> the instance-level forward it had before (e.g. one that
+        # accelerate installs on a device-mapped model), or _NO_FORWARD
+        patched: Dict[nn.Module, Any] = {}
         try:
             for name, output in module_outputs.items():
                 site = self.site(name)
@@ -451,12 +453,15 @@ class SiteLocator:
                     raise ValueError(f"site {name} reads a module input and cannot be reused")
                 if site.module in patched:
                     continue
+                patched[site.module] = vars(site.module).get("forward", _NO_FORWARD)
                 site.module.forward = _returning(output)  # an instance attribute
-                patched.append(site.module)
             yield
         finally:
-            for module in patched:
-                del module.forward  # the class's forward is back
+            for module, previous in patched.items():
+                if previous is _NO_FORWARD:
+                    del module.forward  # the class's forward is back
+                else:
+                    module.forward = previous  # the forward someone else set is back
 
 
 def repeat_batch(output: Any, times: int) -> Any:
@@ -487,6 +492,10 @@ def _returning(output: Any) -> Callable[..., Any]:
         return output
 
     return forward
+
+
+#: Marks a module that had no instance-level forward before :meth:`SiteLocator.reuse`.
+_NO_FORWARD = object()
 
 
 class _StopForward(Exception):

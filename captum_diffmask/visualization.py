@@ -18,7 +18,7 @@ figure and, given ``path``, also saves it there.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -115,25 +115,9 @@ def attribution_panels(
         *Figure*.
     """
     tokens = [str(t) for t in tokens]
-    if not panels:
-        raise ValueError("panels must hold at least one (title, rows) pair")
     if highlight is not None and len(highlight) != len(tokens):
         raise ValueError(f"highlight must have one entry per token ({len(tokens)}), got {len(highlight)}")
-    prepared = []
-    for panel_title, rows in panels:
-        if not rows:
-            raise ValueError(f"panels: panel {panel_title!r} has no rows")
-        labels, values = [], []
-        for label, scores in rows.items():
-            array = _as_array(scores).reshape(-1)
-            if array.shape[0] != len(tokens):
-                raise ValueError(
-                    f"panels: row {label!r} of {panel_title!r} has {array.shape[0]} scores for {len(tokens)} tokens"
-                )
-            labels.append(str(label))
-            values.append(normalize_unit(array) if normalize else np.clip(np.nan_to_num(array), 0.0, 1.0))
-        prepared.append((panel_title, labels, np.stack(values)))
-
+    prepared = _panel_matrices(len(tokens), panels, normalize)
     heights = [len(labels) for _, labels, _ in prepared]
     width = max(4.0, 0.55 * len(tokens) + 3.2)
     figure = Figure(figsize=(width, 0.42 * sum(heights) + 0.9 * len(prepared) + 0.6), layout="constrained")
@@ -162,6 +146,30 @@ def attribution_panels(
     if title:
         figure.suptitle(title, fontsize=10)
     return save_figure(figure, path, dpi)
+
+
+def _panel_matrices(
+    num_tokens: int, panels: Sequence[Panel], normalize: bool
+) -> List[Tuple[str, List[str], np.ndarray]]:
+    r"""Each panel's title, row labels and (rows, T) matrix in [0, 1]; errors
+    name ``panels``."""
+    if not panels:
+        raise ValueError("panels must hold at least one (title, rows) pair")
+    prepared = []
+    for panel_title, rows in panels:
+        if not rows:
+            raise ValueError(f"panels: panel {panel_title!r} has no rows")
+        labels, values = [], []
+        for label, scores in rows.items():
+            array = _as_array(scores).reshape(-1)
+            if array.shape[0] != num_tokens:
+                raise ValueError(
+                    f"panels: row {label!r} of {panel_title!r} has {array.shape[0]} scores for {num_tokens} tokens"
+                )
+            labels.append(str(label))
+            values.append(normalize_unit(array) if normalize else np.clip(np.nan_to_num(array), 0.0, 1.0))
+        prepared.append((panel_title, labels, np.stack(values)))
+    return prepared
 
 
 def normalize_per_layer(scores: Any) -> np.ndarray:

@@ -23,7 +23,7 @@ from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import Batch, frozen, split_batch
 from ..objective import log_probs
 from ..sites import SiteLocator
-from .base import make_optimizer, optimize, site_for_layer, SiteAttribution
+from .base import make_optimizer, optimize, PreparedCall, site_for_layer, SiteAttribution
 
 _READOUTS = ("alpha", "capacity")
 
@@ -227,33 +227,55 @@ class PerSampleBottleneck(SiteAttribution):
                         or a bad option (named in the message).
         """
         call = self._prepare(inputs, additional_forward_args, layer)
-        if layer not in self.statistics:
-            raise ValueError(
-                f"layer: no statistics for layer {layer}; call "
-                f"fit_statistics(dataloader, layer={layer}) first"
-            )
         check_choice(readout, _READOUTS, "readout")
         check_positive_int(samples, "samples")
         if beta is not None:
             check_non_negative(beta, "beta")
-
         states, original = self._capture(call)
+        assert original is not None
         state = states[call.site]
+        mean, std = self._statistics(layer, state)
+        # on log-probabilities: a single binary logit is two classes here
+        target_index = resolve_target(log_probs(original), target)
+        assert target_index is not None
+        alpha = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
+        opt = make_optimizer(optimizer, alpha, lr)
+        beta = 10.0 / state.shape[-1] if beta is None else float(beta)
+        loss_fn = self._loss(call, state, (mean, std), alpha, target_index, beta, samples)
+        with frozen(self.model):
+            optimize(loss_fn, opt, steps, "PerSampleBottleneck", verbose)
+
+        with torch.no_grad():
+            if readout == "alpha":
+                scores = torch.sigmoid(alpha)
+            else:
+                scores = capacity_nats(alpha, state, mean, std).sum(-1) / torch.log(torch.tensor(2.0))
+        return self._finish(scores, call)
+
+    def _statistics(self, layer: int, state: Tensor) -> Tuple[Tensor, Tensor]:
+        r"""The stored (mean, std) of ``layer`` on the state's device; errors
+        say to run :meth:`fit_statistics`."""
+        if layer not in self.statistics:
+            raise ValueError(
+                f"layer: no statistics for layer {layer}; call fit_statistics(dataloader, layer={layer}) first"
+            )
         mean, std = (t.to(state.device) for t in self.statistics[layer])
         if mean.shape != state.shape[-1:]:
             raise ValueError(
                 f"layer: the statistics of layer {layer} have size {mean.shape[0]}, "
                 f"the site's states have size {state.shape[-1]}"
             )
-        beta = 10.0 / state.shape[-1] if beta is None else float(beta)
-        # on log-probabilities: a single binary logit is two classes here
-        target_index = resolve_target(log_probs(original), target)
-        assert target_index is not None
+        return mean, std
+
+    def _loss(
+        self, call: PreparedCall, state: Tensor, statistics: Tuple[Tensor, Tensor], alpha: Tensor,
+        target_index: Tensor, beta: float, samples: int,
+    ) -> Callable[[int], Tensor]:
+        r"""``loss(step)``: the task loss on ``samples`` noisy passes plus ``beta``
+        times the capacity, summed over the batch."""
+        mean, std = statistics
         real = call.mask.to(state.device).float()
         tokens = real.sum(-1).clamp(min=1.0)
-
-        alpha = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
-        opt = make_optimizer(optimizer, alpha, lr)
 
         def loss_fn(step: int) -> Tensor:
             # lambda = 1 at padding: padded positions are never perturbed.
@@ -267,12 +289,4 @@ class PerSampleBottleneck(SiteAttribution):
             capacity = (capacity_nats(alpha, state, mean, std).sum(-1) * real).sum(-1) / tokens
             return task / samples + beta * capacity.sum()
 
-        with frozen(self.model):
-            optimize(loss_fn, opt, steps, "PerSampleBottleneck", verbose)
-
-        with torch.no_grad():
-            if readout == "alpha":
-                scores = torch.sigmoid(alpha)
-            else:
-                scores = capacity_nats(alpha, state, mean, std).sum(-1) / torch.log(torch.tensor(2.0))
-        return self._finish(scores, call)
+        return loss_fn

@@ -275,54 +275,41 @@ class ExactErasure(SiteAttribution):
         explicit = resolve_target(logits, target)  # also validates target
         wanted = log_probs(logits).argmax(-1) if explicit is None else explicit
 
-        batch, length = call.ids.shape
         searches = [
             _ExampleSearch(torch.nonzero(call.mask[i]).flatten().tolist(), self.budget, all_solutions)
-            for i in range(batch)
+            for i in range(call.ids.shape[0])
         ]
         with frozen(self.model), torch.no_grad(), tqdm(
             desc="exact erasure", unit="mask", disable=None if self.verbose else True, leave=False
         ) as progress:
             while True:
-                examples: List[int] = []
-                subsets: List[Tuple[int, ...]] = []
-                spans: List[Tuple[int, int, int]] = []  # (example, start, stop) in the batch
-                for i, example in enumerate(searches):
-                    room = self.eval_batch_size - len(subsets)
-                    if room <= 0:
-                        break
-                    taken = example.take(room)
-                    if taken:
-                        spans.append((i, len(subsets), len(subsets) + len(taken)))
-                        subsets.extend(taken)
-                        examples.extend([i] * len(taken))
+                examples, subsets, spans = self._next_batch(searches)
                 if not subsets:
                     break
-                kept = self._evaluate(call, state, baseline, wanted, examples, subsets, length)
+                kept = self._evaluate(call, state, baseline, wanted, examples, subsets, call.ids.shape[1])
                 for i, start, stop in spans:
                     searches[i].report(subsets[start:stop], kept[start:stop])
                 progress.update(len(subsets))
+        return _result(searches, call.ids.shape[1], all_solutions, call.ids.device)
 
-        device = call.ids.device
-        masks = torch.zeros(batch, length, device=device)
-        size = torch.full((batch,), -1, dtype=torch.long, device=device)
-        solved = torch.zeros(batch, dtype=torch.bool, device=device)
+    def _next_batch(
+        self, searches: Sequence[_ExampleSearch]
+    ) -> Tuple[List[int], List[Tuple[int, ...]], List[Tuple[int, int, int]]]:
+        r"""Up to ``eval_batch_size`` next candidate subsets across the examples:
+        their example, the subsets, and each example's (example, start, stop)."""
+        examples: List[int] = []
+        subsets: List[Tuple[int, ...]] = []
+        spans: List[Tuple[int, int, int]] = []
         for i, example in enumerate(searches):
-            if example.solutions:
-                masks[i, list(example.solutions[0])] = 1.0
-                size[i] = example.solved_size
-                solved[i] = True
-        all_masks = complete = None
-        if all_solutions:
-            all_masks = []
-            for example in searches:
-                rows = torch.zeros(len(example.solutions), length, device=device)
-                for row, subset in enumerate(example.solutions):
-                    rows[row, list(subset)] = 1.0
-                all_masks.append(rows)
-            complete = torch.tensor([e.complete for e in searches], dtype=torch.bool, device=device)
-        spent = torch.tensor([e.spent for e in searches], dtype=torch.long, device=device)
-        return ErasureResult(masks, size, solved, spent, all_masks, complete)
+            room = self.eval_batch_size - len(subsets)
+            if room <= 0:
+                break
+            taken = example.take(room)
+            if taken:
+                spans.append((i, len(subsets), len(subsets) + len(taken)))
+                subsets.extend(taken)
+                examples.extend([i] * len(taken))
+        return examples, subsets, spans
 
     def _evaluate(
         self,
@@ -353,3 +340,27 @@ class ExactErasure(SiteAttribution):
         sub_call = _replace_fields(call, ids=call.ids[index], extra=extra, mask=call.mask[index])
         logits = self._replaced_logits(sub_call, {call.site: masked})
         return (log_probs(logits).argmax(-1) == wanted[index]).tolist()
+
+
+def _result(searches: Sequence[_ExampleSearch], length: int, all_solutions: bool, device: torch.device) -> ErasureResult:
+    r"""The searches' outcome as tensors (see :class:`ErasureResult`)."""
+    batch = len(searches)
+    masks = torch.zeros(batch, length, device=device)
+    size = torch.full((batch,), -1, dtype=torch.long, device=device)
+    solved = torch.zeros(batch, dtype=torch.bool, device=device)
+    for i, example in enumerate(searches):
+        if example.solutions:
+            masks[i, list(example.solutions[0])] = 1.0
+            size[i] = example.solved_size
+            solved[i] = True
+    all_masks = complete = None
+    if all_solutions:
+        all_masks = []
+        for example in searches:
+            rows = torch.zeros(len(example.solutions), length, device=device)
+            for row, subset in enumerate(example.solutions):
+                rows[row, list(subset)] = 1.0
+            all_masks.append(rows)
+        complete = torch.tensor([e.complete for e in searches], dtype=torch.bool, device=device)
+    spent = torch.tensor([e.spent for e in searches], dtype=torch.long, device=device)
+    return ErasureResult(masks, size, solved, spent, all_masks, complete)

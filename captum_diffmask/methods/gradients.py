@@ -214,34 +214,36 @@ class IntegratedGradients(SiteAttribution):
         captum_target = resolve_target(logits, target)
         baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
 
-        forward = _SiteFunction(self, call)
-        ig = _CaptumIntegratedGradients(forward, multiply_by_inputs=True)
+        attributions, delta = self._integrate(
+            call, state, baseline, captum_target, n_steps, method, internal_batch_size, return_convergence_delta
+        )
+        scores = self._finish(reduce_tokens(attributions.detach().float(), reduction), call)
+        if delta is not None:
+            return scores, delta.detach().float()
+        return scores
+
+    def _integrate(
+        self, call: PreparedCall, state: Tensor, baseline: Tensor, target: Optional[Tensor], n_steps: int,
+        method: str, internal_batch_size: Optional[int], with_delta: bool,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        r"""Captum's IG of the site function: (B, T, H) attributions, and the
+        convergence delta (B,) when asked for."""
+        ig = _CaptumIntegratedGradients(_SiteFunction(self, call), multiply_by_inputs=True)
         args = (call.ids, *call.extra)
+        delta = None
         with frozen(self.model):
             attributions = ig.attribute(
-                state,
-                baselines=baseline,
-                target=captum_target,
-                additional_forward_args=args,
-                n_steps=n_steps,
-                method=method,
-                internal_batch_size=internal_batch_size,
+                state, baselines=baseline, target=target, additional_forward_args=args, n_steps=n_steps,
+                method=method, internal_batch_size=internal_batch_size,
             )
             if method == "riemann_trapezoid":
                 # Captum's trapezoid weights sum to (n-1)/n; see the class docstring.
                 attributions = attributions * (n_steps / (n_steps - 1))
-            if return_convergence_delta:
+            if with_delta:
                 delta = ig.compute_convergence_delta(
-                    attributions,
-                    start_point=baseline,
-                    end_point=state,
-                    target=captum_target,
-                    additional_forward_args=args,
+                    attributions, start_point=baseline, end_point=state, target=target, additional_forward_args=args,
                 )
-        scores = self._finish(reduce_tokens(attributions.detach().float(), reduction), call)
-        if return_convergence_delta:
-            return scores, delta.detach().float()
-        return scores
+        return attributions, delta
 
 
 # ------------------------------------------------------------------- Occlusion

@@ -9,7 +9,7 @@ noise matters.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,7 @@ from torch import Tensor
 from ..attribution import attribution_call, reject_target
 from ..checks import check_choice, check_non_negative
 from ..forward import frozen
-from .base import make_optimizer, optimize, SiteAttribution
+from .base import make_optimizer, optimize, PreparedCall, SiteAttribution
 
 _READOUTS = ("inverse", "neg_sigma")
 
@@ -123,25 +123,43 @@ class Guan(SiteAttribution):
         call = self._prepare(inputs, additional_forward_args, layer)
         check_choice(readout, _READOUTS, "readout")
         check_non_negative(lam, "lam")
-        names = self.locator.names
-        if deviation_site is not None:
-            if deviation_site not in names:
-                raise ValueError(f"deviation_site must be one of {names}, got {deviation_site!r}")
-            if names.index(deviation_site) <= names.index(call.site):
-                raise ValueError(
-                    f"deviation_site must come after the attributed site {call.site!r} "
-                    f"(in the order {names}), got {deviation_site!r}"
-                )
-            states, _ = self._capture(call, [call.site, deviation_site])
-            reference = states[deviation_site].float()
-        else:
-            states, original = self._capture(call)
-            reference = original.float()
-        state = states[call.site]
-        real = call.mask.to(state.device)
-
+        state, reference = self._reference(call, deviation_site)
         s = torch.full(state.shape[:-1], -5.0, device=state.device, requires_grad=True)
         opt = make_optimizer(optimizer, s, lr)
+        loss_fn = self._loss(call, state, reference, s, float(lam), deviation_site)
+        with frozen(self.model):
+            optimize(loss_fn, opt, steps, "Guan", verbose)
+
+        with torch.no_grad():
+            sigma = F.softplus(s)
+            scores = 1.0 / sigma.clamp(min=1e-30) if readout == "inverse" else -sigma
+        return self._finish(scores, call)
+
+    def _reference(self, call: PreparedCall, deviation_site: Optional[str]) -> Tuple[Tensor, Tensor]:
+        r"""The attributed site's states and what the deviation is measured
+        against: the original logits, or the states of ``deviation_site``."""
+        if deviation_site is None:
+            states, original = self._capture(call)
+            assert original is not None
+            return states[call.site], original.float()
+        names = self.locator.names
+        if deviation_site not in names:
+            raise ValueError(f"deviation_site must be one of {names}, got {deviation_site!r}")
+        if names.index(deviation_site) <= names.index(call.site):
+            raise ValueError(
+                f"deviation_site must come after the attributed site {call.site!r} "
+                f"(in the order {names}), got {deviation_site!r}"
+            )
+        states, _ = self._capture(call, [call.site, deviation_site])
+        return states[call.site], states[deviation_site].float()
+
+    def _loss(
+        self, call: PreparedCall, state: Tensor, reference: Tensor, s: Tensor, lam: float,
+        deviation_site: Optional[str],
+    ) -> Callable[[int], Tensor]:
+        r"""``loss(step)``: the deviation of one noisy pass minus ``lam`` times the
+        entropy of the noise, summed over the batch."""
+        real = call.mask.to(state.device)
 
         def deviation(noisy: Tensor) -> Tensor:
             squared = (noisy.float() - reference).pow(2)
@@ -153,7 +171,8 @@ class Guan(SiteAttribution):
         def loss_fn(step: int) -> Tensor:
             # sigma = 0 at padding: padded positions are never perturbed.
             sigma = torch.where(real, F.softplus(s), torch.zeros_like(s))
-            noisy_state = (state.float() + sigma.unsqueeze(-1) * torch.randn_like(state, dtype=torch.float32)).to(state.dtype)
+            noise = torch.randn_like(state, dtype=torch.float32)
+            noisy_state = (state.float() + sigma.unsqueeze(-1) * noise).to(state.dtype)
             if deviation_site is None:
                 noisy = self._replaced_logits(call, {call.site: noisy_state})
             else:
@@ -165,10 +184,4 @@ class Guan(SiteAttribution):
             entropy = (log_sigma * real.float()).sum(-1)
             return (deviation(noisy) - lam * entropy).sum()
 
-        with frozen(self.model):
-            optimize(loss_fn, opt, steps, "Guan", verbose)
-
-        with torch.no_grad():
-            sigma = F.softplus(s)
-            scores = 1.0 / sigma.clamp(min=1e-30) if readout == "inverse" else -sigma
-        return self._finish(scores, call)
+        return loss_fn

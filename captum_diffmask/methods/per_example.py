@@ -66,6 +66,63 @@ class MaskResult:
     baseline: Tensor
 
 
+@dataclass
+class _Search:
+    r"""One batch's search: its call, the site's states (B, T, H), the original
+    log-probabilities, the baseline (B, T, H), and what is optimised: gate
+    logits (B, T) and one multiplier per example."""
+
+    call: PreparedCall
+    state: Tensor
+    log_p: Tensor
+    baseline: Tensor
+    logits: Tensor
+    lambdas: LagrangeMultipliers
+    eps: float
+
+
+class _SparsestSelection:
+    r"""``select="sparsest"``: every ``check_every`` steps (and after the last)
+    the deterministic mask is evaluated; per example, the one that keeps the
+    fewest tokens while keeping the predicted class is held (the latest of equally
+    small ones). Disabled, it holds nothing and the last step's gates stand."""
+
+    def __init__(self, method: "_PerExampleMask", search: _Search, steps: int, check_every: int, enabled: bool) -> None:
+        self.method, self.search, self.steps = method, search, steps
+        self.check_every, self.enabled = check_every, enabled
+        batch = search.logits.shape[0]
+        device = search.logits.device
+        self.chosen = search.logits.detach().clone()
+        self.step = torch.full((batch,), steps, dtype=torch.long, device=device)
+        self.smallest = torch.full((batch,), float("inf"), device=device)
+
+    @torch.no_grad()
+    def __call__(self, step: int) -> None:
+        if not self.enabled or ((step + 1) % self.check_every and step + 1 != self.steps):
+            return
+        search = self.search
+        hard = (self.method._keep(search.logits.detach()) > 0.5).float()
+        keeps = self.method._masked_log_q(search, hard).argmax(-1) == search.log_p.argmax(-1)
+        size = (hard * search.call.mask.float()).sum(-1)
+        better = keeps & (size <= self.smallest)
+        self.smallest[better] = size[better]
+        self.chosen[better] = search.logits.detach()[better]
+        self.step[better] = step + 1
+
+    def final_logits(self) -> Tensor:
+        r"""Per example the held logits, or the last step's where none was held."""
+        found = torch.isfinite(self.smallest).unsqueeze(-1)
+        return torch.where(found, self.chosen, self.search.logits.detach())
+
+
+def _check_search_options(eps: Any, optimizer: Any, samples: Any, select: Any, check_every: Any) -> None:
+    check_non_negative(eps, "eps")
+    check_choice(optimizer, OPTIMIZERS, "optimizer")
+    check_positive_int(samples, "samples")
+    check_choice(select, _SELECTIONS, "select")
+    check_positive_int(check_every, "check_every")
+
+
 class _PerExampleMask(SiteAttribution):
     r"""The shared search: per-example gate logits (B, T) and multipliers (B,)."""
 
@@ -74,19 +131,37 @@ class _PerExampleMask(SiteAttribution):
     uses_target = False
     uses_baselines = True
 
-    def _masked_log_q(self, call: PreparedCall, state: Tensor, gates: Tensor, baseline: Tensor) -> Tensor:
+    def _masked_log_q(self, search: _Search, gates: Tensor) -> Tensor:
+        call = search.call
         gates = torch.where(call.mask, gates, torch.ones_like(gates))  # padding is never replaced
-        return log_probs(self._replaced_logits(call, {call.site: mix_baseline(state, gates, baseline)}))
+        masked = mix_baseline(search.state, gates, search.baseline)
+        return log_probs(self._replaced_logits(call, {call.site: masked}))
 
     def _keep(self, logits: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def _search(
-        self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
-        lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
-        optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
-    ) -> None:
+    def _loss(self, search: _Search, samples: int) -> Callable[[int], Tensor]:
+        r"""``loss(step)``: the summed per-example objective of one step."""
         raise NotImplementedError
+
+    def _optimize(
+        self, search: _Search, steps: int, lr: float, lr_lambda: float, optimizer: str, samples: int,
+        verbose: bool, monitor: Callable[[int], None],
+    ) -> None:
+        r"""The gate logits descend (``optimizer``, then clamped), the multipliers
+        ascend (plain ascent at ``lr_lambda``, clamped to [0, 200])."""
+        opt = make_optimizer(optimizer, search.logits, lr)
+        lambda_opt = search.lambdas.optimizer(lr_lambda)
+
+        def after_step(step: int) -> None:
+            lambda_opt.step()
+            lambda_opt.zero_grad(set_to_none=True)
+            search.lambdas.clamp_()
+            with torch.no_grad():
+                search.logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
+            monitor(step)
+
+        optimize(self._loss(search, samples), opt, steps, self._name, verbose, after_step)
 
     def fit_masks(
         self,
@@ -111,100 +186,64 @@ class _PerExampleMask(SiteAttribution):
         Args:
 
             inputs (Tensor or tuple[Tensor]): token ids (B, T).
-            additional_forward_args (Any, optional): the model's other positional
-                        arguments (e.g. the attention mask). Default: None
+            additional_forward_args (Any, optional): the model's other arguments
+                        (e.g. the attention mask). Default: None
             layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
                         Default: 0
-            eps (float, optional): the margin on KL(original || masked), in nats.
+            eps (float, optional): the margin on KL(original || masked), nats.
                         Default: 0.1
             steps (int, optional): optimisation steps. Default: 500
             lr (float, optional): learning rate of the gate logits. Default: 0.1
-            lr_lambda (float, optional): learning rate of the multipliers (plain
-                        gradient ascent on ``KL - eps``, clamped to [0, 200]; larger
-                        values make lambda overshoot and keep more tokens than
-                        needed). Default: 0.1
+            lr_lambda (float, optional): the multipliers' rate of plain ascent on
+                        ``KL - eps`` (clamped to [0, 200]). Default: 0.1
             baselines (float or Tensor, optional): what replaces a masked state:
                         a constant, a vector (H,) or a (B, T, H) tensor; None = the
                         mean state of the site over the batch's real tokens.
-                        Default: None
-            optimizer (str, optional): ``"adam"`` or ``"rmsprop"`` (centred) for
-                        the gate logits. Default: ``"adam"``
+            optimizer (str, optional): ``"adam"`` or ``"rmsprop"`` (centred).
             samples (int, optional): gate samples per step (losses averaged).
-                        Default: 1
             verbose (bool, optional): tqdm progress bar. Default: True
-            select (str, optional): which step's gates to return, per example:
-                        ``"last"``: those after the last step; ``"sparsest"``: every
-                        ``check_every`` steps (and after the last) the deterministic
-                        mask is evaluated, and the one that keeps the fewest
-                        tokens *while keeping the predicted class* is returned (the
-                        latest of equally small ones; the last step's when none
-                        keeps the class). The authors' checkpoint rule (the
-                        sparsest checkpoint that keeps the prediction), applied
-                        to each example; it costs one forward pass of the batch
-                        per check. Default: ``"last"``
-            check_every (int, optional): steps between checks of
-                        ``select="sparsest"``. Default: 10
+            select (str, optional): ``"last"`` (the gates after the last step)
+                        or ``"sparsest"`` (per example, the sparsest deterministic
+                        mask that keeps the predicted class among the checks,
+                        one forward pass each). Default: ``"last"``
+            check_every (int, optional): steps between checks. Default: 10
 
         Returns:
-            *MaskResult* with (B, T) keep probabilities and deterministic masks,
-            the step they come from, and per-example KL, agreement and
-            multipliers.
+            *MaskResult*: (B, T) keep probabilities and deterministic masks, the
+            step they come from, per-example KL, agreement and multipliers.
         """
         call = self._prepare(inputs, additional_forward_args, layer)
-        check_non_negative(eps, "eps")
-        check_choice(optimizer, OPTIMIZERS, "optimizer")
-        check_positive_int(samples, "samples")
-        check_choice(select, _SELECTIONS, "select")
-        check_positive_int(check_every, "check_every")
+        _check_search_options(eps, optimizer, samples, select, check_every)
+        search = self._start(call, baselines, float(eps))
+        selection = _SparsestSelection(self, search, steps, check_every, enabled=select == "sparsest")
+        with frozen(self.model):
+            self._optimize(search, steps, lr, lr_lambda, optimizer, samples, verbose, selection)
+            with torch.no_grad():
+                return self._result(search, selection)
+
+    def _start(self, call: PreparedCall, baselines: BaselineType, eps: float) -> _Search:
         states, original = self._capture(call)
         assert original is not None
         state = states[call.site]
-        mask = call.mask.to(state.device)
-        call.mask = mask
-        b = resolve_baseline(baselines, state, mask, default="mean")
-        log_p = log_probs(original)
-
+        call.mask = call.mask.to(state.device)
+        baseline = resolve_baseline(baselines, state, call.mask, default="mean")
         logits = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
         lambdas = LagrangeMultipliers(state.shape[0]).to(state.device)
-        real = mask.float()
-        batch = state.shape[0]
-        chosen = logits.detach().clone()
-        chosen_step = torch.full((batch,), steps, dtype=torch.long, device=state.device)
-        smallest = torch.full((batch,), float("inf"), device=state.device)
+        return _Search(call, state, log_probs(original), baseline, logits, lambdas, eps)
 
-        @torch.no_grad()
-        def monitor(step: int) -> None:
-            # select="sparsest": the deterministic mask of this step replaces the
-            # one held when it keeps the predicted class with no more tokens
-            if select != "sparsest" or ((step + 1) % check_every and step + 1 != steps):
-                return
-            hard = (self._keep(logits.detach()) > 0.5).float()
-            keeps = self._masked_log_q(call, state, hard, b).argmax(-1) == log_p.argmax(-1)
-            size = (hard * real).sum(-1)
-            better = keeps & (size <= smallest)
-            smallest[better] = size[better]
-            chosen[better] = logits.detach()[better]
-            chosen_step[better] = step + 1
-
-        with frozen(self.model):
-            self._search(
-                call, state, log_p, b, logits, lambdas, float(eps), steps, lr, lr_lambda, optimizer, samples,
-                verbose, monitor,
-            )
-            with torch.no_grad():
-                found = torch.isfinite(smallest)
-                final = torch.where(found.unsqueeze(-1), chosen, logits.detach())
-                keep = self._keep(final)
-                hard = (keep > 0.5).float()
-                log_q = self._masked_log_q(call, state, hard, b)
+    def _result(self, search: _Search, selection: _SparsestSelection) -> MaskResult:
+        real = search.call.mask.float()
+        keep = self._keep(selection.final_logits())
+        hard = (keep > 0.5).float()
+        log_q = self._masked_log_q(search, hard)
         return MaskResult(
             keep=keep * real,
             mask=hard * real,
-            step=chosen_step,  # still `steps` where no check kept the class
-            kl=kl_divergence(log_p, log_q),
-            agreement=log_p.argmax(-1) == log_q.argmax(-1),
-            lambdas=lambdas.values.detach().clone(),
-            baseline=b,
+            step=selection.step,  # `steps` where no check kept the class
+            kl=kl_divergence(search.log_p, log_q),
+            agreement=search.log_p.argmax(-1) == log_q.argmax(-1),
+            lambdas=search.lambdas.values.detach().clone(),
+            baseline=search.baseline,
         )
 
     @attribution_call
@@ -301,32 +340,18 @@ class PerExampleDiffMask(_PerExampleMask):
     def _keep(self, logits: Tensor) -> Tensor:
         return HardConcrete(logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:]).prob_nonzero()
 
-    def _search(
-        self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
-        lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
-        optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
-    ) -> None:
-        opt = make_optimizer(optimizer, logits, lr)
-        lambda_opt = lambdas.optimizer(lr_lambda)
-        real = call.mask.float()
+    def _loss(self, search: _Search, samples: int) -> Callable[[int], Tensor]:
+        real = search.call.mask.float()
 
         def loss_fn(step: int) -> Tensor:
-            dist = HardConcrete(logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:])
-            kl = torch.zeros(logits.shape[0], device=logits.device)
+            dist = HardConcrete(search.logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:])
+            kl = torch.zeros(search.logits.shape[0], device=search.logits.device)
             for _ in range(samples):
-                kl = kl + kl_divergence(log_p, self._masked_log_q(call, state, dist.rsample(), baseline))
+                kl = kl + kl_divergence(search.log_p, self._masked_log_q(search, dist.rsample()))
             l0 = (dist.prob_nonzero() * real).sum(-1)
-            return (l0 + lambdas() * (kl / samples - eps)).sum()
+            return (l0 + search.lambdas() * (kl / samples - search.eps)).sum()
 
-        def after_step(step: int) -> None:
-            lambda_opt.step()
-            lambda_opt.zero_grad(set_to_none=True)
-            lambdas.clamp_()
-            with torch.no_grad():
-                logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
-            monitor(step)
-
-        optimize(loss_fn, opt, steps, self._name, verbose, after_step)
+        return loss_fn
 
 
 class REINFORCE(_PerExampleMask):
@@ -379,28 +404,22 @@ class REINFORCE(_PerExampleMask):
     def _keep(self, logits: Tensor) -> Tensor:
         return torch.sigmoid(logits.float())
 
-    def _search(
-        self, call: PreparedCall, state: Tensor, log_p: Tensor, baseline: Tensor, logits: Tensor,
-        lambdas: LagrangeMultipliers, eps: float, steps: int, lr: float, lr_lambda: float,
-        optimizer: str, samples: int, verbose: bool, monitor: Callable[[int], None],
-    ) -> None:
-        opt = make_optimizer(optimizer, logits, lr)
-        lambda_opt = lambdas.optimizer(lr_lambda)
-        real = call.mask.float()
+    def _loss(self, search: _Search, samples: int) -> Callable[[int], Tensor]:
+        real = search.call.mask.float()
+        logits, eps = search.logits, search.eps
         moving = torch.zeros(logits.shape[0], device=logits.device)
 
         def loss_fn(step: int) -> Tensor:
             nonlocal moving
             probs = torch.sigmoid(logits)
-            lam = lambdas()
+            lam = search.lambdas()
             score = torch.zeros_like(moving)
             violation = torch.zeros_like(moving)
             for _ in range(samples):
                 with torch.no_grad():
                     gates = torch.bernoulli(probs.detach())
-                    kl = kl_divergence(log_p, self._masked_log_q(call, state, gates, baseline))
-                    cost = lam.detach() * (kl - eps)
-                    reward = cost - moving
+                    kl = kl_divergence(search.log_p, self._masked_log_q(search, gates))
+                    reward = lam.detach() * (kl - eps) - moving
                 log_prob = gates * F.logsigmoid(logits) + (1.0 - gates) * F.logsigmoid(-logits)
                 score = score + reward * (log_prob * real).sum(-1)
                 violation = violation + (kl - eps)
@@ -409,12 +428,4 @@ class REINFORCE(_PerExampleMask):
             l0 = (probs * real).sum(-1)
             return (l0 + score / samples + lam * violation / samples).sum()
 
-        def after_step(step: int) -> None:
-            lambda_opt.step()
-            lambda_opt.zero_grad(set_to_none=True)
-            lambdas.clamp_()
-            with torch.no_grad():
-                logits.clamp_(-_LOGIT_RANGE, _LOGIT_RANGE)
-            monitor(step)
-
-        optimize(loss_fn, opt, steps, self._name, verbose, after_step)
+        return loss_fn

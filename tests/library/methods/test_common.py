@@ -230,3 +230,50 @@ def test_diffmask_fit_with_a_seed_leaves_the_global_rng_as_found():
     again = _fitted_diffmask(model, ids, mask)
     for a, b in zip(dm.probe.parameters(), again.probe.parameters()):
         assert torch.equal(a, b)  # the seed alone decides the fit
+
+
+def _model_snapshot(model):
+    return {
+        "training": [m.training for m in model.modules()],
+        "requires_grad": [p.requires_grad for p in model.parameters()],
+        "parameters": {n: p.detach().clone() for n, p in model.named_parameters()},
+        "instance_attributes": [sorted(vars(m)) for m in model.modules()],
+        "hooks": _hooks(model),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ALL)
+def test_nothing_on_the_users_model_is_left_changed(name):
+    model = tiny_bert().train()  # in training mode, some parameters frozen by the user
+    model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    ids, mask = token_batch()
+    before = _model_snapshot(model)
+    method, options = _any(name, model, ids, mask)
+    for layer in (0, 2):
+        method.attribute(ids, additional_forward_args=(mask,), layer=layer, **options)
+    after = _model_snapshot(model)
+    assert after["training"] == before["training"] and after["requires_grad"] == before["requires_grad"]
+    assert after["instance_attributes"] == before["instance_attributes"] and after["hooks"] == before["hooks"]
+    assert all(torch.equal(before["parameters"][n], p) for n, p in after["parameters"].items())
+
+
+@pytest.mark.parametrize("name", ["IntegratedGradients", "DiffMask"])
+def test_a_forward_set_on_a_module_by_someone_else_survives_the_partial_rerun(name):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    embeddings = model.bert.embeddings  # hidden.0: its recorded output stands in for it
+    class_forward = embeddings.forward
+    calls = []
+
+    def wrapped(*args, **kwargs):  # as accelerate's hooks wrap a device-mapped module's forward
+        calls.append(1)
+        return class_forward(*args, **kwargs)
+
+    embeddings.forward = wrapped
+    method, options = _any(name, model, ids, mask)
+    method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+    assert vars(embeddings)["forward"] is wrapped
+    before = len(calls)
+    model(input_ids=ids, attention_mask=mask)
+    assert len(calls) == before + 1  # still in the path
