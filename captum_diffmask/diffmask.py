@@ -235,7 +235,7 @@ class DiffMask(SiteAttribution):
 
         Each step draws a layer k from ``layers``, samples the gates, replaces the
         site by ``z * h + (1 - z) * b`` and takes one step on the Lagrangian
-        ``L0 + lambda_k * (mean KL - eps)`` (``docs/diffmask.md``). The fit stops
+        ``L0 + lambda_k * (mean KL - eps)`` (``docs/guide/diffmask.md``). The fit stops
         once every trained layer has converged (:class:`Convergence`); ``epochs``
         and ``max_steps`` are caps. A layer left unconverged (the cap reached, the
         constraint violated, every gate open with the constraint slack, or every

@@ -275,7 +275,7 @@ def build_optimizers(
         # The authors' choice. Centred: it divides by the gradient's spread,
         # which vanishes once the multiplier is ~0 and the L0 term alone drives
         # the gates, and they then close all together within a few dozen steps
-        # (docs/diffmask.md, "Convergence").
+        # (docs/guide/diffmask.md, "Convergence").
         probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
     else:
         # beta2 0.99, not 0.999: after the multiplier has pushed gates open, the

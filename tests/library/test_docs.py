@@ -6,7 +6,10 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
-PAGES = ["diffmask.md", "methods.md", "sst.md", "transformers.md"]
+PAGES = [
+    "guide/getting-started.md", "guide/diffmask.md", "guide/methods.md", "guide/comparing.md",
+    "guide/evaluating.md", "guide/your-model.md", "guide/transformers.md", "reproduction/sst-erasure.md",
+]
 
 
 def _python_blocks(page: pathlib.Path):
