@@ -44,10 +44,10 @@ class Guan(SiteAttribution):
     site (over its real tokens and dimensions); ``log sigma_t`` is the entropy
     of ``N(0, sigma_t^2)`` up to a constant. One noise draw per step.
 
-    **lam default.** 1.0: the value DiffMask's code used on its toy task
-    (algorithms.md 1.10; the paper's appendix states 1e-4 for Guan's
-    method). The deviation is not normalised, so ``lam`` must be scaled to the
-    size of the logits (DiffMask's code: 0.1 for SST, 5 for SQuAD).
+    **lam default.** 1.0: the value DiffMask's authors used on the toy task (the
+    paper's appendix states 1e-4 for Guan's method). The deviation is not
+    normalised, so ``lam`` must be scaled to the size of the logits (the authors
+    used 0.1 for SST and 5 for SQuAD).
 
     **Readout.** The smaller the tolerated noise, the more important the token:
     ``readout="inverse"`` returns ``1 / sigma_t`` (> 0; DiffMask's toy and SQuAD

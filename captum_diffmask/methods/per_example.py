@@ -377,10 +377,10 @@ class REINFORCE(_PerExampleMask):
     averaged over the draws. Defaults: Adam lr 0.1 for the logits, ascent lr
     0.1 for the multipliers, ``eps = 0.1``, 500 steps, one sample per step.
 
-    Two fixes with respect to the authors' code (algorithms.md 1.10, pitfall
-    13): there the baseline was updated *before* the reward (so each reward
-    partly baselined itself), and the multiplier did not scale the
-    score-function term (so lambda never reached the gates).
+    Two differences from the authors' code: there the baseline was updated
+    *before* the reward (so each reward partly baselined itself), and the
+    multiplier did not scale the score-function term (so lambda never reached
+    the gates).
 
     **Readouts.** ``readout="keep"``: ``sigmoid(logit_t)``, the probability of
     keeping the token; ``readout="mask"``: the deterministic mask
