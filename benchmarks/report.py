@@ -199,6 +199,49 @@ def per_seed_section(results: Mapping[str, Any]) -> List[str]:
     return ["## Per seed", "", table(headers, rows), ""]
 
 
+def run_line(results: Mapping[str, Any], suite: Any, run: str, wall_seconds: Any) -> str:
+    r"""
+    The line under a report's title: the suite, how it ran, its wall time, the
+    machine, when it started and the commit.
+
+    Args:
+
+        results (Mapping): a suite's results with the runner's keys.
+        suite (Any): the suite's name, as the line shows it.
+        run (str): what follows the mode, e.g. ``"run, seeds [0, 1]"``.
+        wall_seconds (Any): the time the line gives.
+
+    Returns:
+        *str*: one markdown line.
+    """
+    env = results.get("environment", {})
+    return (
+        f"Suite `{suite}`, **{results.get('mode', '?')}** {run}, "
+        f"{fmt(wall_seconds, 1)} s wall time, torch threads: {env.get('threads', '?')} "
+        f"({env.get('cpu', '?')}), started {results.get('started_utc', '?')}"
+        + (f", commit `{env['git_commit']}`" if env.get("git_commit") else "")
+        + ". Every number below was produced by this run."
+    )
+
+
+def notes_section(notes: Sequence[str]) -> List[str]:
+    r"""A bullet per note under ``## Notes``; nothing without notes."""
+    if not notes:
+        return []
+    return ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+
+
+def configuration_section(config: Mapping[str, Any]) -> List[str]:
+    r"""The run's configuration as a JSON block."""
+    return ["## Configuration", "", "```json", json.dumps(to_jsonable(config), indent=2), "```", ""]
+
+
+def environment_section(env: Mapping[str, Any]) -> List[str]:
+    r"""The run's environment (versions, threads, CPU) as a table."""
+    rows = [[k, f"`{v}`" if v is not None else "n/a"] for k, v in env.items()]
+    return ["## Environment", "", table(["", ""], rows), ""]
+
+
 def reproduce_command(results: Mapping[str, Any], out: str = "DIR") -> str:
     r"""The command line that reruns this configuration (the runner records it)."""
     if results.get("command"):
@@ -227,25 +270,16 @@ def write_report(results: Mapping[str, Any], path: Union[str, "os.PathLike[str]"
     env = results.get("environment", {})
     config = results.get("config", {})
     lines: List[str] = [f"# {results.get('title', results.get('suite', 'benchmark'))}", ""]
-    lines.append(
-        f"Suite `{results.get('suite')}`, **{results.get('mode', '?')}** run, seeds {config.get('seeds')}, "
-        f"{fmt(results.get('wall_seconds'), 1)} s wall time, torch threads: {env.get('threads', '?')} "
-        f"({env.get('cpu', '?')}), started {results.get('started_utc', '?')}"
-        + (f", commit `{env['git_commit']}`" if env.get("git_commit") else "")
-        + ". Every number below was produced by this run."
-    )
+    lines.append(run_line(results, results.get("suite"), f"run, seeds {config.get('seeds')}", results.get("wall_seconds")))
     if results.get("description"):
         lines += ["", f"{results['description'][0].upper()}{results['description'][1:]}."]
     lines.append("")
     for section in (scores_section, speed_section, checks_section, failures_section, figures_section):
         lines += section(results)
-    notes = results.get("notes") or []
-    if notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    lines += notes_section(results.get("notes") or [])
     lines += per_seed_section(results)
-    lines += ["## Configuration", "", "```json", json.dumps(to_jsonable(config), indent=2), "```", ""]
-    rows = [[k, f"`{v}`" if v is not None else "n/a"] for k, v in env.items()]
-    lines += ["## Environment", "", table(["", ""], rows), ""]
+    lines += configuration_section(config)
+    lines += environment_section(env)
     lines += [
         "## Reproduce", "",
         "```bash", reproduce_command(results), "```", "",

@@ -2,7 +2,7 @@
 ``results.json`` and ``report.md``. Also what every suite shares: the cache of
 trained models, timing, the environment record and JSON conventions.
 
-A suite is a module in ``benchmarks/suites/`` with:
+A suite is a module (or a package) in ``benchmarks/suites/`` with:
 
 - ``DESCRIPTION`` (str): one line for ``python -m benchmarks list``;
 - ``DEFAULTS`` (dict): the full configuration;

@@ -18,10 +18,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
-from tqdm.auto import tqdm
 
 from captum_diffmask import DiffMask
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
@@ -37,6 +36,7 @@ from captum_diffmask.toy import (
 )
 
 from ..methods import MethodContext, prepare, PreparedMethod, route_options
+from ..progress import bar, error_text, log
 from ..runner import cached, median_seconds
 
 DESCRIPTION = (
@@ -138,16 +138,6 @@ METRICS = [
 
 
 # ----------------------------------------------------------------- pieces
-def _log(verbose: bool, message: str) -> None:
-    if verbose:
-        tqdm.write(message)
-
-
-def _bar(iterable: Any, verbose: bool, **kwargs: Any) -> Any:
-    # disable=None: a bar only on a terminal, so logs and CI stay clean
-    return tqdm(iterable, disable=None if verbose else True, leave=False, **kwargs)
-
-
 def load_toy_model(
     config: Mapping[str, Any], seed: int, train: ToyData, valid: ToyData, verbose: bool
 ) -> Tuple[ToyModel, Dict[str, Any]]:
@@ -195,7 +185,7 @@ def _attribute_all(
     torch.manual_seed(seed)
     pieces = []
     start = time.perf_counter()
-    for begin in _bar(range(0, len(data), chunk), verbose, desc=f"{prepared.name} attribute"):
+    for begin in bar(range(0, len(data), chunk), verbose, desc=f"{prepared.name} attribute"):
         end = begin + chunk
         pieces.append(prepared.attribute(data.ids[begin:end], (data.query[begin:end], data.mask[begin:end]), layer))
     return torch.cat(pieces), time.perf_counter() - start
@@ -261,80 +251,40 @@ def _fit_input_diffmask(
     return dm, time.perf_counter() - start, {"fit_last": [h for h in history if h["epoch"] == history[-1]["epoch"]]}
 
 
-def _error_text(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
 # -------------------------------------------------------------------- run
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
     r"""Runs the toy suite with ``config`` (see :data:`DEFAULTS`); figures go to
     ``out_dir / "figures"``. Returns the results for :func:`benchmarks.report.write_report`."""
     layer = int(config["layer"])
-    seeds = list(config["seeds"])
     names = list(config["methods"])
     all_options: Mapping[str, Any] = config.get("method_options", {})
     per_seed: Dict[str, List[Dict[str, Any]]] = {name: [] for name in names}
     models: List[Dict[str, Any]] = []
-    speed: Dict[str, Any] = {}
-    figures: List[Dict[str, str]] = []
-    notes: List[str] = []
-    extras: Dict[str, Any] = {}
+    first = _FirstSeed({}, [], [], {})
 
-    for seed_index, seed in enumerate(_bar(seeds, verbose, desc="seeds")):
-        first = seed_index == 0
-        data_cfg = config["data"]
-        data = generate_toy_data(data_cfg["num_examples"], data_cfg["vocab_size"], data_cfg["max_length"], seed=seed)
-        train, valid = data.split(data_cfg["holdout"], seed=seed)
-        if config.get("eval_examples"):
-            valid = valid.subset(torch.arange(min(int(config["eval_examples"]), len(valid))))
+    for seed_index, seed in enumerate(bar(list(config["seeds"]), verbose, desc="seeds")):
+        train, valid = _seed_data(config, seed)
         model, model_info = load_toy_model(config, seed, train, valid, verbose)
         models.append(model_info)
         how = "cached" if model_info["cached"] else f"trained in {model_info['train_seconds']:.1f} s"
-        _log(verbose, f"[toy] seed {seed}: model accuracy {model_info['accuracy']:.4f} ({how})")
+        log(verbose, f"[toy] seed {seed}: model accuracy {model_info['accuracy']:.4f} ({how})")
 
         ctx = _context(model, train, layer, seed, verbose)
         prepared_methods: Dict[str, PreparedMethod] = {}
         held_out_scores: Dict[str, torch.Tensor] = {}
-        for name in _bar(names, verbose, desc=f"seed {seed} methods"):
+        for name in bar(names, verbose, desc=f"seed {seed} methods"):
             options = dict(all_options.get(name, {}))
             chunk = int(options.pop("chunk", config.get("chunk", 250)))
-            record: Dict[str, Any] = {"seed": seed}
-            try:
-                prepared = prepare(name, ctx, options)
-                scores, seconds = _attribute_all(prepared, valid, layer, chunk, seed, verbose)
-                record.update(score(scores, valid))
-                record.update({
-                    "setup_seconds": prepared.setup_seconds,
-                    "attribute_seconds": seconds,
-                    "ignored_options": prepared.ignored_options,
-                    **prepared.info,
-                })
+            record, prepared, scores = _run_method(name, options, ctx, valid, chunk)
+            per_seed[name].append(record)
+            if prepared is not None:
                 prepared_methods[name] = prepared
                 held_out_scores[name] = scores
-                _log(verbose, f"[toy] seed {seed} {name}: JS {record['js']:.4f}, KL {record['kl']:.4f}"
-                              f" (setup {prepared.setup_seconds:.1f} s, attribute {seconds:.1f} s)")
-            except ImportError as error:
-                record.update({"status": "unavailable", "error": str(error)})
-                _log(verbose, f"[toy] {name}: unavailable ({error})")
-            except Exception as error:  # noqa: BLE001 - a failing method is a result, not a crash
-                record.update({"status": "failed", "error": _error_text(error),
-                               "traceback": traceback.format_exc(limit=6)})
-                _log(verbose, f"[toy] seed {seed} {name}: FAILED {_error_text(error)}")
-            per_seed[name].append(record)
-
-        if first:
-            truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
-            uniform = summarize(js_to_ground_truth(valid.mask.float(), truth, valid.mask))
-            extras["uniform_js"] = uniform["mean"]
-            speed = measure_speed(model, valid, prepared_methods, layer, config["speed"], verbose)
-            if config.get("figures", True):
-                figures, figure_notes, input_mode = make_figures(
-                    model, train, valid, ctx, prepared_methods, held_out_scores, config, out_dir, verbose
-                )
-                notes.extend(figure_notes)
-                extras.update(input_mode)
+        if seed_index == 0:
+            first = _first_seed(config, model, train, valid, ctx, prepared_methods, held_out_scores, out_dir)
         del prepared_methods, held_out_scores
 
+    speed = first.speed
     methods = {name: aggregate(per_seed[name], speed.get("methods", {}).get(name), all_options.get(name, {}))
                for name in names}
     results = {
@@ -345,12 +295,87 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "paper_source": PAPER_SOURCE,
         "models": models,
         "speed": {k: v for k, v in speed.items() if k != "methods"},
-        "figures": figures,
-        "extras": extras,
+        "figures": first.figures,
+        "extras": first.extras,
     }
     results["checks"] = checks(results, config)
-    results["notes"] = _summary_notes(results, config) + notes
+    results["notes"] = _summary_notes(results, config) + first.notes
     return results
+
+
+def _seed_data(config: Mapping[str, Any], seed: int) -> Tuple[ToyData, ToyData]:
+    r"""The seed's training and held-out sets (the held-out set cut to
+    ``eval_examples`` when set)."""
+    data_cfg = config["data"]
+    data = generate_toy_data(data_cfg["num_examples"], data_cfg["vocab_size"], data_cfg["max_length"], seed=seed)
+    train, valid = data.split(data_cfg["holdout"], seed=seed)
+    if config.get("eval_examples"):
+        valid = valid.subset(torch.arange(min(int(config["eval_examples"]), len(valid))))
+    return train, valid
+
+
+def _run_method(
+    name: str, options: Mapping[str, Any], ctx: MethodContext, valid: ToyData, chunk: int
+) -> Tuple[Dict[str, Any], Optional[PreparedMethod], Optional[torch.Tensor]]:
+    r"""One method on one seed: set up, the held-out set attributed (``chunk``
+    examples per call) and scored. Returns its per-seed record, and the method
+    and its (N, T) scores (None when it failed: the record says why)."""
+    seed, verbose = ctx.seed, ctx.verbose
+    record: Dict[str, Any] = {"seed": seed}
+    try:
+        prepared = prepare(name, ctx, options)
+        scores, seconds = _attribute_all(prepared, valid, ctx.layer, chunk, seed, verbose)
+        record.update(score(scores, valid))
+        record.update({
+            "setup_seconds": prepared.setup_seconds,
+            "attribute_seconds": seconds,
+            "ignored_options": prepared.ignored_options,
+            **prepared.info,
+        })
+        log(verbose, f"[toy] seed {seed} {name}: JS {record['js']:.4f}, KL {record['kl']:.4f}"
+                     f" (setup {prepared.setup_seconds:.1f} s, attribute {seconds:.1f} s)")
+        return record, prepared, scores
+    except ImportError as error:
+        record.update({"status": "unavailable", "error": str(error)})
+        log(verbose, f"[toy] {name}: unavailable ({error})")
+    except Exception as error:  # noqa: BLE001 - a failing method is a result, not a crash
+        record.update({"status": "failed", "error": error_text(error),
+                       "traceback": traceback.format_exc(limit=6)})
+        log(verbose, f"[toy] seed {seed} {name}: FAILED {error_text(error)}")
+    return record, None, None
+
+
+class _FirstSeed(NamedTuple):
+    r"""What only the first seed measures: the speed of every method, the
+    figures and their notes, and the numbers beside the table (``extras``)."""
+
+    speed: Dict[str, Any]
+    figures: List[Dict[str, str]]
+    notes: List[str]
+    extras: Dict[str, Any]
+
+
+def _first_seed(
+    config: Mapping[str, Any], model: ToyModel, train: ToyData, valid: ToyData, ctx: MethodContext,
+    prepared: Mapping[str, PreparedMethod], held_out_scores: Mapping[str, torch.Tensor], out_dir: Path,
+) -> _FirstSeed:
+    r"""The first seed's extra measurements: a uniform attribution's JS, the
+    speed of every method, and the figures (with their notes and the input-mode
+    DiffMask's numbers)."""
+    extras: Dict[str, Any] = {}
+    figures: List[Dict[str, str]] = []
+    notes: List[str] = []
+    truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
+    uniform = summarize(js_to_ground_truth(valid.mask.float(), truth, valid.mask))
+    extras["uniform_js"] = uniform["mean"]
+    speed = measure_speed(model, valid, prepared, ctx.layer, config["speed"], ctx.verbose)
+    if config.get("figures", True):
+        figures, figure_notes, input_mode = make_figures(
+            model, train, valid, ctx, prepared, held_out_scores, config, out_dir, ctx.verbose
+        )
+        notes.extend(figure_notes)
+        extras.update(input_mode)
+    return _FirstSeed(speed, figures, notes, extras)
 
 
 def aggregate(records: List[Dict[str, Any]], speed: Optional[Dict[str, Any]], options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -419,14 +444,14 @@ def measure_speed(
         "threads": torch.get_num_threads(),
         "methods": {},
     }
-    for name, method in _bar(list(prepared.items()), verbose, desc="speed"):
+    for name, method in bar(list(prepared.items()), verbose, desc="speed"):
         try:
             # already warm: the method has just attributed the whole held-out set
             seconds, calls = median_seconds(
                 lambda: method.attribute(ids, (query, mask), layer), repeats, budget, warmup=False
             )
         except Exception as error:  # noqa: BLE001
-            result["methods"][name] = {"speed_error": _error_text(error)}
+            result["methods"][name] = {"speed_error": error_text(error)}
             continue
         result["methods"][name] = {
             "seconds_per_example": seconds / batch,
@@ -434,6 +459,17 @@ def measure_speed(
             "speed_calls": calls,
         }
     return result
+
+
+class _Example(NamedTuple):
+    r"""The figure's held-out example: its row and real length, and its (1, T)
+    ids, query and mask."""
+
+    index: int
+    length: int
+    ids: torch.Tensor
+    query: torch.Tensor
+    mask: torch.Tensor
 
 
 def make_figures(
@@ -445,36 +481,58 @@ def make_figures(
     (the 2-D FFNN states by digit class)."""
     figure_dir = out_dir / "figures"
     figure_dir.mkdir(parents=True, exist_ok=True)
-    figures: List[Dict[str, str]] = []
     notes: List[str] = []
     extras: Dict[str, Any] = {}
     layer = int(config["layer"])
     index = pick_example(valid)
-    length = int(valid.mask[index].sum())
-    ids, query, mask = valid.ids[index : index + 1], valid.query[index : index + 1], valid.mask[index : index + 1]
-    n, m = int(query[0, 0]), int(query[0, 1])
-    tokens = [str(int(t)) for t in ids[0, :length]]
-    truth = toy_ground_truth(ids, query, mask)[0, :length]
+    at = slice(index, index + 1)
+    example = _Example(index, int(valid.mask[index].sum()), valid.ids[at], valid.query[at], valid.mask[at])
 
     # Input attributions (layer 0) of every method, as in the paper's figure, and
     # DiffMask in input mode reading the embeddings (layer 0) or the FFNN output (layer 1).
+    input_rows = _layer0_rows(model, train, ctx.seed, prepared, config, example, notes)
+    _diffmask_input_rows(model, train, valid, ctx.seed, config, example, input_rows, notes, extras, verbose)
+    figures = [_attribution_figure(valid, example, held_out_scores, input_rows, layer, figure_dir)]
+    hidden_states = _hidden_states_figure(model, valid, layer, figure_dir)
+    if hidden_states is not None:
+        figures.append(hidden_states)
+    return figures, notes, extras
+
+
+def _layer0_rows(
+    model: ToyModel, train: ToyData, seed: int, prepared: Mapping[str, PreparedMethod], config: Mapping[str, Any],
+    example: _Example, notes: List[str],
+) -> Dict[str, Any]:
+    r"""Every method (but DiffMask) set up again at the input (layer 0), its
+    attribution of the example; a note per method that fails."""
     input_rows: Dict[str, Any] = {}
     for name in prepared:
         if name == "DiffMask":
-            continue  # fitted in hidden mode at layer 1 only; its input rows come below
+            continue  # fitted in hidden mode at layer 1 only; its input rows come from input mode
         options = dict(config.get("method_options", {}).get(name, {}))
         options.pop("chunk", None)
         try:
-            method = prepare(name, _context(model, train, 0, ctx.seed, False), options)
-            torch.manual_seed(ctx.seed)
-            input_rows[name] = method.attribute(ids, (query, mask), 0)[0, :length]
+            method = prepare(name, _context(model, train, 0, seed, False), options)
+            torch.manual_seed(seed)
+            input_rows[name] = method.attribute(example.ids, (example.query, example.mask), 0)[0, : example.length]
         except Exception as error:  # noqa: BLE001
-            notes.append(f"Figure: {name} at layer 0 failed ({_error_text(error)}); left out.")
+            notes.append(f"Figure: {name} at layer 0 failed ({error_text(error)}); left out.")
+    return input_rows
+
+
+def _diffmask_input_rows(
+    model: ToyModel, train: ToyData, valid: ToyData, seed: int, config: Mapping[str, Any], example: _Example,
+    input_rows: Dict[str, Any], notes: List[str], extras: Dict[str, Any], verbose: bool,
+) -> None:
+    r"""DiffMask fitted in input mode (``diffmask_input``): its rows of the
+    example at both depths go to ``input_rows``, its JS and keep share over the
+    held-out set and its fit to ``extras``; a failure to ``notes``."""
     try:
-        dm_input, fit_seconds, info = _fit_input_diffmask(model, train, config["diffmask_input"], ctx.seed, verbose)
+        dm_input, fit_seconds, info = _fit_input_diffmask(model, train, config["diffmask_input"], seed, verbose)
         for k in (0, 1):
             label = "DiffMask input, reads embeddings (layer 0)" if k == 0 else "DiffMask input, reads FFNN output (layer 1)"
-            input_rows[label] = dm_input.attribute(ids, additional_forward_args=(query, mask), layer=k)[0, :length]
+            input_rows[label] = dm_input.attribute(example.ids, additional_forward_args=(example.query, example.mask),
+                                                   layer=k)[0, : example.length]
         # the same two views over the whole held-out set, scored against the ground truth
         held_truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
         for k in (0, 1):
@@ -484,8 +542,19 @@ def make_figures(
         extras["diffmask_input_fit_seconds"] = fit_seconds
         extras["diffmask_input_fit_last"] = info["fit_last"]
     except Exception as error:  # noqa: BLE001
-        notes.append(f"Figure: DiffMask in input mode failed ({_error_text(error)}); left out.")
+        notes.append(f"Figure: DiffMask in input mode failed ({error_text(error)}); left out.")
 
+
+def _attribution_figure(
+    valid: ToyData, example: _Example, held_out_scores: Mapping[str, torch.Tensor], input_rows: Mapping[str, Any],
+    layer: int, figure_dir: Path,
+) -> Dict[str, str]:
+    r"""The paper's toy figure: the example's attributions to the FFNN output
+    (as scored) above its input rows."""
+    index, length = example.index, example.length
+    n, m = int(example.query[0, 0]), int(example.query[0, 1])
+    tokens = [str(int(t)) for t in example.ids[0, :length]]
+    truth = toy_ground_truth(example.ids, example.query, example.mask)[0, :length]
     hidden_rows: Dict[str, Any] = {"ground truth": truth}
     for name, scores in held_out_scores.items():
         hidden_rows[name] = scores[index, :length]
@@ -496,29 +565,32 @@ def make_figures(
     label = "more n than m" if float(valid.labels[index]) > 0.5 else "not more n than m"
     attribution_panels(tokens, panels, path=path, highlight=(truth > 0).tolist(),
                        title=f"held-out example {index}: query n={n}, m={m} ({label}); red = ground truth")
-    figures.append({"file": f"figures/{path.name}", "caption": (
+    return {"file": f"figures/{path.name}", "caption": (
         "One held-out example. Top: every method's attribution to the FFNN output states (what the table scores), "
         "each row scaled to [0, 1]; the ground truth marks the positions holding n or m. Bottom: input attributions "
         "(layer 0), and DiffMask in input mode when its votes read only the embeddings (layer 0) or the FFNN "
-        "output (layer 1), the paper's toy figure.")})
+        "output (layer 1), the paper's toy figure.")}
 
-    # The appendix figure: the 2-D FFNN output of every real held-out position.
+
+def _hidden_states_figure(model: ToyModel, valid: ToyData, layer: int, figure_dir: Path) -> Optional[Dict[str, str]]:
+    r"""The appendix figure: the 2-D FFNN output of every real held-out
+    position, by digit class; None when the states are not 2-D."""
     locator = SiteLocator.locate(model, toy_sites(model))
     with torch.no_grad(), locator.capture([f"hidden.{layer}"]) as states:
         model(valid.ids, valid.query, valid.mask)
     hidden = states[f"hidden.{layer}"]
-    if hidden.shape[-1] == 2:
-        real = valid.mask
-        is_n = (valid.ids == valid.query[:, :1])[real]
-        is_m = (valid.ids == valid.query[:, 1:])[real]
-        categories = ["= n" if a else "= m" if b else "neither" for a, b in zip(is_n.tolist(), is_m.tolist())]
-        path = figure_dir / "toy_hidden_states.png"
-        hidden_state_scatter(hidden[real], categories, path=path, order=["neither", "= n", "= m"],
-                             title="FFNN output (hidden.1) of held-out digits")
-        figures.append({"file": f"figures/{path.name}", "caption": (
-            "The toy model's 2-D FFNN output for every real held-out position, by whether the digit is the "
-            "query's n, its m, or neither (the paper's appendix figure): query digits separate from the rest.")})
-    return figures, notes, extras
+    if hidden.shape[-1] != 2:
+        return None
+    real = valid.mask
+    is_n = (valid.ids == valid.query[:, :1])[real]
+    is_m = (valid.ids == valid.query[:, 1:])[real]
+    categories = ["= n" if a else "= m" if b else "neither" for a, b in zip(is_n.tolist(), is_m.tolist())]
+    path = figure_dir / "toy_hidden_states.png"
+    hidden_state_scatter(hidden[real], categories, path=path, order=["neither", "= n", "= m"],
+                         title="FFNN output (hidden.1) of held-out digits")
+    return {"file": f"figures/{path.name}", "caption": (
+        "The toy model's 2-D FFNN output for every real held-out position, by whether the digit is the "
+        "query's n, its m, or neither (the paper's appendix figure): query digits separate from the rest.")}
 
 
 # ---------------------------------------------------------------- checks

@@ -13,7 +13,6 @@ fit, and the wall time.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -25,6 +24,7 @@ from captum_diffmask import DiffMask, seed_std
 from captum_diffmask.convergence import DiffMaskConvergenceWarning
 from captum_diffmask.toy import generate_toy_data, ToyData, ToyModel, toy_sites
 
+from ..progress import log_to_stderr
 from ..report import fmt, table
 from .toy import load_toy_model, score
 
@@ -56,11 +56,6 @@ DEFAULTS: Dict[str, Any] = {
 }
 
 QUICK: Dict[str, Any] = {"data_seeds": [201, 202], "seeds": [0]}
-
-
-def _log(verbose: bool, message: str) -> None:
-    if verbose:
-        print(message, file=sys.stderr, flush=True)
 
 
 def fit_cell(model: ToyModel, train: ToyData, valid: ToyData, mode: str, seed: int, config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -107,15 +102,15 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
                             "data": {**config["data"], **dims}}
             model, info = load_toy_model(model_config, data_seed, train, valid, verbose)
             models.append({"shape": shape, "data_seed": data_seed, **info})
-            _log(verbose, f"[toy-robustness] {shape} data {data_seed}: model held-out accuracy {info['accuracy']:.4f}")
+            log_to_stderr(verbose, f"[toy-robustness] {shape} data {data_seed}: model held-out accuracy {info['accuracy']:.4f}")
             scores: Dict[str, List[torch.Tensor]] = {mode: [] for mode in config["modes"]}
             for seed in config["seeds"]:
                 for mode in _modes_for(seed, config):
                     cell = {"shape": shape, "data_seed": data_seed, **fit_cell(model, train, valid, mode, seed, config)}
                     scores[mode].append(cell.pop("scores"))
                     cells.append(cell)
-                    _log(verbose, f"[toy-robustness] {shape} data {data_seed} seed {seed} {mode}: JS {cell['js']:.4f}, "
-                                  f"{cell['status']} after {cell['steps']} steps ({cell['fit_seconds']:.1f} s)")
+                    log_to_stderr(verbose, f"[toy-robustness] {shape} data {data_seed} seed {seed} {mode}: JS {cell['js']:.4f}, "
+                                           f"{cell['status']} after {cell['steps']} steps ({cell['fit_seconds']:.1f} s)")
             for mode, per_seed in scores.items():
                 if len(per_seed) > 1:
                     figures = seed_std(per_seed, valid.mask)

@@ -709,21 +709,8 @@ def train_sst_classifier(
         steps = 0
         progress = tqdm(range(1, epochs + 1), desc="SST GRU", disable=None if verbose else True, leave=False)
         for epoch in progress:
-            model.train()
-            total, correct, loss_sum = 0, 0, 0.0
-            for ids, mask, labels in train.batches(batch_size, shuffle=True, seed=seed * 100_003 + epoch, with_labels=True):
-                logits = model(ids, mask)
-                loss = F.cross_entropy(logits, labels)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, 5.0)
-                optimizer.step()
-                total += len(labels)
-                correct += int((logits.argmax(-1) == labels).sum())
-                loss_sum += loss.item() * len(labels)
-                steps += 1
-                if max_steps is not None and steps >= max_steps:
-                    break
+            batches = train.batches(batch_size, shuffle=True, seed=seed * 100_003 + epoch, with_labels=True)
+            total, correct, loss_sum, steps = _train_pass(model, batches, optimizer, params, steps, max_steps)
             dev_acc = accuracy(model, dev)
             history.append({"epoch": epoch, "loss": loss_sum / max(total, 1),
                             "train_accuracy": correct / max(total, 1), "dev_accuracy": dev_acc})
@@ -736,3 +723,28 @@ def train_sst_classifier(
     model.load_state_dict(best_state)
     model.eval()
     return model, best_acc, history
+
+
+def _train_pass(
+    model: SSTClassifier, batches: Iterable[Tuple[Tensor, ...]], optimizer: torch.optim.Optimizer,
+    params: List[nn.Parameter], steps: int, max_steps: Optional[int],
+) -> Tuple[int, int, float, int]:
+    r"""One pass over the labelled ``batches`` (stopping once ``steps`` reaches
+    ``max_steps``): the sentences seen, those predicted right (training mode),
+    the summed cross-entropy, and the updates made so far."""
+    model.train()
+    total, correct, loss_sum = 0, 0, 0.0
+    for ids, mask, labels in batches:
+        logits = model(ids, mask)
+        loss = F.cross_entropy(logits, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 5.0)
+        optimizer.step()
+        total += len(labels)
+        correct += int((logits.argmax(-1) == labels).sum())
+        loss_sum += loss.item() * len(labels)
+        steps += 1
+        if max_steps is not None and steps >= max_steps:
+            break
+    return total, correct, loss_sum, steps

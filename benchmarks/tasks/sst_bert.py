@@ -626,6 +626,29 @@ def fine_tune(
         weights the model holds on return: the best dev macro-F1, the earliest
         on ties). The model is left in eval mode with the selected weights.
     """
+    _check_fine_tune(train, dev, epochs, batch_size, warmup)
+    optimizer, parameters = _bert_adamw(model, lr, weight_decay)
+    scheduler = _warmup_then_decay(optimizer, epochs * -(-len(train) // batch_size), warmup)
+    run = _FineTuning(model, train, dev, optimizer, scheduler, parameters, max_grad_norm, batch_size, epochs, seed, verbose)
+    history: List[Dict[str, Any]] = []
+    best_f1, best_state = -1.0, None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for epoch in range(1, epochs + 1):
+            history.append(run.epoch(epoch))
+            if history[-1]["dev_macro_f1"] > best_f1:
+                best_f1 = history[-1]["dev_macro_f1"]
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                selected = epoch
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    history[selected - 1]["selected"] = True
+    model.eval()
+    return history
+
+
+def _check_fine_tune(train: EncodedSST, dev: EncodedSST, epochs: int, batch_size: int, warmup: float) -> None:
+    r"""A ``ValueError`` naming the first argument :func:`fine_tune` cannot take."""
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -634,6 +657,10 @@ def fine_tune(
     if len(train) == 0 or len(dev) == 0:
         raise ValueError("train and dev must not be empty")
 
+
+def _bert_adamw(model: nn.Module, lr: float, weight_decay: float) -> Tuple[torch.optim.Optimizer, List[nn.Parameter]]:
+    r"""AdamW over the trainable parameters, ``weight_decay`` on all but the
+    biases and LayerNorm weights; and those parameters, decayed ones first."""
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
@@ -642,8 +669,12 @@ def fine_tune(
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
     )
-    steps_per_epoch = -(-len(train) // batch_size)
-    total_steps = epochs * steps_per_epoch
+    return optimizer, decay + no_decay
+
+
+def _warmup_then_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float) -> Any:
+    r"""The learning rate rising linearly from 0 over the first ``warmup`` share
+    of ``total_steps``, then falling linearly to 0 at the last."""
     warmup_steps = int(math.ceil(float(warmup) * total_steps))
 
     def schedule(step: int) -> float:
@@ -652,53 +683,67 @@ def fine_tune(
             return (step + 1) / warmup_steps
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    parameters = decay + no_decay
-    history: List[Dict[str, Any]] = []
-    best_f1, best_state = -1.0, None
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for epoch in range(1, epochs + 1):
-            start = time.perf_counter()
-            model.train()
-            seen, correct, loss_sum = 0, 0, 0.0
-            batches = train.batches(batch_size, shuffle=True, seed=seed * 100_003 + epoch, with_labels=True, sort_by_length=True)
-            progress = tqdm(batches, total=steps_per_epoch, desc=f"fine-tune {epoch}/{epochs}",
-                            disable=None if verbose else True, leave=False)
-            for ids, mask, labels in progress:
-                logits = _logits(model(input_ids=ids, attention_mask=mask))
-                loss = F.cross_entropy(logits, labels)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                seen += len(labels)
-                correct += int((logits.argmax(-1) == labels).sum())
-                loss_sum += float(loss.detach()) * len(labels)
-                progress.set_postfix(loss=f"{loss_sum / seen:.3f}")
-            progress.close()
-            train_seconds = time.perf_counter() - start
-            scores = evaluate(model, dev)
-            history.append({
-                "epoch": epoch, "train_loss": loss_sum / seen, "train_accuracy": correct / seen,
-                "dev_accuracy": scores["accuracy"], "dev_macro_f1": scores["macro_f1"],
-                "finetune_epoch_seconds": train_seconds, "seconds": time.perf_counter() - start, "selected": False,
-            })
-            if verbose:
-                tqdm.write(f"fine-tune epoch {epoch}: loss {loss_sum / seen:.4f}, dev accuracy "
-                           f"{100 * scores['accuracy']:.2f}, dev macro-F1 {100 * scores['macro_f1']:.2f} "
-                           f"({train_seconds:.1f} s)")
-            if scores["macro_f1"] > best_f1:
-                best_f1 = scores["macro_f1"]
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                selected = epoch
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    history[selected - 1]["selected"] = True
-    model.eval()
-    return history
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+@dataclass
+class _FineTuning:
+    r"""What stays fixed over the epochs of one :func:`fine_tune` call."""
+
+    model: nn.Module
+    train: EncodedSST
+    dev: EncodedSST
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    parameters: List[nn.Parameter]
+    max_grad_norm: Optional[float]
+    batch_size: int
+    epochs: int
+    seed: int
+    verbose: bool
+
+    def epoch(self, epoch: int) -> Dict[str, Any]:
+        r"""Trains one epoch (1-based) and scores dev: the epoch's history entry."""
+        start = time.perf_counter()
+        batches = self.train.batches(self.batch_size, shuffle=True, seed=self.seed * 100_003 + epoch, with_labels=True,
+                                     sort_by_length=True)
+        progress = tqdm(batches, total=-(-len(self.train) // self.batch_size), desc=f"fine-tune {epoch}/{self.epochs}",
+                        disable=None if self.verbose else True, leave=False)
+        loss, accuracy = self._train_pass(progress)
+        train_seconds = time.perf_counter() - start
+        scores = evaluate(self.model, self.dev)
+        entry = {
+            "epoch": epoch, "train_loss": loss, "train_accuracy": accuracy,
+            "dev_accuracy": scores["accuracy"], "dev_macro_f1": scores["macro_f1"],
+            "finetune_epoch_seconds": train_seconds, "seconds": time.perf_counter() - start, "selected": False,
+        }
+        if self.verbose:
+            tqdm.write(f"fine-tune epoch {epoch}: loss {loss:.4f}, dev accuracy "
+                       f"{100 * scores['accuracy']:.2f}, dev macro-F1 {100 * scores['macro_f1']:.2f} "
+                       f"({train_seconds:.1f} s)")
+        return entry
+
+    def _train_pass(self, progress: Any) -> Tuple[float, float]:
+        r"""One training pass over the labelled batches of ``progress`` (a tqdm
+        bar, closed at the end): the mean cross-entropy over the sentences and
+        the accuracy of the same training-mode predictions."""
+        self.model.train()
+        seen, correct, loss_sum = 0, 0, 0.0
+        for ids, mask, labels in progress:
+            logits = _logits(self.model(input_ids=ids, attention_mask=mask))
+            loss = F.cross_entropy(logits, labels)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            seen += len(labels)
+            correct += int((logits.argmax(-1) == labels).sum())
+            loss_sum += float(loss.detach()) * len(labels)
+            progress.set_postfix(loss=f"{loss_sum / seen:.3f}")
+        progress.close()
+        return loss_sum / seen, correct / seen
 
 
 # -------------------------------------------------------------- attention

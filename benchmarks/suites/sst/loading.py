@@ -1,0 +1,137 @@
+"""The sst suite's model and data: the fine-tuned classifier (cached), the SST
+splits and their encodings."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
+from benchmarks.tasks.sst_bert import EncodedSST
+
+from ...progress import log_to_stderr
+from ...runner import cached
+
+
+def _build_model(config: Mapping[str, Any], train: Sequence[SSTSentence]) -> Tuple[nn.Module, Any]:
+    options = config["model"]
+    source = options.get("source", "minilm")
+    if source == "minilm":
+        model, tokenizer = sst_bert.load_minilm(num_labels=len(LABEL_NAMES))
+    elif source == "tiny":
+        words = sorted({w.lower() for s in train for w in s.words})
+        model, tokenizer = sst_bert.tiny_bert(words, num_labels=len(LABEL_NAMES), seed=int(options.get("seed", 0)))
+    else:
+        raise ValueError(f"model.source must be 'minilm' or 'tiny', got {source!r}")
+    layers = options.get("num_layers")
+    if layers is not None:
+        blocks = model.bert.encoder.layer
+        if not 1 <= int(layers) <= len(blocks):
+            raise ValueError(f"model.num_layers must be in 1..{len(blocks)}, got {layers!r}")
+        model.bert.encoder.layer = nn.ModuleList(list(blocks)[: int(layers)])
+        model.config.num_hidden_layers = int(layers)
+    return model, tokenizer
+
+
+def load_model(
+    config: Mapping[str, Any], train: Sequence[SSTSentence], dev: Sequence[SSTSentence], verbose: bool
+) -> Tuple[nn.Module, Any, Dict[str, Any]]:
+    r"""The fine-tuned classifier: from the cache when this configuration and data
+    were fine-tuned before, else fine-tuned on ``train``, selected on ``dev``."""
+    options = config["model"]
+    model, tokenizer = _build_model(config, train)
+    key = {
+        "options": options, "train": [s.text for s in train], "train_labels": [s.label for s in train],
+        "dev": [s.text for s in dev], "signature": sum(p.numel() for p in model.parameters()),
+    }
+
+    def build() -> Dict[str, Any]:
+        train_enc = sst_bert.encode_sst(train, tokenizer, int(options.get("max_length", 128)))
+        dev_enc = sst_bert.encode_sst(dev, tokenizer, int(options.get("max_length", 128)))
+        start = time.perf_counter()
+        history = sst_bert.fine_tune(
+            model, train_enc, dev_enc, epochs=int(options["epochs"]), lr=float(options["lr"]),
+            batch_size=int(options["batch_size"]), warmup=float(options.get("warmup", 0.1)),
+            seed=int(options.get("seed", 0)), verbose=verbose,
+        )
+        return {"state_dict": model.state_dict(), "history": history, "seconds": time.perf_counter() - start}
+
+    payload, hit = cached("sst-bert", key, build, use_cache=bool(config.get("cache", True)))
+    if hit:
+        model.load_state_dict(payload["state_dict"])
+    model.eval()
+    info = {"cached": hit, "history": payload["history"], "fine_tune_seconds": payload["seconds"],
+            "parameters": sum(p.numel() for p in model.parameters()), "layers": model.config.num_hidden_layers,
+            "source": options.get("source", "minilm")}
+    return model, tokenizer, info
+
+
+def subset(sentences: List[SSTSentence], limit: Optional[int]) -> List[SSTSentence]:
+    r"""At most ``limit`` sentences spread evenly over the list (so the length mix
+    stays the split's)."""
+    if limit is None or limit >= len(sentences):
+        return sentences
+    picks = torch.linspace(0, len(sentences) - 1, int(limit)).round().long().unique()
+    return [sentences[i] for i in picks.tolist()]
+
+
+@dataclass
+class Bench:
+    r"""The model and the encoded sentences of one run.
+
+    Attributes:
+        model (nn.Module): the fine-tuned classifier, in eval mode.
+        tokenizer (Any): its tokenizer.
+        model_info (dict): the model's record in the results.
+        train (EncodedSST): the training sentences.
+        valid (EncodedSST): the dev sentences DiffMask's fit validates on.
+        evaluated (EncodedSST): the sentences of the evaluated split.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    model_info: Dict[str, Any]
+    train: EncodedSST
+    valid: EncodedSST
+    evaluated: EncodedSST
+
+    @property
+    def layers(self) -> int:
+        r"""The model's number of blocks."""
+        return int(self.model.config.num_hidden_layers)
+
+
+def load_bench(config: Mapping[str, Any], verbose: bool) -> Bench:
+    r"""
+    The fine-tuned model (:func:`load_model`) and the encoded splits.
+
+    Args:
+
+        config (Mapping): the suite's configuration.
+        verbose (bool): progress bars and a line for the model.
+
+    Returns:
+        *Bench*, its ``model_info`` with the dev scores and the sentence counts.
+    """
+    split = config.get("split", "dev")
+    data_dir = config.get("data_dir")
+    train_sentences = subset(read_sst("train", data_dir), config.get("train_sentences"))
+    dev_sentences = read_sst("dev", data_dir)
+    eval_sentences = subset(dev_sentences if split == "dev" else read_sst("test", data_dir), config.get("eval_sentences"))
+    model, tokenizer, model_info = load_model(config, train_sentences, dev_sentences, verbose)
+    max_length = int(config["model"].get("max_length", 128))
+    train = sst_bert.encode_sst(train_sentences, tokenizer, max_length)
+    dev = sst_bert.encode_sst(dev_sentences, tokenizer, max_length)
+    evaluated = sst_bert.encode_sst(eval_sentences, tokenizer, max_length)
+    valid = dev.subset(torch.as_tensor([dev_sentences.index(s) for s in subset(dev_sentences, config["diffmask"].get("validation_sentences"))]))
+    dev_scores = sst_bert.evaluate(model, dev)
+    model_info.update({"dev_accuracy": 100.0 * dev_scores["accuracy"], "dev_macro_f1": 100.0 * dev_scores["macro_f1"],
+                       "train_sentences": len(train), "evaluated_sentences": len(evaluated)})
+    log_to_stderr(verbose, f"[sst] model: dev accuracy {model_info['dev_accuracy']:.2f}, "
+                           f"macro-F1 {model_info['dev_macro_f1']:.2f} ({'cached' if model_info['cached'] else 'fine-tuned'})")
+    return Bench(model, tokenizer, model_info, train, valid, evaluated)

@@ -1,0 +1,182 @@
+"""The sst suite's run: the model and sentences, DiffMask in both modes for
+every seed, the comparison methods' [CLS] share, the layers a token is kept,
+the figures, speed, and the results."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from captum_diffmask import DiffMask
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst import SSTSentence
+from benchmarks.tasks.sst_bert import EncodedSST
+
+from ...methods import MethodContext
+from ...progress import log_to_stderr
+from .attributions import attribute_at, per_sentence, prepare_method
+from .figures import groups_figure, heatmaps
+from .fitting import faithfulness, fit_diffmask
+from .loading import Bench, load_bench
+from .scoring import cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability
+from .settings import METHODS
+from .speed import measure_speed
+
+
+def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
+    r"""Runs the SST suite with ``config`` (see :data:`DEFAULTS`); figures go to
+    ``out_dir / "figures"``."""
+    seeds = _check_config(config)
+    notes: List[str] = []
+    figures_dir = out_dir / "figures"
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    bench = load_bench(config, verbose)
+    L = bench.layers
+    diffmask, attributions, explainers = fit_diffmask_modes(config, bench, seeds, verbose)
+    method_records, prepared = run_methods(config, bench, seeds[0], verbose)
+    cls_shares = cls_share_table([a[:, L] for a in attributions["hidden"][0]], method_records)
+    groups = layers_kept(config, bench.evaluated, attributions, notes)
+    figures = {"layers_kept": groups_figure(groups, L, figures_dir / "sst_layers_kept.png")}
+    figures["heatmaps"] = heatmaps(config, bench, explainers, prepared, figures_dir, notes)
+    speed = measure_speed(config, bench, explainers, prepared, diffmask, seeds[0], verbose)
+    return {
+        "title": f"SST-5 with {bench.model_info['source']} ({L} layers): DiffMask on inputs and hidden states",
+        "split": config.get("split", "dev"), "model": bench.model_info, "diffmask": diffmask, "methods": method_records,
+        "cls_share": cls_shares, "layers_kept": groups, "speed": speed, "notes": notes,
+        "figures": figures, "seeds": seeds,
+    }
+
+
+def _check_config(config: Mapping[str, Any]) -> List[int]:
+    r"""The seeds; a ``ValueError`` naming the key of a setting the suite cannot run."""
+    seeds = [int(s) for s in config["seeds"]]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    split = config.get("split", "dev")
+    if split not in ("dev", "test"):
+        raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
+    unknown = [m for m in config["methods"] if m not in METHODS]
+    if unknown:
+        raise ValueError(f"methods: unknown {unknown}; the sst suite runs {', '.join(METHODS)}")
+    return seeds
+
+
+def fit_diffmask_modes(
+    config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
+) -> Tuple[Dict[str, Any], Dict[str, List[List[Tensor]]], Dict[str, DiffMask]]:
+    r"""
+    DiffMask in input and hidden mode, fitted once per seed, each fit's
+    faithfulness and attributions on the evaluated sentences.
+
+    Args:
+
+        config (Mapping): the suite's configuration.
+        bench (Bench): the model and the sentences.
+        seeds (list of int): the fits' seeds.
+        verbose (bool): progress bars and a line per fit.
+
+    Returns:
+        *tuple* ``(diffmask, attributions, explainers)``: the results'
+        ``diffmask`` (per mode: the runs, the stability across seeds and the
+        faithfulness averaged over them), per mode and seed the (T, L + 1)
+        attributions of every sentence, and per mode the first seed's explainer.
+    """
+    diffmask: Dict[str, Any] = {}
+    attributions: Dict[str, List[List[Tensor]]] = {"input": [], "hidden": []}
+    explainers: Dict[str, DiffMask] = {}
+    for mode in ("input", "hidden"):
+        runs = []
+        for seed in seeds:
+            log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
+            explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, verbose)
+            info["faithfulness"] = faithfulness(explainer, bench.evaluated, 64, verbose)
+            attributions[mode].append(per_sentence(
+                bench.evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
+                verbose, f"attribute {mode}"))
+            runs.append({"seed": seed, **info})
+            if seed == seeds[0]:
+                explainers[mode] = explainer
+        diffmask[mode] = {"runs": runs, "stability": stability(attributions[mode]),
+                          "faithfulness": mean_faithfulness([r["faithfulness"] for r in runs])}
+    return diffmask, attributions, explainers
+
+
+def run_methods(
+    config: Mapping[str, Any], bench: Bench, seed: int, verbose: bool
+) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, Any]]:
+    r"""
+    Every comparison method at the last layer: its [CLS] share on the
+    ``cls_sentences`` first evaluated sentences (all when None).
+
+    Args:
+
+        config (Mapping): the suite's configuration.
+        bench (Bench): the model and the sentences.
+        seed (int): the methods' seed.
+        verbose (bool): progress bars and a line per failure.
+
+    Returns:
+        *tuple* ``(records, prepared)``: every method's record (a failure is
+        recorded, not raised), and the methods that were set up.
+    """
+    evaluated, L = bench.evaluated, bench.layers
+    cls_data = evaluated if config.get("cls_sentences") is None else evaluated.subset(torch.arange(min(len(evaluated), int(config["cls_sentences"]))))
+    ctx = MethodContext(
+        model=bench.model, sites=lambda: None, padding_mask_arg="auto",
+        train_loader=lambda batch_size, s: bench.train.loader(batch_size, shuffle=True, seed=s, sort_by_length=True),
+        layer=L, seed=seed, verbose=False,
+    )
+    prepared: Dict[str, Any] = {}
+    method_records: Dict[str, Dict[str, Any]] = {}
+    for name in config["methods"]:
+        options = dict(config.get("method_options", {}).get(name, {}))
+        record: Dict[str, Any] = {"options": options}
+        try:
+            method, setup = prepare_method(name, options, record, ctx, L)
+            start = time.perf_counter()
+            scores = per_sentence(cls_data, 32, lambda ids, mask: attribute_at(method, ids, mask, L), verbose, f"{name} [CLS]")
+            record["seconds_last_layer"] = time.perf_counter() - start
+            record.update(cls_share(scores))
+            record["setup_seconds"] = setup
+            record["status"] = "ok"
+            prepared[name] = method
+        except Exception as error:  # noqa: BLE001 - one failing method must not sink the suite
+            record.update({"status": "failed", "error": f"{type(error).__name__}: {error}"})
+            log_to_stderr(verbose, f"[sst] {name} failed: {record['error']}")
+        method_records[name] = record
+    return method_records, prepared
+
+
+def layers_kept(
+    config: Mapping[str, Any], evaluated: EncodedSST, attributions: Mapping[str, List[List[Tensor]]], notes: List[str]
+) -> Dict[str, Any]:
+    r"""The results' ``layers_kept``: per mode, the layers a token is kept
+    (attributions averaged over the seeds) by the word's sentiment label and,
+    when the POS tagger is there (``pos``), by part of speech; ``notes`` gets
+    a line when it is skipped."""
+    groups: Dict[str, Any] = {}
+    mean_attr = {mode: [torch.stack(list(s)).mean(0) for s in zip(*attributions[mode])] for mode in ("input", "hidden")}
+    for mode in ("input", "hidden"):
+        groups[mode] = {"sentiment": layers_kept_by_group(mean_attr[mode], evaluated, label_groups)}
+    tags = _pos_groups(config, evaluated.sentences, notes)
+    if tags is not None:
+        for mode in ("input", "hidden"):
+            groups[mode]["pos"] = layers_kept_by_group(mean_attr[mode], evaluated, lambda row, s: tags[row])
+    return groups
+
+
+def _pos_groups(config: Mapping[str, Any], sentences: Sequence[SSTSentence], notes: List[str]) -> Optional[List[Tuple[str, ...]]]:
+    wanted = config.get("pos", "auto")
+    if wanted is False:
+        return None
+    try:
+        return sst_bert.pos_tags(sentences)
+    except ImportError as error:
+        if wanted is True:
+            raise
+        notes.append(f"Part-of-speech groups skipped: {error}")
+        return None

@@ -1,0 +1,115 @@
+"""The sst suite's numbers: pure functions from predictions, attributions and
+per-seed runs to the results' scores (faithfulness, stability, the [CLS]
+share, the layers a token is kept)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from captum_diffmask import seed_std
+from benchmarks.tasks import sst_bert
+from benchmarks.tasks.sst import LABEL_NAMES, SSTSentence
+from benchmarks.tasks.sst_bert import EncodedSST
+
+
+def macro_f1_and_accuracy(predictions: Tensor, labels: Tensor) -> Dict[str, float]:
+    r"""Macro-F1 over the five classes and accuracy of ``predictions``, in percent."""
+    return {"macro_f1": 100.0 * sst_bert.macro_f1(predictions, labels, len(LABEL_NAMES)),
+            "accuracy": 100.0 * float((predictions == labels).float().mean())}
+
+
+def mean_faithfulness(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    r"""Per layer, the mean and std over seeds of each faithfulness number."""
+    layers = []
+    for rows in zip(*[r["per_layer"] for r in runs]):
+        entry: Dict[str, Any] = {"layer": rows[0]["layer"]}
+        for key in ("macro_f1", "accuracy", "masked_share", "agreement"):
+            values = [row[key] for row in rows]
+            entry[key] = statistics.mean(values)
+            entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        layers.append(entry)
+    return {"unmasked": runs[0]["unmasked"], "per_layer": layers}
+
+
+def stability(per_seed: List[List[Tensor]]) -> Optional[Dict[str, Any]]:
+    r"""The std across seeds of every (sentence, token, layer) attribution
+    (:func:`captum_diffmask.seed_std` over the sentences laid end to end), its
+    mean, 95th percentile and max, and per layer; None with fewer than two seeds."""
+    if len(per_seed) < 2:
+        return None
+    # one "batch" row of every sentence's tokens: (1, tokens, layers)
+    return seed_std([torch.cat(list(sentences)).unsqueeze(0) for sentences in per_seed])
+
+
+def cls_is_largest(scores: Tensor) -> Tuple[bool, bool]:
+    r"""(T,) scores of one sentence: ``[CLS]`` (position 0) strictly largest, or
+    tied for largest."""
+    top = scores.max()
+    strict = bool(scores[0] == top) and int((scores == top).sum()) == 1
+    return strict, bool(scores[0] == top) and not strict
+
+
+def cls_share(scores: List[Tensor]) -> Dict[str, Any]:
+    r"""The share of sentences (per-sentence (T,) ``scores``) whose ``[CLS]`` is
+    strictly largest, and tied for largest, in percent; and their number."""
+    flags = [cls_is_largest(s) for s in scores]
+    return {"cls_share": 100.0 * sum(f[0] for f in flags) / max(len(flags), 1),
+            "cls_tie_share": 100.0 * sum(f[1] for f in flags) / max(len(flags), 1), "sentences": len(flags)}
+
+
+def layers_kept_by_group(
+    attributions: List[Tensor], data: EncodedSST, groups_of: Callable[[int, SSTSentence], Sequence[str]],
+) -> Dict[str, Dict[str, float]]:
+    r"""The mean over tokens of the expected number of layers a token is kept (the
+    sum of its keep probabilities over layers 0..L), by group; a word's tokens
+    belong to the word's group, ``[CLS]`` and ``[SEP]`` to their own."""
+    sums: Dict[str, List[float]] = {}
+    for row, keep in enumerate(attributions):
+        expected = keep.sum(-1)  # (T,)
+        word_index = data.word_index[row, : len(expected)]
+        labels = groups_of(row, data.sentences[row])
+        for t, w in enumerate(word_index.tolist()):
+            group = ("[CLS]" if t == 0 else "[SEP]") if w < 0 else labels[w]
+            acc = sums.setdefault(group, [0.0, 0.0])
+            acc[0] += float(expected[t])
+            acc[1] += 1.0
+    return {g: {"mean_layers": s / n, "tokens": int(n)} for g, (s, n) in sums.items()}
+
+
+def label_groups(row: int, sentence: SSTSentence) -> Sequence[str]:
+    r"""The group of each word of a sentence: its own SST sentiment label (for
+    :func:`layers_kept_by_group`)."""
+    return [LABEL_NAMES[label] for label in sentence.word_labels]
+
+
+def cls_share_table(hidden_last: List[Tensor], method_records: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    r"""
+    The results' ``cls_share``: DiffMask's (hidden mode, first seed) and that
+    of every method that ran.
+
+    Args:
+
+        hidden_last (list of Tensor): per sentence, DiffMask's (T,) hidden-state
+                    attributions at the last layer.
+        method_records (Mapping): the other methods' records, with their shares.
+
+    Returns:
+        *dict* ``{method: {"cls_share", "cls_tie_share", "sentences"}}``.
+    """
+    cls_shares = {"DiffMask (hidden)": cls_share(hidden_last)}
+    for name, record in method_records.items():
+        if record["status"] == "ok":
+            cls_shares[name] = {k: record[k] for k in ("cls_share", "cls_tie_share", "sentences")}
+    return cls_shares
+
+
+def layer_means(faithfulness: Mapping[str, Any]) -> Tuple[float, float]:
+    r"""The masked share and the masked model's macro-F1 of one mode, each
+    averaged over the probes of every layer (``faithfulness`` as from
+    :func:`mean_faithfulness`)."""
+    layers = faithfulness["per_layer"]
+    return statistics.mean(r["masked_share"] for r in layers), statistics.mean(r["macro_f1"] for r in layers)

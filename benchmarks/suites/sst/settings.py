@@ -1,0 +1,83 @@
+"""The sst suite's settings: the configuration (:data:`DEFAULTS`, :data:`QUICK`),
+the compared methods, the paper's numbers and the targets."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+DESCRIPTION = (
+    "SST-5 with a fine-tuned MiniLM: DiffMask input/hidden faithfulness, stability, [CLS] share, "
+    "layers kept by sentiment and POS, per-layer heatmaps, speed"
+)
+
+#: The comparison methods (registry names) plus ``Attention`` (built in here).
+METHODS = ["IntegratedGradients", "Occlusion", "PerSampleBottleneck", "Guan", "Attention", "Random"]
+#: The methods whose per-layer heatmaps are drawn beside DiffMask's.
+HEATMAP_METHODS = ["IntegratedGradients", "PerSampleBottleneck", "Guan", "Attention"]
+
+DEFAULTS: Dict[str, Any] = {
+    "seeds": [0, 1, 2],
+    "threads": None,  # torch's default (every core)
+    "data_dir": None,
+    "split": "dev",
+    "train_sentences": None,  # None: all 8544
+    "eval_sentences": None,  # None: the whole evaluated split
+    "model": {
+        "source": "minilm",  # "minilm" (the sst extra) or "tiny" (config-built, for tests)
+        "num_layers": None,  # keep only the first N blocks (quick runs)
+        "epochs": 3, "lr": 5e-5, "batch_size": 32, "warmup": 0.1, "seed": 0, "max_length": 128,
+    },
+    "diffmask": {
+        # the paper's sentiment recipe: eps on the KL, a layer drawn per batch,
+        # checkpoint = the sparsest epoch that keeps the constraint on dev.
+        # The task's settings only (issue 16: fit's optimisation defaults are not
+        # tuned per task): the L0 term as the share of kept positions ("mean", so
+        # eps does not depend on sentence length) and a tight eps, because
+        # fidelity, not sparsity, is what a loose one lost (docs/sst.md). fit runs
+        # until every layer has converged; epochs are caps set by the CPU budget.
+        # Seven layers share the steps, so a window is 50 steps of a layer (at least
+        # 200 steps, 5.2 epochs of batch 32, before a layer can count as settled).
+        "batch_size": 32, "l0": "mean", "eps": 0.02, "eps_valid": 0.05, "agreement_valid": 0.8,
+        "validation_sentences": 400, "epochs": 7, "convergence": {"window": 50},
+        "input": {}, "hidden": {"eps": 0.01, "epochs": 10},
+    },
+    "methods": list(METHODS),
+    "method_options": {
+        # the settings of DiffMask's own SST comparison (algorithms.md 1.10):
+        # IG 50 steps; bottleneck and Guan 50 steps of centred RMSprop at lr 0.1,
+        # Guan's lam 0.1; Guan read out as 1/sigma (higher = more important)
+        "IntegratedGradients": {"n_steps": 50},
+        "Occlusion": {},
+        "PerSampleBottleneck": {"steps": 50, "lr": 0.1, "optimizer": "rmsprop", "readout": "alpha",
+                                "max_batches": 20, "batch_size": 64},
+        "Guan": {"steps": 50, "lr": 0.1, "lam": 0.1, "optimizer": "rmsprop", "readout": "inverse"},
+    },
+    "cls_sentences": None,  # None: every sentence of the evaluated split
+    "heatmap_sentences": 3,
+    "heatmap_max_tokens": 16,
+    "pos": "auto",  # "auto": group by POS when the pos extra is installed; True: require it
+    "speed": {"sentences": 32, "batch_size": 32, "finetune_batches": 12, "ig_steps": 50},
+    "cache": True,
+}
+
+QUICK: Dict[str, Any] = {
+    "seeds": [0, 1],
+    "train_sentences": 1000,
+    "eval_sentences": 200,
+    # two blocks of MiniLM with a fresh head need a larger step to leave the
+    # majority class (lr 5e-5 or 1e-4 on 1500 sentences: one class predicted)
+    "model": {"num_layers": 2, "epochs": 4, "lr": 5e-4},
+    "diffmask": {"epochs": 2, "validation_sentences": 100, "batch_size": 32, "hidden": {"epochs": 2}},
+    "method_options": {"IntegratedGradients": {"n_steps": 20}, "PerSampleBottleneck": {"steps": 10, "max_batches": 4},
+                       "Guan": {"steps": 10}},
+    "heatmap_sentences": 2,
+    "speed": {"sentences": 16, "batch_size": 16, "finetune_batches": 4, "ig_steps": 20},
+}
+
+#: The paper's numbers (Section 6.1 and its sentiment appendix) the report gives beside ours.
+PAPER = {"input_masked": 46.3, "hidden_masked": 67.6, "input_f1": 38.3, "hidden_f1": 38.9, "unmasked_f1": 37.9,
+         "input_std": 0.05, "hidden_std": 0.03, "cls_diffmask": 99.0, "cls_bottleneck": 71.0}
+
+#: issue 16 (fit's defaults): per mode, the most mean std across seeds and the
+#: least masked share (the committed report's before fit ran to convergence).
+ISSUE16_TARGETS = {"input": (0.10, 25.8), "hidden": (0.06, 48.2)}

@@ -1,0 +1,166 @@
+"""The sst-erasure suite's methods at work: exact erasure (the reference), the
+per-example masks, the methods that rank words, and the model run with only a
+kept set of words."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from captum_diffmask import DiffMask
+from captum_diffmask.evaluation.erasure_agreement import keeps_prediction, summarize_agreement
+from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
+from captum_diffmask.sites import SiteLocator
+from benchmarks.tasks.sst import SSTClassifier, SSTData, sst_sites
+
+from ...methods import MethodContext, prepare, route_options
+from ...progress import bar
+
+
+class MaskedPredictor:
+    r"""Runs the model with the input words outside a kept set replaced by the
+    baseline, and says whether the prediction survives."""
+
+    def __init__(self, model: SSTClassifier, baseline: Tensor) -> None:
+        self.model = model
+        self.baseline = baseline
+        self.locator = SiteLocator.locate(model, sst_sites(model))
+
+    @torch.no_grad()
+    def keeps(self, data: SSTData, kept: Tensor, batch_size: int = 512) -> Tensor:
+        r"""(N,) bool: the argmax with only ``kept`` (N, T) words is the original one."""
+        out = []
+        for start in range(0, len(data), batch_size):
+            ids = data.ids[start : start + batch_size]
+            mask = data.mask[start : start + batch_size]
+            keep = kept[start : start + batch_size, : ids.shape[1]].bool() | ~mask
+            original = self.model(ids, mask)
+            words = self.model.embedding(ids)
+            with self.locator.replace({"input": torch.where(keep.unsqueeze(-1), words, self.baseline.to(words))}):
+                masked = self.model(ids, mask)
+            out.append(keeps_prediction(original, masked))
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
+
+    def agreement(self, data: SSTData, kept: Tensor, optimal_sets: Sequence[Tensor]) -> Dict[str, float]:
+        r""":func:`summarize_agreement` of the ``kept`` (N, T) words of ``data``
+        against each sentence's ``optimal_sets``, sufficiency measured here."""
+        return summarize_agreement(kept, optimal_sets, self.keeps(data, kept), data.mask)
+
+
+def _chunks(n: int, size: int) -> List[Tuple[int, int]]:
+    return [(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def _pad_to(tensor: Tensor, length: int) -> Tensor:
+    if tensor.shape[1] == length:
+        return tensor
+    return torch.cat([tensor, tensor.new_zeros(tensor.shape[0], length - tensor.shape[1])], dim=1)
+
+
+def run_erasure(model: SSTClassifier, data: SSTData, baseline: Tensor, options: Mapping[str, Any], verbose: bool) -> Dict[str, Any]:
+    r"""Exact erasure with every minimal solution on all rows of ``data`` (sorted
+    by length so that chunks pad little)."""
+    options = dict(options)
+    chunk = int(options.pop("chunk", 256))
+    erasure = ExactErasure(model, sites=sst_sites(model), padding_mask_arg=0, baseline=baseline,
+                           verbose=False, **options)
+    length = data.ids.shape[1]
+    sizes, solved, complete, evaluations, all_masks = [], [], [], [], []
+    start_time = time.perf_counter()
+    for start, stop in bar(_chunks(len(data), chunk), verbose, desc="exact erasure"):
+        part = data.subset(torch.arange(start, stop))
+        result = erasure.search(part.ids, (part.mask,), all_solutions=True)
+        sizes.append(result.size)
+        solved.append(result.solved)
+        complete.append(result.complete)
+        evaluations.append(result.num_evaluations)
+        all_masks.extend(_pad_to(m, length) for m in result.all_masks)
+    seconds = time.perf_counter() - start_time
+    return {
+        "size": torch.cat(sizes), "solved": torch.cat(solved), "complete": torch.cat(complete),
+        "evaluations": torch.cat(evaluations), "all_masks": all_masks, "seconds": seconds,
+    }
+
+
+def fit_amortised_diffmask(
+    model: SSTClassifier, train: SSTData, baseline: Tensor, options: Mapping[str, Any], seed: int, verbose: bool
+) -> Tuple[DiffMask, int, Dict[str, Any]]:
+    r"""Amortised DiffMask fitted on train, its input baseline pinned to the
+    erasure baseline (built on the first batch, then given learning rate 0), so
+    that it is scored against the erasure it approximates."""
+    options = dict(options)
+    batch_size = int(options.pop("batch_size", 64))
+    layer = int(options.pop("layer", 1))
+    options.setdefault("layers", [layer])
+    options.setdefault("seed", seed)
+    options.setdefault("verbose", verbose)
+    options["lr_baseline"] = 0.0
+    routed, ignored = route_options(options, [("init", DiffMask.__init__), ("fit", DiffMask.fit)])
+    if ignored:
+        raise ValueError(f"method_options.DiffMask: unknown options {ignored}")
+    explainer = DiffMask(model, sites=sst_sites(model), padding_mask_arg=0, **routed["init"])
+    # the input baseline pinned to the erasure's (input mode; lr_baseline 0 keeps it there)
+    pinned = baseline if explainer.mode == "input" else None
+    history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed), init_baseline=pinned, **routed["fit"])
+    return explainer, layer, {"fit_last": history[-1] if history else {}, "fit_steps": int(sum(h["steps"] for h in history))}
+
+
+def run_mask_method(
+    name: str, model: SSTClassifier, data: SSTData, baseline: Tensor, options: Mapping[str, Any],
+    chunk: int, seed: int, verbose: bool,
+) -> Tuple[Tensor, Tensor, float, Dict[str, Any]]:
+    r"""Per-example masks (``fit_masks``) of every sentence: (N, T) kept, (N, T)
+    keep probabilities, seconds, info."""
+    cls = {"PerExampleDiffMask": PerExampleDiffMask, "REINFORCE": REINFORCE}[name]
+    explainer = cls(model, sites=sst_sites(model), padding_mask_arg=0)
+    options = dict(options)
+    options.pop("chunk", None)
+    kept, keep, lambdas = [], [], []
+    torch.manual_seed(seed)
+    start_time = time.perf_counter()
+    for start, stop in bar(_chunks(len(data), chunk), verbose, desc=name):
+        part = data.subset(torch.arange(start, stop))
+        result = explainer.fit_masks(part.ids, (part.mask,), layer=0, baselines=baseline, verbose=False, **options)
+        kept.append(_pad_to(result.mask.bool(), data.ids.shape[1]))
+        keep.append(_pad_to(result.keep, data.ids.shape[1]))
+        lambdas.append(result.lambdas)
+    seconds = time.perf_counter() - start_time
+    lam = torch.cat(lambdas)
+    return torch.cat(kept), torch.cat(keep), seconds, {"lambda_mean": float(lam.mean()), "lambda_at_max": float((lam >= 200).float().mean())}
+
+
+def run_scoring_method(
+    name: str, ctx: MethodContext, model: SSTClassifier, train: SSTData, data: SSTData, baseline: Tensor,
+    options: Mapping[str, Any], chunk: int, seed: int, verbose: bool,
+) -> Tuple[Tensor, float, float, Dict[str, Any]]:
+    r"""(N, T) scores of a method that ranks words, seconds to attribute, setup seconds, info."""
+    options = dict(options)
+    chunk = int(options.pop("chunk", chunk))
+    info: Dict[str, Any] = {}
+    if name == "DiffMask":
+        start_time = time.perf_counter()
+        explainer, layer, info = fit_amortised_diffmask(model, train, baseline, options, seed, verbose)
+        setup = time.perf_counter() - start_time
+
+        def attribute(ids: Tensor, mask: Tensor) -> Tensor:
+            return explainer.attribute(ids, additional_forward_args=(mask,), layer=layer)
+    else:
+        if name in ("IntegratedGradients", "Occlusion"):
+            options["baseline"] = baseline  # the erasure baseline (runtime value, not in the config)
+        prepared = prepare(name, ctx, options)
+        setup = prepared.setup_seconds
+        if prepared.ignored_options:
+            info["ignored_options"] = prepared.ignored_options
+
+        def attribute(ids: Tensor, mask: Tensor) -> Tensor:
+            return prepared.attribute(ids, (mask,), 0)
+    torch.manual_seed(seed)
+    pieces = []
+    start_time = time.perf_counter()
+    for start, stop in bar(_chunks(len(data), chunk), verbose, desc=name):
+        part = data.subset(torch.arange(start, stop))
+        pieces.append(_pad_to(attribute(part.ids, part.mask).float(), data.ids.shape[1]))
+    return torch.cat(pieces), time.perf_counter() - start_time, setup, info
