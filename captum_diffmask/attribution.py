@@ -30,6 +30,15 @@ TargetType = Union[None, int, List[int], Tensor]
 #: What replaces a state: None (the method's default), a constant, a vector (H,)
 #: for every token, or a full (B, T, H) tensor.
 BaselineType = Union[None, float, Tensor]
+#: Token ids (B, T), or a 1-tuple of them (Captum's convention; the result follows).
+InputType = Union[Tensor, Tuple[Tensor]]
+#: Where the sites are: a :class:`SiteLocator`, a dict ``{"input": ..., "hidden": [...]}``,
+#: or None to locate them (Hugging Face models).
+SitesType = Union[None, SiteLocator, Mapping[str, Any]]
+#: ``forward_func(ids, *additional_forward_args)`` returning logits, or None for the model.
+ForwardFunc = Optional[Callable[..., Any]]
+#: The index of the padding mask in ``additional_forward_args``, ``"auto"`` or None.
+PaddingMaskArg = Union[int, str, None]
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -177,12 +186,16 @@ class SiteAttribution(Attribution):
 
     Args:
 
-        model (nn.Module): the analysed model.
-        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
-                    itself when None. Default: None
+        model (nn.Module): the analysed model; in eval mode with its parameters
+                    frozen while a method runs, both restored afterwards.
+        sites (SiteLocator or dict, optional): where ``input`` and
+                    ``hidden.0 .. hidden.L`` live (:meth:`SiteLocator.locate`);
+                    found automatically for Hugging Face models. Default: None
+        forward_func (Callable, optional): ``forward_func(ids, *extra)`` returning
+                    logits; the model itself when None. Default: None
         padding_mask_arg (int, str or None, optional): index of the padding mask in
-                    ``additional_forward_args``. Default: ``"auto"``
+                    ``additional_forward_args``; ``"auto"``: 0 for Hugging Face
+                    models, none otherwise. Default: ``"auto"``
     """
 
     #: ``"partial"`` (re-run only what follows a replaced site) or ``"full"``.
@@ -193,11 +206,8 @@ class SiteAttribution(Attribution):
     uses_baselines: bool = False
 
     def __init__(
-        self,
-        model: nn.Module,
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
     ) -> None:
         self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
         Attribution.__init__(self, self.model_forward)

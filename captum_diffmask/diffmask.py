@@ -9,7 +9,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import torch
 from torch import nn, Tensor
 
-from .attribution import attribution_call, check_layer, PreparedCall, reject_target, SiteAttribution
+from .attribution import (
+    attribution_call, check_layer, InputType, PreparedCall, reject_target, SiteAttribution,
+)
 from .convergence import Convergence
 from .fitting import FitOptions, InitBaseline, run_fit
 from .forward import Batch, frozen, model_device, split_batch
@@ -276,10 +278,7 @@ class DiffMask(SiteAttribution):
     # -------------------------------------------------------------- attribute
     @attribution_call
     def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: Any = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
         layer: Optional[int] = 0,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""

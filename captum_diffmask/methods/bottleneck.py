@@ -12,17 +12,16 @@ upper bound given by the KL of the bottleneck's distribution to the noise prior.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from ..attribution import attribution_call, resolve_target
+from ..attribution import attribution_call, ForwardFunc, InputType, PaddingMaskArg, resolve_target, SitesType
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import Batch, frozen, split_batch
 from ..objective import log_probs
-from ..sites import SiteLocator
 from .base import make_optimizer, optimize, PreparedCall, site_for_layer, SiteAttribution
 
 _READOUTS = ("alpha", "capacity")
@@ -97,14 +96,8 @@ class PerSampleBottleneck(SiteAttribution):
 
     Args:
 
-        model (nn.Module): the analysed model (frozen and in eval mode while
-                    attributing).
-        sites (SiteLocator or dict, optional): where the sites live; located
-                    automatically for Hugging Face models. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``
-                    returning logits; the model itself when None. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding
-                    mask in ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
 
     Examples::
 
@@ -114,11 +107,8 @@ class PerSampleBottleneck(SiteAttribution):
     """
 
     def __init__(
-        self,
-        model: nn.Module,
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
     ) -> None:
         super().__init__(model, sites, forward_func, padding_mask_arg)
         #: ``{layer: (mean, std)}``, each (H,) float32, set by :meth:`fit_statistics`.
@@ -179,10 +169,7 @@ class PerSampleBottleneck(SiteAttribution):
 
     @attribution_call
     def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: Any = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
         layer: int = 0,
         steps: int = 500,
         lr: float = 0.1,

@@ -15,7 +15,7 @@ import itertools
 import math
 import warnings
 from dataclasses import dataclass, replace as _replace_fields
-from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn, Tensor
@@ -23,8 +23,10 @@ from tqdm.auto import tqdm
 
 from ..forward import frozen
 from ..objective import log_probs
-from ..sites import SiteLocator
-from ..attribution import attribution_call, BaselineType, resolve_baseline, resolve_target, TargetType
+from ..attribution import (
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, resolve_baseline, resolve_target,
+    SitesType, TargetType,
+)
 from ..checks import check_positive_int
 from ..rng import preserved_rng
 from .base import PreparedCall, SiteAttribution
@@ -144,12 +146,8 @@ class ExactErasure(SiteAttribution):
 
     Args:
 
-        model (nn.Module): the analysed model.
-        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
-                    itself when None. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding mask in
-                    ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
         baseline (float or Tensor, optional): the state that replaces erased
                     tokens, the same for every position: None for zeros (erasing as
                     the authors' exact search did, by zeroing), a float constant, or
@@ -165,11 +163,8 @@ class ExactErasure(SiteAttribution):
     """
 
     def __init__(
-        self,
-        model: nn.Module,
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
         baseline: Union[None, float, Tensor] = None,
         budget: int = 20_000,
         eval_batch_size: int = 256,
@@ -190,10 +185,7 @@ class ExactErasure(SiteAttribution):
 
     @attribution_call
     def attribute(  # type: ignore[override]
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: TargetType = None, additional_forward_args: Any = None,
         layer: int = 0,
         *,
         baselines: BaselineType = None,

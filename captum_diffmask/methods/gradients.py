@@ -14,17 +14,19 @@ contribute nothing and score exactly 0.
 from __future__ import annotations
 
 from dataclasses import replace as _replace_fields
-from typing import Any, Callable, Mapping, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import torch
 from captum.attr import IntegratedGradients as _CaptumIntegratedGradients
 from captum.attr import Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
-from ..attribution import attribution_call, BaselineType, resolve_baseline, resolve_target, TargetType
+from ..attribution import (
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, resolve_baseline, resolve_target,
+    SitesType, TargetType,
+)
 from ..checks import check_positive_int
 from ..forward import frozen
-from ..sites import SiteLocator
 from .base import PreparedCall, SiteAttribution
 
 _REDUCTIONS = ("abs_sum", "sum", "l2")
@@ -99,12 +101,8 @@ class IntegratedGradients(SiteAttribution):
 
     Args:
 
-        model (nn.Module): the analysed model.
-        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
-                    itself when None. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding mask in
-                    ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
         baseline (float or Tensor, optional): the reference state: None for zeros
                     (the authors'), a constant, a vector (H,) for every token (e.g.
                     a learned DiffMask baseline), or a full (B, T, H) tensor.
@@ -120,11 +118,8 @@ class IntegratedGradients(SiteAttribution):
     """
 
     def __init__(
-        self,
-        model: nn.Module,
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
         baseline: BaselineType = None,
         n_steps: int = 50,
         method: str = "riemann_trapezoid",
@@ -162,10 +157,7 @@ class IntegratedGradients(SiteAttribution):
 
     @attribution_call
     def attribute(  # type: ignore[override]
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: TargetType = None, additional_forward_args: Any = None,
         layer: int = 0,
         *,
         baselines: BaselineType = None,
@@ -264,12 +256,8 @@ class Occlusion(SiteAttribution):
 
     Args:
 
-        model (nn.Module): the analysed model.
-        sites (SiteLocator or dict, optional): as in :class:`DiffMask`. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``; the model
-                    itself when None. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding mask in
-                    ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
         baseline (float or Tensor, optional): what replaces an occluded state: None
                     for zeros, a constant, a vector (H,) (e.g. a learned DiffMask
                     baseline) or a (B, T, H) tensor. Default: None
@@ -278,11 +266,8 @@ class Occlusion(SiteAttribution):
     """
 
     def __init__(
-        self,
-        model: nn.Module,
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
         baseline: BaselineType = None,
         perturbations_per_eval: int = 16,
     ) -> None:
@@ -295,10 +280,7 @@ class Occlusion(SiteAttribution):
 
     @attribution_call
     def attribute(  # type: ignore[override]
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: TargetType = None, additional_forward_args: Any = None,
         layer: int = 0,
         *,
         baselines: BaselineType = None,

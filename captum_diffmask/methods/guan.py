@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attribution import attribution_call, reject_target
+from ..attribution import attribution_call, InputType, reject_target
 from ..checks import check_choice, check_non_negative
 from ..forward import frozen
 from .base import make_optimizer, optimize, PreparedCall, SiteAttribution
@@ -64,24 +64,15 @@ class Guan(SiteAttribution):
 
     Args:
 
-        model (nn.Module): the analysed model (frozen and in eval mode while
-                    attributing).
-        sites (SiteLocator or dict, optional): where the sites live; located
-                    automatically for Hugging Face models. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``
-                    returning logits; the model itself when None. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding
-                    mask in ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
     uses_target = False
 
     @attribution_call
     def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: Any = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
         layer: int = 0,
         steps: int = 500,
         lr: float = 0.1,

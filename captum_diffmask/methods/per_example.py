@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attribution import attribution_call, BaselineType, reject_target, resolve_baseline
+from ..attribution import attribution_call, BaselineType, InputType, reject_target, resolve_baseline
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import frozen
 from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
@@ -164,10 +164,7 @@ class _PerExampleMask(SiteAttribution):
         optimize(self._loss(search, samples), opt, steps, self._name, verbose, after_step)
 
     def fit_masks(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        additional_forward_args: Any = None,
-        layer: int = 0,
+        self, inputs: InputType, additional_forward_args: Any = None, layer: int = 0,
         eps: float = 0.1,
         steps: int = 500,
         lr: float = 0.1,
@@ -248,22 +245,10 @@ class _PerExampleMask(SiteAttribution):
 
     @attribution_call
     def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: Any = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
         layer: int = 0,
         readout: str = "keep",
-        eps: float = 0.1,
-        steps: int = 500,
-        lr: float = 0.1,
-        lr_lambda: float = 0.1,
-        baselines: BaselineType = None,
-        optimizer: str = "adam",
-        samples: int = 1,
-        verbose: bool = True,
-        select: str = "last",
-        check_every: int = 10,
+        **search_options: Any,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
         Searches a mask per example (see :meth:`fit_masks`) and returns one readout.
@@ -280,8 +265,9 @@ class _PerExampleMask(SiteAttribution):
             readout (str, optional): ``"keep"``: the probability that each gate
                         is open, in [0, 1]; ``"mask"``: the deterministic 0/1 mask
                         (``keep > 0.5``). Default: ``"keep"``
-            eps, steps, lr, lr_lambda, baselines, optimizer, samples, verbose,
-                        select, check_every: as in :meth:`fit_masks`.
+            search_options: ``eps``, ``steps``, ``lr``, ``lr_lambda``, ``baselines``,
+                        ``optimizer``, ``samples``, ``verbose``, ``select``,
+                        ``check_every``, as in :meth:`fit_masks` (its defaults).
 
         Returns:
             *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple), higher = more
@@ -289,11 +275,7 @@ class _PerExampleMask(SiteAttribution):
         """
         reject_target(target, self._name)
         check_choice(readout, _READOUTS, "readout")
-        result = self.fit_masks(
-            inputs, additional_forward_args, layer, eps=eps, steps=steps, lr=lr, lr_lambda=lr_lambda,
-            baselines=baselines, optimizer=optimizer, samples=samples, verbose=verbose,
-            select=select, check_every=check_every,
-        )
+        result = self.fit_masks(inputs, additional_forward_args, layer, **search_options)
         scores = result.keep if readout == "keep" else result.mask
         return (scores,) if isinstance(inputs, tuple) else scores
 
@@ -326,13 +308,8 @@ class PerExampleDiffMask(_PerExampleMask):
 
     Args:
 
-        model (nn.Module): the analysed model (frozen and in eval mode while
-                    searching).
-        sites (SiteLocator or dict, optional): where the sites live. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``
-                    returning logits. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding
-                    mask in ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
     _name = "PerExampleDiffMask"
@@ -391,12 +368,8 @@ class REINFORCE(_PerExampleMask):
 
     Args:
 
-        model (nn.Module): the analysed model (frozen and in eval mode).
-        sites (SiteLocator or dict, optional): where the sites live. Default: None
-        forward_func (Callable, optional): ``forward_func(ids, *extra)``
-                    returning logits. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding
-                    mask in ``additional_forward_args``. Default: ``"auto"``
+        model, sites, forward_func, padding_mask_arg: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
     _name = "REINFORCE"

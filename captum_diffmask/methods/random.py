@@ -8,7 +8,7 @@ import torch
 from captum.attr import Attribution
 from torch import nn, Tensor
 
-from ..attribution import attribution_call, reject_target
+from ..attribution import attribution_call, InputType, reject_target
 from ..forward import check_token_ids, ModelForward
 
 
@@ -72,10 +72,7 @@ class RandomAttribution(Attribution):
 
     @attribution_call
     def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: Any = None,
-        additional_forward_args: Any = None,
+        self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
         layer: Optional[int] = 0,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
