@@ -68,7 +68,10 @@ class FitOptions:
         agreement_valid (float): the selection's least share of examples whose
                     masked argmax equals the original one.
         multiplier (str): ``"damped"`` (additive rise while violated, geometric
-                    decay while the constraint holds) or ``"ascent"``.
+                    decay while the constraint holds), ``"balanced"`` (a rise that
+                    mirrors the decay for small violations: the KL is held at eps,
+                    the gates close more slowly) or ``"ascent"`` (see
+                    :meth:`LagrangeMultipliers.optimizer`).
         until_converged (bool): stop once every trained layer has converged.
         convergence (Convergence, optional): the criterion; ``Convergence()``
                     when None.

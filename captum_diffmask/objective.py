@@ -105,7 +105,7 @@ def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -
 
 
 #: The multiplier updates :meth:`LagrangeMultipliers.optimizer` knows.
-MULTIPLIER_RULES = ("damped", "ascent")
+MULTIPLIER_RULES = ("balanced", "damped", "ascent")
 #: The damped rule's largest log-decay of a multiplier a step.
 DEFAULT_DECAY = 0.05
 
@@ -158,6 +158,13 @@ class LagrangeMultipliers(nn.Module):
           a step, so a spike decays in tens of steps and no windup is left.
           (The authors' RMSprop on lambda takes steps of about ``lr`` whatever
           the violation and makes lambda jump between 0 and large values.)
+          The rise is absolute and the fall relative, so they balance only near
+          ``lambda = lr * eps / decay``; above it the KL settles above eps.
+        - ``"balanced"``: as ``"damped"``, but a violated step raises lambda by
+          at least the factor that the same slack would lower it by
+          (``lambda *= exp(decay * min(c / eps, 1))``), so small violations and
+          small slack balance at any lambda and the KL settles at eps; a large
+          violation still rises additively.
 
         Args:
 
@@ -166,7 +173,8 @@ class LagrangeMultipliers(nn.Module):
                         e.g. a smaller one where a rare large violation (a sample
                         that masks the only state the output reads) would otherwise
                         hold the gates open for many steps. Default: 0.3
-            rule (str, optional): ``"ascent"`` or ``"damped"`` (see above).
+            rule (str, optional): ``"ascent"``, ``"damped"`` or ``"balanced"``
+                        (see above).
                         Default: ``"ascent"``
             eps (float, optional): the constraint's margin, the scale of the
                         damped rule's decay. Default: 0.0
@@ -190,7 +198,7 @@ class LagrangeMultipliers(nn.Module):
         rate = torch.tensor(per_layer, dtype=self.values.dtype, device=self.values.device)
         if rule == "ascent":
             return _ElementwiseAscent(self.values, rate)
-        return _DampedAscent(self.values, rate, eps, decay)
+        return _DampedAscent(self.values, rate, eps, decay, balanced=rule == "balanced")
 
     @torch.no_grad()
     def clamp_(self) -> None:
@@ -222,16 +230,19 @@ def multiplier_rates(lr: Union[float, Sequence[float]], num_layers: int) -> Opti
 
 
 class _DampedAscent(torch.optim.Optimizer):
-    r"""The ``"damped"`` rule of :meth:`LagrangeMultipliers.optimizer`: additive
-    ascent while the constraint is violated, a geometric decay (at most
-    ``exp(-decay)`` a step) while it holds; elements with a zero gradient (the
+    r"""The ``"damped"`` and ``"balanced"`` rules of
+    :meth:`LagrangeMultipliers.optimizer`: a geometric decay (at most
+    ``exp(-decay)`` a step) while the constraint holds; while it is violated,
+    additive ascent (``"damped"``), or the larger of that and the geometric rise
+    that mirrors the decay (``"balanced"``). Elements with a zero gradient (the
     layers not trained in the step) or a zero rate do not move."""
 
-    def __init__(self, param: nn.Parameter, lr: Tensor, eps: float, decay: float) -> None:
+    def __init__(self, param: nn.Parameter, lr: Tensor, eps: float, decay: float, balanced: bool) -> None:
         super().__init__([param], {"lr": lr})
         # eps = 0 leaves no slack to decay in: any c < 0 is impossible then
         self.scale = max(float(eps), 1e-12)
         self.decay = float(decay)
+        self.balanced = bool(balanced)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> None:  # type: ignore[override]
@@ -240,10 +251,15 @@ class _DampedAscent(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 violation = p.grad
-                rise = p + group["lr"] * violation
-                fall = p * torch.exp(self.decay * (violation / self.scale).clamp(min=-1.0))
-                fall = torch.where(group["lr"] > 0, fall, p)  # rate 0: a fixed multiplier
-                p.copy_(torch.where(violation > 0, rise, fall))
+                relative = violation / self.scale
+                rise = group["lr"] * violation
+                if self.balanced:
+                    # the mirror image of the decay: small violations move lambda
+                    # by the same factor as small slack, whatever lambda's size
+                    rise = torch.maximum(rise, p * torch.expm1(self.decay * relative.clamp(max=1.0)))
+                fall = p * torch.exp(self.decay * relative.clamp(min=-1.0))
+                new = torch.where(violation > 0, p + rise, fall)
+                p.copy_(torch.where(group["lr"] > 0, new, p))  # rate 0: a fixed multiplier
 
 
 class _ElementwiseAscent(torch.optim.Optimizer):

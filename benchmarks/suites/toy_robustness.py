@@ -29,7 +29,7 @@ from ..report import fmt, table
 from .toy import load_toy_model, score
 
 DESCRIPTION = (
-    "toy robustness (issue 16): DiffMask with fit's defaults on unseen toy data sets x fit seeds x two "
+    "toy robustness: DiffMask with fit's defaults on unseen toy data sets x fit seeds x two "
     "task shapes; JS to the ground truth per cell, convergence status, wall time"
 )
 

@@ -1,4 +1,4 @@
-"""The sst benchmark suite (issue 6) on a tiny run: a config-built tiny BERT
+"""The sst benchmark suite on a tiny run: a config-built tiny BERT
 fine-tuned on a few dozen real SST sentences, two seeds, few steps. It checks the
 plumbing, that every section is complete and that the analyses compute what
 they say on hand-made inputs."""
@@ -106,7 +106,7 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     # the report, the JSON and every figure it links
     report = (tmp_path / "report.md").read_text()
     for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed",
-                    "Convergence per layer", "issue 16, hidden"):
+                    "Convergence per layer", "fit's defaults, hidden"):
         assert heading in report
     stored = json.loads((tmp_path / "results.json").read_text())
     assert stored["suite"] == "sst" and stored["mode"] == "full"

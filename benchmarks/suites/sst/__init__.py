@@ -35,11 +35,11 @@ from .orchestration import run
 from .report import write_report
 from .scoring import cls_is_largest, layers_kept_by_group, macro_f1_and_accuracy, stability
 from .scoring import label_groups as _label_groups  # the name the tests know it by
-from .settings import DEFAULTS, DESCRIPTION, HEATMAP_METHODS, ISSUE16_TARGETS, METHODS, PAPER, QUICK
+from .settings import DEFAULTS, DESCRIPTION, HEATMAP_METHODS, STABILITY_TARGETS, METHODS, PAPER, QUICK
 from .speed import time_finetune_steps
 
 __all__ = [
-    "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "ISSUE16_TARGETS", "METHODS", "PAPER", "QUICK",
+    "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "STABILITY_TARGETS", "METHODS", "PAPER", "QUICK",
     "AttentionScores", "cls_is_largest", "faithfulness", "fit_diffmask", "layers_kept_by_group", "load_model",
     "macro_f1_and_accuracy", "per_sentence", "run", "stability", "subset", "time_finetune_steps", "write_report",
     "_label_groups",
