@@ -21,7 +21,8 @@ from captum.attr import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
-from .forward import check_token_ids, format_additional_args, ModelForward
+from .batches import to_device
+from .forward import check_token_ids, check_vocabulary, format_additional_args, model_device, ModelForward
 from .rng import preserved_rng
 from .sites import repeat_batch, Replacement, SiteLocator
 
@@ -130,6 +131,8 @@ class PreparedCall:
         module_outputs (dict, optional): the site modules' outputs recorded by
                     the capture pass, for partial re-runs; None before it.
         captured_ids (Tensor, optional): the ids of that capture pass.
+        input_device (torch.device, optional): where the caller's ids were; the
+                    scores go back there.
     """
 
     ids: Tensor
@@ -139,6 +142,7 @@ class PreparedCall:
     was_tuple: bool
     module_outputs: Optional[Dict[str, Any]] = None
     captured_ids: Optional[Tensor] = None
+    input_device: Optional[torch.device] = None
 
 
 def check_layer(layer: Any, num_layers: int, allow_none: bool = False) -> Optional[int]:
@@ -213,6 +217,9 @@ class SiteAttribution(Attribution):
         Attribution.__init__(self, self.model_forward)
         self.model = model
         self.locator = SiteLocator.locate(model, sites)
+        embedding = self.locator.site("input").module
+        #: the number of token ids the input embedding takes (None: not an nn.Embedding)
+        self._vocabulary_size = embedding.num_embeddings if isinstance(embedding, nn.Embedding) else None
 
     @property
     def multiplies_by_inputs(self) -> bool:
@@ -238,22 +245,35 @@ class SiteAttribution(Attribution):
     def _prepare(
         self, inputs: Any, additional_forward_args: Any, layer: Any, argument: str = "inputs"
     ) -> PreparedCall:
-        r"""Validates ``inputs`` (named ``argument`` in errors), ``layer`` and the
-        padding mask."""
+        r"""Validates ``inputs`` (named ``argument`` in errors; token ids, or a
+        mapping batch such as a tokenizer's output, whose targets are dropped),
+        ``layer`` and the padding mask, and puts the tensors on the model's device."""
+        if isinstance(inputs, Mapping):
+            if additional_forward_args is not None:
+                raise ValueError(f"additional_forward_args must be None when {argument} is a mapping batch "
+                                 "(its attention_mask and token_type_ids are read from it)")
+            inputs, additional_forward_args = self.model_forward.split_batch(inputs)
         ids, was_tuple = check_token_ids(inputs, argument)
         site = self._site(layer)
-        extra = format_additional_args(additional_forward_args)
+        device = ids.device
+        check_vocabulary(ids, self._vocabulary_size, argument)
+        ids, extra = to_device(ids, format_additional_args(additional_forward_args), model_device(self.model))
         mask = self.model_forward.padding_mask(ids, extra)
-        return PreparedCall(ids, extra, mask, site, was_tuple)
+        return PreparedCall(ids, extra, mask, site, was_tuple, input_device=device)
+
+    def _prepare_batch(self, batch: Any, layer: Any, argument: str) -> PreparedCall:
+        r""":meth:`_prepare` for a data-loader batch (see :mod:`captum_diffmask.batches`)."""
+        ids, extra = self.model_forward.split_batch(batch)
+        return self._prepare(ids, extra, layer, argument)
 
     @staticmethod
     def _finish(scores: Tensor, call: PreparedCall) -> Union[Tensor, Tuple[Tensor]]:
-        r"""(B, T) or (B, T, K) float scores with padding set to 0, in the
-        structure of ``inputs``."""
+        r"""(B, T) or (B, T, K) float scores with padding set to 0, on the device
+        of the inputs, in their structure."""
         mask = call.mask.float()
         if scores.dim() == 3:
             mask = mask.unsqueeze(-1)
-        scores = scores.detach().float() * mask
+        scores = (scores.detach().float() * mask).to(call.input_device or scores.device)
         return (scores,) if call.was_tuple else scores
 
     def _capture(

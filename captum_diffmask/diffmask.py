@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn, Tensor
 
 from .attribution import (
-    attribution_call, check_layer, InputType, PreparedCall, reject_target, SiteAttribution,
+    attribution_call, check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
+    SiteAttribution, SitesType,
 )
+from .checkpoint import check_model, read_checkpoint, save_checkpoint
 from .convergence import Convergence
 from .fitting import FitOptions, InitBaseline, run_fit
-from .forward import Batch, frozen, model_device, split_batch
+from .forward import Batch, frozen, model_device
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import kl_divergence, L0_KINDS, LagrangeMultipliers, log_probs
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
-from .sites import SiteLocator
 
 _MODES = ("input", "hidden")
 
@@ -26,15 +26,6 @@ _MODES = ("input", "hidden")
 #: before fit ran to convergence (with ``lr=1e-3, epochs=10`` where a report left
 #: those at their defaults then).
 LEGACY_FIT: Dict[str, Any] = {"optimizer": "rmsprop", "multiplier": "ascent", "until_converged": False}
-_CHECKPOINT_FORMAT = 1
-
-
-def model_signature(model: nn.Module) -> str:
-    r"""A fingerprint of a model's architecture: its class and parameter shapes."""
-    parts = [type(model).__name__] + [
-        f"{name}:{tuple(p.shape)}" for name, p in model.named_parameters()
-    ]
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()
 
 
 class DiffMask(SiteAttribution):
@@ -105,9 +96,9 @@ class DiffMask(SiteAttribution):
         self,
         model: nn.Module,
         mode: str = "input",
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        sites: SitesType = None,
+        forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
         temperature: float = DIFFMASK_DEFAULTS[0],
         stretch: Tuple[float, float] = DIFFMASK_DEFAULTS[1:],
         probe_hidden_size: Optional[int] = None,
@@ -146,6 +137,31 @@ class DiffMask(SiteAttribution):
     def _check_fitted(self) -> None:
         if not self.is_fitted:
             raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
+        self._follow_model()
+
+    def _follow_model(self) -> None:
+        r"""The probe, baselines and multipliers on the model's device (a model moved
+        after the fit takes them along)."""
+        device = model_device(self.model)
+        if self.probe is not None and self.lambdas is not None and self.lambdas.values.device != device:
+            self.probe.to(device)
+            self.lambdas.to(device)
+
+    def to(self, device: Union[str, torch.device]) -> "DiffMask":
+        r"""
+        Moves the analysed model and the fitted probe, baselines and multipliers
+        to ``device``; batches follow the model's device in every call.
+
+        Args:
+
+            device (str or torch.device): e.g. ``"cuda"``.
+
+        Returns:
+            *DiffMask*: itself.
+        """
+        self.model.to(device)
+        self._follow_model()
+        return self
 
     # -------------------------------------------------------------- internals
     def _needed_sites(self, layer: Optional[int]) -> List[str]:
@@ -309,6 +325,9 @@ class DiffMask(SiteAttribution):
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
         call = self._prepare(inputs, additional_forward_args, layer)
         states, _ = self._capture(call, self._needed_sites(layer), stop_early=True)
+        for name, state in states.items():
+            if not bool(torch.isfinite(state).all()):
+                raise FloatingPointError(f"DiffMask.attribute: the model's {name} states are not finite (NaN or inf)")
         with torch.no_grad():
             keep = self._keep_probabilities(states, layer)
         return self._finish(keep, call)
@@ -419,8 +438,7 @@ class DiffMask(SiteAttribution):
         sums = {k: {"kl": 0.0, "agreement": 0.0, "kept": 0.0} for k in layers}
         examples, positions = 0, 0.0
         for batch in dataloader:
-            ids, extra = split_batch(batch)
-            call = self._prepare(ids, extra, None, argument="validation batch")
+            call = self._prepare_batch(batch, None, "validation batch")
             mask = call.mask.float()
             with torch.no_grad():
                 for k, (gates, masked, original) in self._masked_batch(call, layers, rule).items():
@@ -453,7 +471,8 @@ class DiffMask(SiteAttribution):
     def save(self, path: Union[str, os.PathLike]) -> None:
         r"""
         Saves the fitted probe, baselines and multipliers with what identifies the
-        model they belong to (its sites and parameter shapes).
+        model they belong to: its sites, parameter shapes and a fingerprint of its
+        weights (:mod:`captum_diffmask.checkpoint`).
 
         Args:
 
@@ -461,28 +480,17 @@ class DiffMask(SiteAttribution):
         """
         if not self.is_fitted:
             raise ValueError("DiffMask is not fitted: nothing to save")
-        assert self.probe is not None and self.lambdas is not None
-        torch.save(
-            {
-                "format": _CHECKPOINT_FORMAT,
-                "config": self._config(),
-                "site_sizes": dict(self.site_sizes),
-                "sites": [list(s) for s in self.locator.describe()],
-                "model_signature": model_signature(self.model),
-                "probe": self.probe.state_dict(),
-                "lambdas": self.lambdas.state_dict(),
-            },
-            path,
-        )
+        save_checkpoint(self, path)
 
     @classmethod
     def load(
         cls,
         path: Union[str, os.PathLike],
         model: nn.Module,
-        sites: Union[None, SiteLocator, Mapping[str, Any]] = None,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        sites: SitesType = None,
+        forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
+        check_weights: bool = True,
     ) -> "DiffMask":
         r"""
         Loads a checkpoint written by :meth:`save` for ``model``.
@@ -490,34 +498,25 @@ class DiffMask(SiteAttribution):
         Args:
 
             path (str or PathLike): the checkpoint.
-            model (nn.Module): the analysed model; must be the one it was fitted on
-                        (same architecture, same sites).
+            model (nn.Module): the analysed model; must be the one it was fitted on.
             sites, forward_func, padding_mask_arg: as in the constructor.
+            check_weights (bool, optional): refuse a model whose parameter values
+                        differ from those the probe was fitted on (same
+                        architecture, other weights). Default: True
 
         Returns:
             *DiffMask*, fitted.
 
         Raises:
-            ValueError: the checkpoint belongs to another model or is not a
-                        DiffMask checkpoint.
+            ValueError naming ``path`` (missing, truncated, corrupted, not a
+            DiffMask checkpoint) or ``model`` (other sites, parameter shapes or,
+            with ``check_weights``, weights).
         """
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(checkpoint, dict) or checkpoint.get("format") != _CHECKPOINT_FORMAT:
-            raise ValueError(f"path: {path} is not a DiffMask checkpoint")
+        checkpoint = read_checkpoint(path)
         config = dict(checkpoint["config"])
         config["stretch"] = tuple(config["stretch"])
         explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg, **config)
-        saved_sites = [tuple(s) for s in checkpoint["sites"]]
-        if saved_sites != explainer.locator.describe():
-            raise ValueError(
-                f"model: the checkpoint was fitted on a model with sites {saved_sites}, "
-                f"this model has {explainer.locator.describe()}"
-            )
-        if checkpoint["model_signature"] != model_signature(model):
-            raise ValueError(
-                "model: the checkpoint was fitted on another model (its parameter "
-                f"shapes differ from those of this {type(model).__name__})"
-            )
+        check_model(checkpoint, explainer, check_weights)
         explainer.site_sizes = dict(checkpoint["site_sizes"])
         explainer._make_modules()
         assert explainer.probe is not None and explainer.lambdas is not None

@@ -10,8 +10,10 @@ moves by the multiplier rule and is clamped.
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import copy
+import logging
 import random
 import time
 import warnings
@@ -24,13 +26,17 @@ from tqdm.auto import tqdm
 
 from .attribution import check_layer, PreparedCall
 from .convergence import Convergence, LayerMonitor, warn_unconverged
-from .forward import Batch, frozen, split_batch
+from .forward import Batch, frozen
 from .objective import kl_divergence, l0_penalty, log_probs, MULTIPLIER_RULES, multiplier_rates
 from .probes import mix_baseline
 from .rng import preserved_rng
 
 if TYPE_CHECKING:  # pragma: no cover
     from .diffmask import DiffMask
+
+#: Where the fit reports its progress: one line per trained layer and epoch, at
+#: INFO, when ``verbose`` (attach a handler, or ``logging.basicConfig(level=logging.INFO)``).
+LOGGER = logging.getLogger("captum_diffmask")
 
 #: The probe's optimisers :class:`FitOptions` knows.
 OPTIMIZERS = ("adam", "rmsprop")
@@ -104,10 +110,12 @@ class FitOptions:
         _check_int(self.epochs, "epochs")
         if self.max_steps is not None:
             _check_int(self.max_steps, "max_steps")
-        for name in ("eps", "lr", "lr_baseline"):
+        for name in ("eps", "lr_baseline"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
+            raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
         layers = list(range(num_layers + 1)) if self.layers is None else list(self.layers)
         if not layers:
             raise ValueError("layers must name at least one layer")
@@ -177,6 +185,8 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
     r"""Trains ``explainer``'s probe as :meth:`DiffMask.fit` documents; returns
     the history and sets ``explainer.convergence``."""
     layers = options.check(explainer.num_layers)
+    _check_reiterable(dataloader, options.epochs)
+    explainer._follow_model()
     loop = _FitLoop(options, layers)
     selection = None if options.validation is None else CheckpointSelection(options, layers)
     history: List[Dict[str, Any]] = []
@@ -185,14 +195,16 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
         for epoch in range(1, options.epochs + 1):
             bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{options.epochs}",
                        disable=None if options.verbose else True, leave=False)
-            start = time.perf_counter()
+            start, before = time.perf_counter(), loop.step
             sums = train_epoch(explainer, bar, loop)
-            if loop.step == 0:
-                raise ValueError("dataloader: no batches")
+            if loop.step == before:
+                raise ValueError(f"dataloader: no batches in epoch {epoch}" if epoch > 1 else "dataloader: no batches")
             rows = epoch_rows(explainer, epoch, sums, time.perf_counter() - start, loop.monitors)
             if selection is not None:
                 selection.after_epoch(explainer, epoch, rows)
             history.extend(rows)
+            if options.verbose:
+                _log_epoch(epoch, options.epochs, rows)
             if loop.done:
                 break
     if selection is not None:
@@ -202,13 +214,33 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
     return history
 
 
+def _check_reiterable(dataloader: Iterable[Batch], epochs: int) -> None:
+    r"""A one-shot iterator (a generator, ``iter(loader)``) yields one epoch only:
+    with a cap of several epochs it would end the fit early, silently."""
+    # an Iterator has __next__; a DataLoader or a list does not (and calling iter()
+    # on a DataLoader would draw from its generator, changing the first epoch)
+    if epochs > 1 and isinstance(dataloader, collections.abc.Iterator):
+        raise ValueError(
+            f"dataloader is a one-shot iterator (it can be read once), but epochs={epochs}: pass a list or a "
+            "DataLoader, which can be read again every epoch, or epochs=1"
+        )
+
+
+def _log_epoch(epoch: int, epochs: int, rows: List[Dict[str, Any]]) -> None:
+    for row in rows:
+        LOGGER.info(
+            "DiffMask fit epoch %d/%d, layer %d: KL %.4g, kept share %.3f, lambda %.3g, agreement %.3f, %d steps, %s",
+            epoch, epochs, row["layer"], row["kl"], row["l0"], row["lambda"], row["agreement"], row["steps"],
+            row["status"],
+        )
+
+
 def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop) -> Dict[int, Dict[str, float]]:
     r"""One pass over ``batches`` (or fewer steps, when the loop ends); the sums
     of each trained layer's step records."""
     sums: Dict[int, Dict[str, float]] = {}
     for batch in batches:
-        ids, extra = split_batch(batch)
-        call = explainer._prepare(ids, extra, None, argument="dataloader batch")
+        call = explainer._prepare_batch(batch, None, "dataloader batch")
         states, original = explainer._capture(call, explainer.locator.names)
         assert original is not None
         if loop.optimizers is None:
@@ -251,6 +283,8 @@ def training_step(
     kl = kl_divergence(log_p, log_q)
     penalty = l0_penalty(log_keep, call.mask, explainer.l0)
     loss = penalty.mean() + explainer.lambdas(layer) * (kl.mean() - loop.eps)
+    _check_finite(loop.step + 1, layer, {"the model's logits": original, "the masked logits": masked,
+                                         "the gates": gates, "the loss": loss})
     probe_opt.zero_grad(set_to_none=True)
     lambda_opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -262,6 +296,17 @@ def training_step(
         kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
         agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
     return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
+
+
+def _check_finite(step: int, layer: int, values: Mapping[str, Tensor]) -> None:
+    r"""Stops the fit at the first non-finite value, naming the step, the layer
+    and what went non-finite (a fit would otherwise go on, NaN in every record)."""
+    for what, value in values.items():
+        if not bool(torch.isfinite(value.detach()).all()):
+            raise FloatingPointError(
+                f"DiffMask.fit: {what} became non-finite at step {step} (layer {layer}); check the model "
+                "for NaN or inf weights or inputs, or lower lr"
+            )
 
 
 def build_optimizers(

@@ -9,14 +9,13 @@ token ids, so that every method in the library talks to models the same way.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn, Tensor
 
-#: A training or attribution batch: the token ids alone, ``(ids, *extra)``, or a
-#: Hugging Face style mapping with ``input_ids`` (and ``attention_mask``).
-Batch = Union[Tensor, Sequence[Any], Mapping[str, Any]]
+from .batches import Batch, split_batch
+
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -58,36 +57,6 @@ def format_additional_args(additional_forward_args: Any) -> Tuple[Any, ...]:
     return (additional_forward_args,)
 
 
-def split_batch(batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
-    r"""
-    Splits a data-loader batch into ``(inputs, additional_forward_args)``.
-
-    Args:
-
-        batch: token ids (B, T); or a tuple/list ``(ids, *extra)``, exactly what
-                    ``attribute`` takes; or a mapping with ``input_ids`` and
-                    optionally ``attention_mask`` (``token_type_ids`` follows).
-
-    Returns:
-        *tuple* ``(ids, extra)``.
-    """
-    if isinstance(batch, Tensor):
-        return batch, ()
-    if isinstance(batch, Mapping):
-        if "input_ids" not in batch:
-            raise ValueError("batch: a mapping batch needs the key 'input_ids'")
-        extra = [batch.get("attention_mask")]
-        if batch.get("token_type_ids") is not None:
-            extra.append(batch["token_type_ids"])
-        return batch["input_ids"], tuple(extra)
-    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], Tensor):
-        return batch[0], tuple(batch[1:])
-    raise TypeError(
-        "batch must be token ids, a tuple (ids, *additional_forward_args) or a "
-        f"mapping with 'input_ids', got {type(batch).__name__}"
-    )
-
-
 def check_token_ids(inputs: Any, argument: str = "inputs") -> Tuple[Tensor, bool]:
     r"""
     Validates token ids given as a Tensor or a 1-tuple of a Tensor (Captum style).
@@ -115,7 +84,21 @@ def check_token_ids(inputs: Any, argument: str = "inputs") -> Tuple[Tensor, bool
         raise ValueError(
             f"{argument} must have shape (batch, tokens), got {tuple(inputs.shape)}"
         )
+    if inputs.shape[0] == 0 or inputs.shape[1] == 0:
+        raise ValueError(f"{argument} must hold at least one example of at least one token, got shape "
+                         f"{tuple(inputs.shape)}")
     return inputs, was_tuple
+
+
+def check_vocabulary(ids: Tensor, size: Optional[int], argument: str = "inputs") -> None:
+    r"""Token ids must index the embedding table (``0 .. size - 1``); ValueError
+    naming ``argument`` and the size (the embedding's own error does neither)."""
+    if size is None or ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= size:
+        raise ValueError(f"{argument} holds token ids {low}..{high}, but the model's embedding has {size} "
+                         f"entries (ids 0..{size - 1})")
 
 
 class ModelForward:
@@ -181,6 +164,30 @@ class ModelForward:
         else:
             output = self.model(inputs, *extra)
         return output_logits(output)
+
+    def split_batch(self, batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
+        r"""``(ids, additional_forward_args)`` of a batch for this model, targets
+        dropped (:func:`captum_diffmask.batches.split_batch`)."""
+        if self.forward_func is not None:
+            return split_batch(batch, hf_model=False, forward=self.forward_func)
+        if is_hf_model(self.model):
+            ids, extra = split_batch(batch, hf_model=True)
+            self._check_token_types(extra)
+            return ids, extra
+        return split_batch(batch, hf_model=False, forward=self.model.forward)
+
+    def _check_token_types(self, extra: Tuple[Any, ...]) -> None:
+        r"""A tensor read as token_type_ids must index the model's token types
+        (a (B, T) label tensor in its place, e.g. -100, would otherwise be fed)."""
+        types = getattr(getattr(self.model, "config", None), "type_vocab_size", None)
+        if len(extra) < 2 or not isinstance(extra[1], Tensor) or not isinstance(types, int) or extra[1].numel() == 0:
+            return
+        low, high = int(extra[1].min()), int(extra[1].max())
+        if low < 0 or high >= types:
+            raise ValueError(
+                f"batch: the element read as token_type_ids holds values {low}..{high}, but the model has "
+                f"{types} token types; if it holds labels, pass the batch as a dict with the key labels"
+            )
 
     def padding_mask(self, inputs: Tensor, additional_forward_args: Any = None) -> Tensor:
         r"""

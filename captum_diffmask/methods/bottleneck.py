@@ -20,7 +20,7 @@ from torch import nn, Tensor
 
 from ..attribution import attribution_call, ForwardFunc, InputType, PaddingMaskArg, resolve_target, SitesType
 from ..checks import check_choice, check_non_negative, check_positive_int
-from ..forward import Batch, frozen, split_batch
+from ..forward import Batch, frozen
 from ..objective import log_probs
 from .base import make_optimizer, optimize, PreparedCall, site_for_layer, SiteAttribution
 
@@ -152,8 +152,7 @@ class PerSampleBottleneck(SiteAttribution):
             for index, batch in enumerate(dataloader):
                 if max_batches is not None and index >= max_batches:
                     break
-                ids, extra = split_batch(batch)
-                call = self._prepare(ids, extra, layer, argument="dataloader batch")
+                call = self._prepare_batch(batch, layer, "dataloader batch")
                 states, _ = self._capture(call, stop_early=True)
                 real = states[site][call.mask].double()  # (N, H): real tokens only
                 total = real.sum(0) if total is None else total + real.sum(0)

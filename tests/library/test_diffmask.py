@@ -267,12 +267,13 @@ def test_fit_takes_one_multiplier_rate_per_layer():
 @pytest.mark.parametrize("mode", ["input", "hidden"])
 @pytest.mark.parametrize("init_bias", [5.0, 2.0, 0.0])
 def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_bias):
-    # lr 0: one step builds the probe and moves nothing, so the attributions are
-    # the initial gates: P(z != 0) = sigmoid(b - T log(-l / r)) (the last layer
-    # of each gate network starts at ~0), a product over the votes in input mode
+    # lr 1e-9: one step builds the probe and moves nothing measurable, so the
+    # attributions are the initial gates: P(z != 0) = sigmoid(b - T log(-l / r))
+    # (the last layer of each gate network starts at ~0), a product over the
+    # votes in input mode
     model = tiny_bert()
     dm = DiffMask(model, mode=mode, init_bias=init_bias)
-    dm.fit(_loader(1), epochs=1, lr=0.0, lr_baseline=0.0, seed=0, verbose=False)
+    dm.fit(_loader(1), epochs=1, lr=1e-9, lr_baseline=0.0, seed=0, verbose=False)
     low, high = dm.stretch
     p_open = torch.sigmoid(torch.tensor(init_bias - dm.temperature * torch.log(torch.tensor(-low / high)).item()))
     ids, mask = token_batch(seed=3)

@@ -1,0 +1,93 @@
+"""Faults stop a fit or a call with an error that names the argument, the step or
+the layer, never with a perfect-looking result."""
+
+import logging
+
+import pytest
+import torch
+
+from captum_diffmask import DiffMask
+from captum_diffmask.methods import IntegratedGradients
+
+from tiny_models import tiny_bert, token_batch, VOCAB
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
+
+
+def test_non_finite_weights_stop_the_fit_naming_step_and_layer():
+    model = tiny_bert()
+    with torch.no_grad():
+        model.classifier.weight.fill_(float("nan"))
+    ids, mask = token_batch()
+    dm = DiffMask(model, mode="hidden")
+    with pytest.raises(FloatingPointError, match=r"non-finite at step 1 \(layer \d\)"):
+        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, verbose=False)
+
+
+def test_non_finite_states_are_refused_by_attribute():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    dm = DiffMask(model, mode="hidden")
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.fill_(float("inf"))
+    with pytest.raises(FloatingPointError, match="not finite"):
+        dm.attribute(ids, additional_forward_args=(mask,), layer=1)
+
+
+def test_one_shot_iterators_empty_loaders_and_bad_rates_are_refused():
+    ids, mask = token_batch()
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.raises(ValueError, match="one-shot iterator .* epochs=3"):
+        dm.fit(iter([(ids, mask)] * 2), epochs=3, verbose=False)
+    dm.fit(iter([(ids, mask)] * 2), epochs=1, verbose=False)  # one epoch: fine
+    with pytest.raises(ValueError, match="dataloader: no batches"):
+        DiffMask(tiny_bert()).fit([], verbose=False)
+    with pytest.raises(ValueError, match="lr must be a number > 0"):
+        dm.fit([(ids, mask)], lr=-1, verbose=False)
+    with pytest.raises(ValueError, match="lr must be a number > 0"):
+        dm.fit([(ids, mask)], lr=0.0, verbose=False)
+
+
+def test_empty_batches_and_ids_outside_the_vocabulary_are_named():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    ig = IntegratedGradients(model)
+    with pytest.raises(ValueError, match="at least one example of at least one token"):
+        ig.attribute(ids[:0], additional_forward_args=(mask[:0],))
+    with pytest.raises(ValueError, match="at least one example of at least one token"):
+        ig.attribute(ids[:, :0], additional_forward_args=(mask[:, :0],))
+    too_big = ids.clone()
+    too_big[0, 0] = VOCAB
+    with pytest.raises(ValueError, match=f"inputs holds token ids .*embedding has {VOCAB} entries"):
+        ig.attribute(too_big, additional_forward_args=(mask,))
+    with pytest.raises(ValueError, match=f"dataloader batch holds token ids .*{VOCAB} entries"):
+        DiffMask(model).fit([(too_big, mask)], verbose=False)
+
+
+def test_attribute_runs_a_model_left_in_train_mode_in_eval_mode_and_restores_it():
+    model = tiny_bert().train()  # dropout on: two calls would differ
+    ids, mask = token_batch()
+    ig = IntegratedGradients(model)
+    first = ig.attribute(ids, additional_forward_args=(mask,), layer=0, n_steps=4)
+    second = ig.attribute(ids, additional_forward_args=(mask,), layer=0, n_steps=4)
+    assert torch.equal(first, second) and model.training
+    dm = DiffMask(model, mode="hidden")
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    assert torch.equal(dm.attribute(ids, additional_forward_args=(mask,), layer=None),
+                       dm.attribute(ids, additional_forward_args=(mask,), layer=None))
+    assert model.training
+
+
+def test_fit_logs_each_epochs_figures_when_verbose_and_nothing_when_not(caplog):
+    ids, mask = token_batch()
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with caplog.at_level(logging.INFO, logger="captum_diffmask"):
+        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, until_converged=False, verbose=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "captum_diffmask"]
+    assert any(line.startswith("DiffMask fit epoch 2/2, layer") for line in lines)
+    assert all("KL" in line and "kept share" in line and "lambda" in line and "agreement" in line for line in lines)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="captum_diffmask"):
+        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, until_converged=False, verbose=False)
+    assert not [r for r in caplog.records if r.name == "captum_diffmask"]
