@@ -7,7 +7,7 @@ import torch
 from captum_diffmask import DiffMask
 from captum_diffmask.batches import split_batch
 from captum_diffmask.forward import ModelForward
-from captum_diffmask.toy import generate_toy_data, ToyModel, toy_sites
+from captum_diffmask.toy import generate_toy_data, ToyModel
 
 from tiny_models import tiny_bert, token_batch
 
