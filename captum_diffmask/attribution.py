@@ -22,9 +22,12 @@ from captum.log import log_usage
 from torch import nn, Tensor
 
 from .batches import to_device
-from .forward import check_token_ids, check_vocabulary, format_additional_args, model_device, ModelForward
+from .forward import (
+    check_token_ids, check_vocabulary, format_additional_args, frozen, hooks_and_attributes_restored, is_hf_model,
+    model_device, ModelForward,
+)
 from .rng import preserved_rng
-from .sites import repeat_batch, Replacement, SiteLocator
+from .sites import _HOW_TO_PASS_SITES, repeat_batch, Replacement, SiteLocator
 
 #: Captum-style targets: a class for every example, one per example, or None.
 TargetType = Union[None, int, List[int], Tensor]
@@ -292,14 +295,43 @@ class SiteAttribution(Attribution):
             *tuple* ``(states, logits)``: site name -> (B, T, H), and the (B, C)
             logits (None with ``stop_early``).
         """
+        if not getattr(self, "_sites_checked", False):
+            self._check_sites(call)
         wanted = [call.site] if names is None else list(names)
-        outputs: Optional[Dict[str, Any]] = {} if self.rerun == "partial" and not stop_early else None
+        partial = self.rerun == "partial" and self.locator.reusable and not stop_early
+        outputs: Optional[Dict[str, Any]] = {} if partial else None
         recorded = self.locator.names if outputs is not None else wanted
         logits: Optional[Tensor] = None
         with torch.no_grad(), self.locator.capture(recorded, stop_early=stop_early, module_outputs=outputs) as states:
             logits = self.model_forward(call.ids, call.extra)
         call.module_outputs, call.captured_ids = outputs, call.ids
         return states, logits
+
+    def _check_sites(self, call: PreparedCall) -> None:
+        r"""Once per explainer, on its first batch: the captured ``hidden.k`` must be
+        the model's own ``hidden_states[k]`` (Hugging Face models called without a
+        ``forward_func``); ``hidden.L`` may differ by the final normalisation some
+        models apply to their last hidden state."""
+        self._sites_checked = True
+        if self.model_forward.forward_func is not None or not is_hf_model(self.model):
+            return
+        names = [f"hidden.{k}" for k in range(self.num_layers + 1)]
+        kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), \
+                self.locator.capture(names) as states:
+            output = self.model(input_ids=call.ids, output_hidden_states=True, **kwargs)
+        reference = getattr(output, "encoder_hidden_states", None) or getattr(output, "hidden_states", None)
+        if reference is None or len(reference) != self.num_layers + 1:
+            return
+        for k in range(self.num_layers):
+            state, own = states[f"hidden.{k}"].float(), reference[k].float()
+            if state.shape != own.shape or not torch.allclose(state, own, atol=1e-4, rtol=1e-3):
+                path = dict((n, p) for n, p, _ in self.locator.describe())[f"hidden.{k}"]
+                raise ValueError(
+                    f"sites: hidden.{k} (read at {path}) is not the model's own hidden_states[{k}]; "
+                    + _HOW_TO_PASS_SITES
+                )
 
     def _replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
         r"""Logits with sites replaced; gradients flow into the replacements. After

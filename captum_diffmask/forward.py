@@ -225,3 +225,27 @@ def frozen(model: nn.Module) -> Iterator[nn.Module]:
         for p, flag in zip(model.parameters(), flags):
             p.requires_grad_(flag)
         model.train(was_training)
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+               "_forward_pre_hooks_with_kwargs")
+
+
+@contextlib.contextmanager
+def hooks_and_attributes_restored(model: nn.Module) -> Iterator[nn.Module]:
+    r"""
+    Removes, on exit, every hook and instance attribute that the block added to
+    ``model`` or its modules: a call such as ``output_hidden_states=True`` may make
+    the model's library install hooks of its own, which the user never asked for.
+    """
+    before = [(m, set(vars(m)), {name: set(getattr(m, name, {})) for name in _HOOK_DICTS}) for m in model.modules()]
+    try:
+        yield model
+    finally:
+        for module, attributes, hooks in before:
+            for name, keys in hooks.items():
+                table = getattr(module, name, None)
+                for key in [k for k in (table or {}) if k not in keys]:
+                    del table[key]
+            for name in [a for a in vars(module) if a not in attributes]:
+                delattr(module, name)

@@ -37,8 +37,9 @@ import torch
 from torch import nn, Tensor
 
 #: A site given by the user: a module, a dotted path inside the model, or either
-#: of those paired with the port ``"output"`` (default) or ``"input"``.
-SiteSpec = Union[nn.Module, str, Tuple[Union[nn.Module, str], str]]
+#: of those paired with the port ``"output"`` (default) or ``"input"``, and
+#: optionally with the index of the module's run in one forward pass.
+SiteSpec = Union[nn.Module, str, Tuple[Union[nn.Module, str], str], Tuple[Union[nn.Module, str], str, int]]
 #: A replacement: a tensor shaped like the activation, or a function of it.
 Replacement = Union[Tensor, Callable[[Tensor], Tensor]]
 
@@ -61,11 +62,16 @@ class Site:
         module (nn.Module): the module the hook sits on.
         port (str): ``"output"`` (a forward hook on the module's output) or
                     ``"input"`` (a forward pre-hook on its first input).
+        call (int, optional): for a module that runs several times in one forward
+                    pass (ALBERT's shared block, an embedding that an encoder and a
+                    decoder share), which run the site is, from 0; None when the
+                    module runs once. Default: None
     """
 
     name: str
     module: nn.Module
     port: str = "output"
+    call: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -153,14 +159,67 @@ def _resolve_module(model: nn.Module, spec: Union[nn.Module, str], what: str) ->
 
 
 def _parse_spec(model: nn.Module, spec: SiteSpec, name: str) -> Site:
-    port = "output"
+    port, call = "output", None
     if isinstance(spec, tuple):
-        if len(spec) != 2 or spec[1] not in _PORTS:
+        if len(spec) not in (2, 3) or spec[1] not in _PORTS or (
+            len(spec) == 3 and (isinstance(spec[2], bool) or not isinstance(spec[2], int) or spec[2] < 0)
+        ):
             raise ValueError(
-                f"sites: {name} must be (module or path, 'output' | 'input'), got {spec!r}"
+                f"sites: {name} must be (module or path, 'output' | 'input'[, call index >= 0]), got {spec!r}"
             )
-        spec, port = spec
-    return Site(name, _resolve_module(model, spec, name), port)
+        spec, port, call = (spec + (None,))[:3] if len(spec) == 2 else spec
+    return Site(name, _resolve_module(model, spec, name), port, call)
+
+
+def _generic_sites(model: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
+    r"""The input embeddings (``get_input_embeddings()``) and the longest list of
+    same-class blocks."""
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    embeddings = get_embeddings() if callable(get_embeddings) else None
+    blocks = _longest_block_list(model)
+    if not isinstance(embeddings, nn.Module) or blocks is None:
+        missing = (
+            "the input embeddings (model.get_input_embeddings())"
+            if not isinstance(embeddings, nn.Module)
+            else "a list of blocks (an nn.ModuleList of same-class modules)"
+        )
+        raise ValueError(f"sites: could not locate {missing} in {type(model).__name__}. " + _HOW_TO_PASS_SITES)
+    return embeddings, [(blocks[0], "input")] + list(blocks)
+
+
+def _encoder_sites(model: nn.Module, encoder: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
+    r"""An encoder-decoder's sites are its encoder's: the embedding module the
+    encoder calls (its first run, when the decoder calls the same module) and
+    the encoder's blocks; decoder layers only when named explicitly."""
+    embeddings = getattr(encoder, "embed_tokens", None)
+    if not isinstance(embeddings, nn.Module):
+        get_embeddings = getattr(encoder, "get_input_embeddings", None)
+        embeddings = get_embeddings() if callable(get_embeddings) else None
+    blocks = _longest_block_list(encoder)
+    if not isinstance(embeddings, nn.Module) or blocks is None:
+        raise ValueError(f"sites: could not locate the encoder's embeddings and blocks in {type(model).__name__}. "
+                         + _HOW_TO_PASS_SITES)
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    shared = any(m is embeddings for m in decoder.modules()) if isinstance(decoder, nn.Module) else False
+    # the encoder runs first, so its embedding lookup is the module's first run
+    input_site: SiteSpec = (embeddings, "output", 0) if shared else embeddings
+    return input_site, [(blocks[0], "input")] + list(blocks)
+
+
+def _albert_sites(base: nn.Module, config: Any) -> Tuple[SiteSpec, List[SiteSpec]]:
+    r"""ALBERT applies its shared block group L times: ``hidden.k`` is the k-th run
+    of the group it uses at layer k-1 (a call-indexed site), ``hidden.0`` the
+    projection of the embeddings into the hidden size."""
+    encoder = base.get_submodule("encoder")
+    layers, groups = int(config.num_hidden_layers), int(config.num_hidden_groups)
+    runs: Dict[int, int] = {}
+    hidden: List[SiteSpec] = [encoder.get_submodule("embedding_hidden_mapping_in")]
+    for i in range(layers):
+        group = int(i / (layers / groups))  # as AlbertTransformer picks it
+        hidden.append((encoder.albert_layer_groups[group], "output", runs.get(group, 0)))
+        runs[group] = runs.get(group, 0) + 1
+    return base.get_submodule("embeddings.word_embeddings"), hidden
 
 
 def _longest_block_list(model: nn.Module) -> Optional[nn.ModuleList]:
@@ -246,6 +305,8 @@ class SiteLocator:
         base = getattr(model, "base_model", model)
         if not isinstance(base, nn.Module):
             base = model
+        if model_type == "albert":
+            return cls(model, *_albert_sites(base, config))
         arch = ARCHITECTURES.get(model_type) if model_type else None
         if arch is not None:
             try:
@@ -260,20 +321,10 @@ class SiteLocator:
                 arch = None  # a variant with other module names: try the fallback
             else:
                 return cls(model, embeddings, [hidden0] + list(blocks))
-        get_embeddings = getattr(model, "get_input_embeddings", None)
-        embeddings_module = get_embeddings() if callable(get_embeddings) else None
-        block_list = _longest_block_list(model)
-        if not isinstance(embeddings_module, nn.Module) or block_list is None:
-            missing = (
-                "the input embeddings (model.get_input_embeddings())"
-                if not isinstance(embeddings_module, nn.Module)
-                else "a list of blocks (an nn.ModuleList of same-class modules)"
-            )
-            raise ValueError(
-                f"sites: could not locate {missing} in {type(model).__name__}. "
-                + _HOW_TO_PASS_SITES
-            )
-        return cls(model, embeddings_module, [(block_list[0], "input")] + list(block_list))
+        get_encoder = getattr(model, "get_encoder", None)
+        if callable(get_encoder) and isinstance(get_encoder(), nn.Module):
+            return cls(model, *_encoder_sites(model, get_encoder()))
+        return cls(model, *_generic_sites(model))
 
     @property
     def names(self) -> List[str]:
@@ -292,14 +343,23 @@ class SiteLocator:
         return self._sites[name]
 
     def describe(self) -> List[Tuple[str, str, str]]:
-        r"""``(name, module path, port)`` for each site, for reports and checkpoints."""
-        paths = {module: path for path, module in self.model.named_modules()}
-        return [(s.name, paths.get(s.module, "?"), s.port) for s in self._sites.values()]
+        r"""``(name, module path, port)`` for each site, for reports and checkpoints;
+        a call-indexed site's path ends with ``#k`` (its k-th run)."""
+        paths = {module: path for path, module in reversed(list(self.model.named_modules()))}
+        return [(s.name, paths.get(s.module, "?") + ("" if s.call is None else f"#{s.call}"), s.port)
+                for s in self._sites.values()]
 
     # ----------------------------------------------------------------- hooking
+    def _register(self, site: Site, fn: Callable[[Tensor], Optional[Tensor]], prepend: bool) -> Any:
+        r"""Registers ``fn(activation) -> replacement or None`` on a site (on the
+        site's run only, for a module that runs several times in a forward pass)."""
+        if site.call is not None:
+            fn, reset = _on_call(fn, site.call)
+            return _Handles([self.model.register_forward_pre_hook(reset), self._hook(site, fn, prepend)])
+        return self._hook(site, fn, prepend)
+
     @staticmethod
-    def _register(site: Site, fn: Callable[[Tensor], Optional[Tensor]], prepend: bool) -> Any:
-        r"""Registers ``fn(activation) -> replacement or None`` on a site."""
+    def _hook(site: Site, fn: Callable[[Tensor], Optional[Tensor]], prepend: bool) -> Any:
         if site.port == "output":
 
             def output_hook(module: nn.Module, args: Any, output: Any) -> Any:
@@ -325,6 +385,12 @@ class SiteLocator:
         return site.module.register_forward_pre_hook(
             input_hook, with_kwargs=True, prepend=prepend
         )
+
+    @property
+    def reusable(self) -> bool:
+        r"""Whether a replaced pass may reuse recorded site outputs: every site's
+        module runs once per forward pass (no call-indexed sites)."""
+        return all(site.call is None for site in self._sites.values())
 
     @contextlib.contextmanager
     def capture(
@@ -376,7 +442,7 @@ class SiteLocator:
             for name in wanted:
                 handles.append(self._register(self._sites[name], recorder(name), False))
                 site = self._sites[name]
-                if module_outputs is not None and site.port == "output":
+                if module_outputs is not None and site.port == "output" and site.call is None:
                     handles.append(site.module.register_forward_hook(output_recorder(name)))
             try:
                 yield states
@@ -449,8 +515,9 @@ class SiteLocator:
         try:
             for name, output in module_outputs.items():
                 site = self.site(name)
-                if site.port != "output":
-                    raise ValueError(f"site {name} reads a module input and cannot be reused")
+                if site.port != "output" or site.call is not None:
+                    raise ValueError(f"site {name} reads a module input or one run of a module that runs "
+                                     "several times, and cannot be reused")
                 if site.module in patched:
                     continue
                 patched[site.module] = vars(site.module).get("forward", _NO_FORWARD)
@@ -492,6 +559,33 @@ def _returning(output: Any) -> Callable[..., Any]:
         return output
 
     return forward
+
+
+def _on_call(fn: Callable[[Tensor], Optional[Tensor]], call: int) -> Tuple[Callable[[Tensor], Optional[Tensor]], Callable[..., None]]:
+    r"""``fn`` applied on the ``call``-th run of a module in a forward pass only,
+    and the root pre-hook that starts the count again at every forward pass."""
+    count = [0]
+
+    def counted(activation: Tensor) -> Optional[Tensor]:
+        run = count[0]
+        count[0] += 1
+        return fn(activation) if run == call else None
+
+    def reset(module: nn.Module, args: Any) -> None:
+        count[0] = 0
+
+    return counted, reset
+
+
+class _Handles:
+    r"""Several hook handles removed together."""
+
+    def __init__(self, handles: List[Any]) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 #: Marks a module that had no instance-level forward before :meth:`SiteLocator.reuse`.
