@@ -203,6 +203,10 @@ class SiteAttribution(Attribution):
         padding_mask_arg (int, str or None, optional): index of the padding mask in
                     ``additional_forward_args``; ``"auto"``: 0 for Hugging Face
                     models, none otherwise. Default: ``"auto"``
+        output (str, optional): the distributions kept or attributed:
+                    ``"classes"``, ``"last"``, ``"all"`` or ``"span"``
+                    (:class:`~captum_diffmask.forward.ModelForward`); ``"auto"``
+                    reads them from the output's form. Default: ``"auto"``
     """
 
     #: ``"partial"`` (re-run only what follows a replaced site) or ``"full"``.
@@ -214,9 +218,9 @@ class SiteAttribution(Attribution):
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto",
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
     ) -> None:
-        self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
+        self.model_forward = ModelForward(model, forward_func, padding_mask_arg, output)
         Attribution.__init__(self, self.model_forward)
         self.model = model
         self.locator = SiteLocator.locate(model, sites)
@@ -376,15 +380,21 @@ def resolve_target(logits: Tensor, target: TargetType, argument: str = "target")
 
     Args:
 
-        logits (Tensor): (B, C) class logits, or (B,) / (B, 1) for one binary logit.
+        logits (Tensor): (B, C) class logits, (B, K, C) for K distributions per
+                    example (e.g. a span's start and end), or (B,) / (B, 1) for one
+                    binary logit.
         target (int, list, Tensor or None): for (B, C) logits an int, a list of B
-                    ints or a (B,) tensor; None means the predicted class. For a
-                    binary logit it must be None (the logit itself is attributed).
+                    ints or a (B,) tensor; for (B, K, C) logits a (B, K) tensor or
+                    a list of B sequences of K ints; None means the predicted
+                    class (of each distribution). For a binary logit it must be
+                    None (the logit itself is attributed).
 
     Returns:
-        *Tensor* (B,) long for (B, C) logits; None for a binary logit.
+        *Tensor* (B,) or (B, K) long; None for a binary logit.
     """
     batch = logits.shape[0]
+    if logits.dim() == 3:
+        return _resolve_targets(logits, target, argument)
     if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[1] == 1):
         if target is not None:
             raise ValueError(
@@ -418,4 +428,22 @@ def resolve_target(logits: Tensor, target: TargetType, argument: str = "target")
         raise ValueError(f"{argument} must have one class per example ({batch}), got shape {tuple(target.shape)}")
     if bool(((target < 0) | (target >= num_classes)).any()):
         raise ValueError(f"{argument} must be in 0..{num_classes - 1}, got {target.tolist()}")
+    return target
+
+
+def _resolve_targets(logits: Tensor, target: Any, argument: str) -> Tensor:
+    r"""One class per distribution of (B, K, C) logits: (B, K) long."""
+    batch, count, classes = logits.shape
+    if target is None:
+        return logits.argmax(-1)
+    if isinstance(target, (list, tuple)):
+        target = torch.tensor([list(row) for row in target], dtype=torch.long, device=logits.device)
+    if not isinstance(target, Tensor) or target.dtype.is_floating_point or target.dtype == torch.bool:
+        raise TypeError(f"{argument} must be a ({batch}, {count}) tensor or a list of {count} ints per example")
+    target = target.to(device=logits.device, dtype=torch.long)
+    if target.shape != (batch, count):
+        raise ValueError(f"{argument} must have shape ({batch}, {count}) (one class per distribution), "
+                         f"got {tuple(target.shape)}")
+    if bool(((target < 0) | (target >= classes)).any()):
+        raise ValueError(f"{argument} must be in 0..{classes - 1}, got {target.tolist()}")
     return target

@@ -17,7 +17,7 @@ from .convergence import Convergence
 from .fitting import FitOptions, InitBaseline, run_fit
 from .forward import Batch, frozen, model_device
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from .objective import kl_divergence, L0_KINDS, LagrangeMultipliers, log_probs
+from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
 
 _MODES = ("input", "hidden")
@@ -79,6 +79,12 @@ class DiffMask(SiteAttribution):
                     frozen, so they are the same); ``"full"`` re-runs the whole
                     model. Partial assumes each site module runs once per forward.
                     Default: ``"partial"``
+        output (str, optional): the distributions the masked model must keep:
+                    ``"classes"``, ``"last"`` (a language model's next token),
+                    ``"all"`` (every real position; the KL summed over them) or
+                    ``"span"`` (a question-answering head's start and end; the KL
+                    summed over the two); ``"auto"`` reads them from the output's
+                    form (:mod:`captum_diffmask.outputs`). Default: ``"auto"``
         init_bias (float, optional): the gate networks' initial bias; 5 (the
                     authors') starts every gate open, ``P(z != 0) ~ 0.995``, and
                     a gate then needs many steps to close. Default: 5.0
@@ -98,7 +104,7 @@ class DiffMask(SiteAttribution):
         mode: str = "input",
         sites: SitesType = None,
         forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto",
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
         temperature: float = DIFFMASK_DEFAULTS[0],
         stretch: Tuple[float, float] = DIFFMASK_DEFAULTS[1:],
         probe_hidden_size: Optional[int] = None,
@@ -114,7 +120,8 @@ class DiffMask(SiteAttribution):
         if l0 not in L0_KINDS:
             raise ValueError(f"l0 must be one of {L0_KINDS}, got {l0!r}")
         HardConcrete(torch.zeros(1), temperature, stretch)  # validates both
-        SiteAttribution.__init__(self, model, sites, forward_func, padding_mask_arg)
+        SiteAttribution.__init__(self, model, sites, forward_func, padding_mask_arg, output)
+        self.declared_output = output
         self.mode = mode
         self.temperature = float(temperature)
         self.stretch = (float(stretch[0]), float(stretch[1]))
@@ -443,8 +450,8 @@ class DiffMask(SiteAttribution):
             with torch.no_grad():
                 for k, (gates, masked, original) in self._masked_batch(call, layers, rule).items():
                     log_p, log_q = log_probs(original), log_probs(masked)
-                    sums[k]["kl"] += float(kl_divergence(log_p, log_q).sum())
-                    sums[k]["agreement"] += float((log_p.argmax(-1) == log_q.argmax(-1)).float().sum())
+                    sums[k]["kl"] += float(example_kl(log_p, log_q).sum())
+                    sums[k]["agreement"] += float(same_prediction(log_p, log_q).float().sum())
                     sums[k]["kept"] += float(((gates > 0).float() * mask).sum())
             examples += call.ids.shape[0]
             positions += float(mask.sum())
@@ -466,6 +473,7 @@ class DiffMask(SiteAttribution):
             "probe_reads_input": self.probe_reads_input,
             "rerun": self.rerun,
             "init_bias": self.init_bias,
+            "output": self.declared_output,
         }
 
     def save(self, path: Union[str, os.PathLike]) -> None:

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .attribution import check_layer, PreparedCall
 from .convergence import Convergence, LayerMonitor, warn_unconverged
 from .forward import Batch, frozen
-from .objective import kl_divergence, l0_penalty, log_probs, MULTIPLIER_RULES, multiplier_rates
+from .objective import example_kl, l0_penalty, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction
 from .probes import mix_baseline
 from .rng import preserved_rng
 
@@ -280,7 +280,7 @@ def training_step(
     site, baseline = explainer._masked_site(layer)
     masked = explainer._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline)})
     log_p, log_q = log_probs(original), log_probs(masked)
-    kl = kl_divergence(log_p, log_q)
+    kl = example_kl(log_p, log_q)
     penalty = l0_penalty(log_keep, call.mask, explainer.l0)
     loss = penalty.mean() + explainer.lambdas(layer) * (kl.mean() - loop.eps)
     _check_finite(loop.step + 1, layer, {"the model's logits": original, "the masked logits": masked,
@@ -294,7 +294,7 @@ def training_step(
     real = call.mask.float()
     with torch.no_grad():
         kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
-        agreement = (log_p.argmax(-1) == log_q.argmax(-1)).float().mean()
+        agreement = same_prediction(log_p, log_q).float().mean()
     return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
 
 

@@ -9,12 +9,13 @@ token ids, so that every method in the library talks to models the same way.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import nn, Tensor
 
 from .batches import Batch, split_batch
+from .outputs import OUTPUTS, read_output, resolve_output
 
 
 
@@ -26,24 +27,6 @@ def model_device(model: nn.Module) -> torch.device:
 def is_hf_model(model: nn.Module) -> bool:
     r"""True for Hugging Face ``PreTrainedModel``s (duck-typed, no import)."""
     return hasattr(model, "config") and hasattr(model, "base_model_prefix")
-
-
-def output_logits(output: Any) -> Tensor:
-    r"""The logits inside a model output: a Tensor, ``.logits``, ``["logits"]`` or
-    the first element of a tuple."""
-    if isinstance(output, Tensor):
-        return output
-    logits = getattr(output, "logits", None)
-    if isinstance(logits, Tensor):
-        return logits
-    if isinstance(output, Mapping) and isinstance(output.get("logits"), Tensor):
-        return output["logits"]
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
-        return output[0]
-    raise TypeError(
-        f"cannot read logits from a model output of type {type(output).__name__}; "
-        "pass forward_func returning a Tensor"
-    )
 
 
 def format_additional_args(additional_forward_args: Any) -> Tuple[Any, ...]:
@@ -119,6 +102,13 @@ class ModelForward:
                     True = real token); ``"auto"``: 0 for Hugging Face models (the
                     attention mask), None otherwise (no padding).
                     Default: ``"auto"``
+        output (str, optional): the distributions kept (see
+                    :mod:`captum_diffmask.outputs`): ``"classes"`` ((B, C) logits),
+                    ``"last"`` (a language model's next token at each row's last
+                    real position), ``"all"`` (every real position), ``"span"``
+                    (a question-answering head's start and end); ``"auto"``:
+                    classes for (B, C) logits, span for start/end logits, last for
+                    a causal language model, an error otherwise. Default: ``"auto"``
     """
 
     def __init__(
@@ -126,7 +116,10 @@ class ModelForward:
         model: nn.Module,
         forward_func: Optional[Callable[..., Any]] = None,
         padding_mask_arg: Union[int, str, None] = "auto",
+        output: str = "auto",
     ) -> None:
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
         if forward_func is not None and not callable(forward_func):
@@ -143,11 +136,13 @@ class ModelForward:
         self.model = model
         self.forward_func = forward_func
         self.padding_mask_arg = padding_mask_arg
+        self.output = output  # "auto" until the first call resolves it
 
     def __call__(self, inputs: Tensor, additional_forward_args: Any = None) -> Tensor:
         r"""
         Returns:
-            *Tensor* of logits: (B, C), or (B,) for a single binary logit.
+            *Tensor* of logits of the kept distributions (:func:`read_output`):
+            (B, C), (B,) for a single binary logit, or (B, K, C).
         """
         extra = format_additional_args(additional_forward_args)
         if self.forward_func is not None:
@@ -163,7 +158,9 @@ class ModelForward:
             output = self.model(input_ids=inputs, **kwargs)
         else:
             output = self.model(inputs, *extra)
-        return output_logits(output)
+        if self.output == "auto":
+            self.output = resolve_output("auto", output, self.model)
+        return read_output(output, self.output, self.padding_mask(inputs, extra))
 
     def split_batch(self, batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
         r"""``(ids, additional_forward_args)`` of a batch for this model, targets

@@ -20,14 +20,16 @@ def log_probs(logits: Tensor) -> Tensor:
 
     Args:
 
-        logits (Tensor): (B, C) class logits, or (B,) / (B, 1) for one binary
-                    logit (a Bernoulli, turned into two classes).
+        logits (Tensor): (B, C) class logits, (B, K, C) for K distributions per
+                    example, or (B,) / (B, 1) for one binary logit (a Bernoulli,
+                    turned into two classes).
 
     Returns:
-        *Tensor* (B, C) of log-probabilities in float32 (C = 2 for binary logits).
+        *Tensor* (B, C) or (B, K, C) of log-probabilities in float32 (C = 2 for
+        binary logits).
     """
     logits = logits.float()
-    if logits.dim() == 1 or logits.shape[-1] == 1:
+    if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[-1] == 1):
         logit = logits.reshape(logits.shape[0])
         return torch.stack([F.logsigmoid(-logit), F.logsigmoid(logit)], dim=-1)
     return F.log_softmax(logits, dim=-1)
@@ -53,6 +55,24 @@ def kl_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:
     terms = p * (log_p - log_q)
     kl = torch.where(p > 0, terms, torch.zeros_like(terms)).sum(-1)
     return kl.clamp(min=0.0)  # rounding can give -1e-8 for identical distributions
+
+
+def example_kl(log_p: Tensor, log_q: Tensor) -> Tensor:
+    r"""
+    KL(p || q) per example: over the classes, summed over an example's
+    distributions when it has several ((B, K, C) log-probabilities).
+
+    Returns:
+        *Tensor* (B,) in nats.
+    """
+    kl = kl_divergence(log_p, log_q)
+    return kl.reshape(kl.shape[0], -1).sum(-1)
+
+
+def same_prediction(log_p: Tensor, log_q: Tensor) -> Tensor:
+    r"""(B,) bool: every distribution of the example has the same argmax in p and q."""
+    same = log_p.argmax(-1) == log_q.argmax(-1)
+    return same.reshape(same.shape[0], -1).all(-1)
 
 
 def js_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:

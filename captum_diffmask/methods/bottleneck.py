@@ -96,7 +96,7 @@ class PerSampleBottleneck(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
 
     Examples::
@@ -108,9 +108,9 @@ class PerSampleBottleneck(SiteAttribution):
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto",
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
         #: ``{layer: (mean, std)}``, each (H,) float32, set by :meth:`fit_statistics`.
         self.statistics: Dict[int, Tuple[Tensor, Tensor]] = {}
 

@@ -146,7 +146,7 @@ class ExactErasure(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
         baseline (float or Tensor, optional): the state that replaces erased
                     tokens, the same for every position: None for zeros (erasing as
@@ -164,13 +164,13 @@ class ExactErasure(SiteAttribution):
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto",
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
         baseline: Union[None, float, Tensor] = None,
         budget: int = 20_000,
         eval_batch_size: int = 256,
         verbose: bool = True,
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
         self.baseline = baseline
         self.budget = budget
         self.eval_batch_size = eval_batch_size
@@ -331,7 +331,8 @@ class ExactErasure(SiteAttribution):
         )
         sub_call = _replace_fields(call, ids=call.ids[index], extra=extra, mask=call.mask[index])
         logits = self._replaced_logits(sub_call, {call.site: masked})
-        return (log_probs(logits).argmax(-1) == wanted[index]).tolist()
+        same = log_probs(logits).argmax(-1) == wanted[index]
+        return same.reshape(same.shape[0], -1).all(-1).tolist()
 
 
 def _result(searches: Sequence[_ExampleSearch], length: int, all_solutions: bool, device: torch.device) -> ErasureResult:

@@ -27,6 +27,7 @@ from ..attribution import (
 )
 from ..checks import check_positive_int
 from ..forward import frozen
+from ..objective import log_probs
 from .base import PreparedCall, SiteAttribution
 
 _REDUCTIONS = ("abs_sum", "sum", "l2")
@@ -51,16 +52,30 @@ class _SiteFunction:
     ``additional_forward_args``) along the batch as it expands ``h'``, so they
     always match."""
 
-    def __init__(self, method: SiteAttribution, call: PreparedCall) -> None:
+    def __init__(self, method: SiteAttribution, call: PreparedCall, targets: Optional[Tensor] = None) -> None:
         self.method = method
         self.call = call
+        self.targets = targets
 
     def __call__(self, state: Tensor, ids: Tensor, *extra: Any) -> Tensor:
         call = _replace_fields(self.call, ids=ids, extra=tuple(extra))
         logits = self.method._replaced_logits(call, {call.site: state})
         if logits.dim() == 2 and logits.shape[1] == 1:
             logits = logits.reshape(-1)  # one binary logit: attribute it directly
+        if logits.dim() == 3:
+            # K distributions per example (a span's start and end, every position):
+            # the attributed output is the sum of the targets' log-probabilities
+            assert self.targets is not None
+            targets = self.targets.repeat(logits.shape[0] // self.targets.shape[0], 1)
+            return log_probs(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(-1)
         return logits
+
+
+def _split_targets(logits: Tensor, target: Any) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    r"""Captum's target for (B, C) logits, or the (B, K) targets the site function
+    sums the log-probabilities of (then Captum's target is None)."""
+    resolved = resolve_target(logits, target)
+    return (None, resolved) if logits.dim() == 3 else (resolved, None)
 
 
 # ------------------------------------------------------------ Integrated Gradients
@@ -101,7 +116,7 @@ class IntegratedGradients(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
         baseline (float or Tensor, optional): the reference state: None for zeros
                     (the authors'), a constant, a vector (H,) for every token (e.g.
@@ -119,14 +134,14 @@ class IntegratedGradients(SiteAttribution):
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto",
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
         baseline: BaselineType = None,
         n_steps: int = 50,
         method: str = "riemann_trapezoid",
         reduction: str = "abs_sum",
         internal_batch_size: Optional[int] = None,
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
         self._check_options(n_steps, method, reduction, internal_batch_size)
         self.baseline = baseline
         self.n_steps = n_steps
@@ -203,11 +218,12 @@ class IntegratedGradients(SiteAttribution):
         states, logits = self._capture(call)
         assert logits is not None
         state = states[call.site].detach()
-        captum_target = resolve_target(logits, target)
+        captum_target, targets = _split_targets(logits, target)
         baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
 
         attributions, delta = self._integrate(
-            call, state, baseline, captum_target, n_steps, method, internal_batch_size, return_convergence_delta
+            _SiteFunction(self, call, targets), state, baseline, captum_target, n_steps, method,
+            internal_batch_size, return_convergence_delta,
         )
         scores = self._finish(reduce_tokens(attributions.detach().float(), reduction), call)
         if delta is not None:
@@ -215,13 +231,13 @@ class IntegratedGradients(SiteAttribution):
         return scores
 
     def _integrate(
-        self, call: PreparedCall, state: Tensor, baseline: Tensor, target: Optional[Tensor], n_steps: int,
+        self, function: "_SiteFunction", state: Tensor, baseline: Tensor, target: Optional[Tensor], n_steps: int,
         method: str, internal_batch_size: Optional[int], with_delta: bool,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         r"""Captum's IG of the site function: (B, T, H) attributions, and the
         convergence delta (B,) when asked for."""
-        ig = _CaptumIntegratedGradients(_SiteFunction(self, call), multiply_by_inputs=True)
-        args = (call.ids, *call.extra)
+        ig = _CaptumIntegratedGradients(function, multiply_by_inputs=True)
+        args = (function.call.ids, *function.call.extra)
         delta = None
         with frozen(self.model):
             attributions = ig.attribute(
@@ -256,7 +272,7 @@ class Occlusion(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
         baseline (float or Tensor, optional): what replaces an occluded state: None
                     for zeros, a constant, a vector (H,) (e.g. a learned DiffMask
@@ -267,11 +283,11 @@ class Occlusion(SiteAttribution):
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto",
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
         baseline: BaselineType = None,
         perturbations_per_eval: int = 16,
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
         check_positive_int(perturbations_per_eval, "perturbations_per_eval")
         self.baseline = baseline
         self.perturbations_per_eval = perturbations_per_eval
@@ -313,11 +329,11 @@ class Occlusion(SiteAttribution):
         states, logits = self._capture(call)
         assert logits is not None
         state = states[call.site].detach()
-        captum_target = resolve_target(logits, target)
+        captum_target, targets = _split_targets(logits, target)
         baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
 
         hidden = state.shape[-1]
-        occlusion = _CaptumOcclusion(_SiteFunction(self, call))
+        occlusion = _CaptumOcclusion(_SiteFunction(self, call, targets))
         with frozen(self.model), torch.no_grad():
             attributions = occlusion.attribute(
                 state,

@@ -64,7 +64,7 @@ class Guan(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 

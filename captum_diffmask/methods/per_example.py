@@ -28,7 +28,7 @@ from ..attribution import attribution_call, BaselineType, InputType, reject_targ
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import frozen
 from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from ..objective import kl_divergence, LagrangeMultipliers, log_probs
+from ..objective import example_kl, LagrangeMultipliers, log_probs, same_prediction
 from ..probes import mix_baseline
 from .base import make_optimizer, optimize, OPTIMIZERS, PreparedCall, SiteAttribution
 
@@ -102,7 +102,7 @@ class _SparsestSelection:
             return
         search = self.search
         hard = (self.method._keep(search.logits.detach()) > 0.5).float()
-        keeps = self.method._masked_log_q(search, hard).argmax(-1) == search.log_p.argmax(-1)
+        keeps = same_prediction(self.method._masked_log_q(search, hard), search.log_p)
         size = (hard * search.call.mask.float()).sum(-1)
         better = keeps & (size <= self.smallest)
         self.smallest[better] = size[better]
@@ -237,8 +237,8 @@ class _PerExampleMask(SiteAttribution):
             keep=keep * real,
             mask=hard * real,
             step=selection.step,  # `steps` where no check kept the class
-            kl=kl_divergence(search.log_p, log_q),
-            agreement=search.log_p.argmax(-1) == log_q.argmax(-1),
+            kl=example_kl(search.log_p, log_q),
+            agreement=same_prediction(search.log_p, log_q),
             lambdas=search.lambdas.values.detach().clone(),
             baseline=search.baseline,
         )
@@ -308,7 +308,7 @@ class PerExampleDiffMask(_PerExampleMask):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
@@ -324,7 +324,7 @@ class PerExampleDiffMask(_PerExampleMask):
             dist = HardConcrete(search.logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:])
             kl = torch.zeros(search.logits.shape[0], device=search.logits.device)
             for _ in range(samples):
-                kl = kl + kl_divergence(search.log_p, self._masked_log_q(search, dist.rsample()))
+                kl = kl + example_kl(search.log_p, self._masked_log_q(search, dist.rsample()))
             l0 = (dist.prob_nonzero() * real).sum(-1)
             return (l0 + search.lambdas() * (kl / samples - search.eps)).sum()
 
@@ -368,7 +368,7 @@ class REINFORCE(_PerExampleMask):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg: the analysed model and how
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
@@ -391,7 +391,7 @@ class REINFORCE(_PerExampleMask):
             for _ in range(samples):
                 with torch.no_grad():
                     gates = torch.bernoulli(probs.detach())
-                    kl = kl_divergence(search.log_p, self._masked_log_q(search, gates))
+                    kl = example_kl(search.log_p, self._masked_log_q(search, gates))
                     reward = lam.detach() * (kl - eps) - moving
                 log_prob = gates * F.logsigmoid(logits) + (1.0 - gates) * F.logsigmoid(-logits)
                 score = score + reward * (log_prob * real).sum(-1)
