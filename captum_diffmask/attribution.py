@@ -224,6 +224,8 @@ class SiteAttribution(Attribution):
         Attribution.__init__(self, self.model_forward)
         self.model = model
         self.locator = SiteLocator.locate(model, sites)
+        #: whether the sites passed the self-check (:meth:`_check_sites`)
+        self._sites_checked = False
         embedding = self.locator.site("input").module
         #: the number of token ids the input embedding takes (None: not an nn.Embedding)
         self._vocabulary_size = embedding.num_embeddings if isinstance(embedding, nn.Embedding) else None
@@ -299,7 +301,7 @@ class SiteAttribution(Attribution):
             *tuple* ``(states, logits)``: site name -> (B, T, H), and the (B, C)
             logits (None with ``stop_early``).
         """
-        if not getattr(self, "_sites_checked", False):
+        if not self._sites_checked:
             self._check_sites(call)
         wanted = [call.site] if names is None else list(names)
         partial = self.rerun == "partial" and self.locator.reusable and not stop_early
@@ -316,8 +318,8 @@ class SiteAttribution(Attribution):
         the model's own ``hidden_states[k]`` (Hugging Face models called without a
         ``forward_func``); ``hidden.L`` may differ by the final normalisation some
         models apply to their last hidden state."""
-        self._sites_checked = True
         if self.model_forward.forward_func is not None or not is_hf_model(self.model):
+            self._sites_checked = True
             return
         names = [f"hidden.{k}" for k in range(self.num_layers + 1)]
         kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
@@ -327,6 +329,7 @@ class SiteAttribution(Attribution):
             output = self.model(input_ids=call.ids, output_hidden_states=True, **kwargs)
         reference = getattr(output, "encoder_hidden_states", None) or getattr(output, "hidden_states", None)
         if reference is None or len(reference) != self.num_layers + 1:
+            self._sites_checked = True  # nothing to compare with
             return
         for k in range(self.num_layers):
             state, own = states[f"hidden.{k}"].float(), reference[k].float()
@@ -336,6 +339,7 @@ class SiteAttribution(Attribution):
                     f"sites: hidden.{k} (read at {path}) is not the model's own hidden_states[{k}]; "
                     + _HOW_TO_PASS_SITES
                 )
+        self._sites_checked = True
 
     def _replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
         r"""Logits with sites replaced; gradients flow into the replacements. After
