@@ -1,0 +1,114 @@
+"""Faithfulness and plausibility metrics on a hand-made model whose answer is
+known: it reads token 0 only."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from captum_diffmask.evaluation.faithfulness import (
+    eraser_scores, FRACTIONS, plausibility, token_infidelity, token_sensitivity, TokenEraser, top_fraction,
+)
+from captum_diffmask.methods import IntegratedGradients
+
+
+class ReadsFirstToken(nn.Module):
+    r"""Class logits from the embedding of token 0 alone (times its attention-mask entry)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(20, 4)
+        self.head = nn.Linear(4, 3)
+        with torch.no_grad():
+            self.embed.weight.mul_(4.0)
+
+    def forward(self, ids, mask):
+        return self.head(self.embed(ids)[:, 0] * mask[:, :1].float())
+
+
+SITES = lambda model: {"input": model.embed, "hidden": [model.embed]}  # noqa: E731
+
+
+def _data():
+    ids = torch.randint(1, 20, (6, 10), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, 7:] = 0
+    first = torch.zeros(ids.shape)
+    first[:, 0] = 1.0
+    random = torch.rand(ids.shape, generator=torch.Generator().manual_seed(2))
+    random[:, 0] = 0.0  # the chance scores never rank token 0 first here
+    return ids, mask, first, random
+
+
+@pytest.mark.parametrize("removal", ["baseline", "attention"])
+def test_scoring_the_read_token_first_gets_the_full_drop_and_random_less(removal):
+    model = ReadsFirstToken().eval()
+    ids, mask, first, random = _data()
+    eraser = TokenEraser(model, removal=removal, sites=SITES(model), padding_mask_arg=0)
+    good = eraser_scores(eraser, ids, first, (mask,))
+    chance = eraser_scores(eraser, ids, random, (mask,))
+    empty = eraser.probabilities(ids, (mask,), torch.zeros_like(mask, dtype=torch.bool),
+                                 eraser.class_probabilities(ids, (mask,), mask.float()).argmax(-1))
+    full_drop = good["full"] - empty
+    for column in range(len(FRACTIONS)):
+        assert torch.allclose(good["comprehensiveness"][:, column], full_drop, atol=1e-6)
+        assert torch.allclose(good["sufficiency"][:, column], torch.zeros(6), atol=1e-6)
+    # the chance scores keep token 0 until the top-k reaches it: less comprehensive, less sufficient
+    assert (chance["aopc_comprehensiveness"] < good["aopc_comprehensiveness"] - 1e-3).all()
+    assert (chance["aopc_sufficiency"] > good["aopc_sufficiency"] + 1e-3).all()
+    assert torch.allclose(good["aopc_comprehensiveness"], good["comprehensiveness"].mean(-1))
+    assert torch.allclose(chance["aopc_sufficiency"], chance["sufficiency"].mean(-1))
+
+
+def test_top_fraction_takes_at_least_one_real_token_and_never_padding():
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.7], [0.3, 0.2, 0.8, 0.1]])
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    assert top_fraction(scores, mask, 0.01).tolist() == [[False, True, False, False], [False, False, True, False]]
+    assert top_fraction(scores, mask, 0.5).tolist() == [[False, True, True, False], [True, False, True, False]]
+    assert top_fraction(scores, mask, 1.0).tolist() == mask.tolist()
+    with pytest.raises(ValueError, match="fraction"):
+        top_fraction(scores, mask, 0.0)
+
+
+def test_plausibility_matches_hand_computations():
+    scores = torch.tensor([[0.9, 0.1, 0.5, 0.3, 0.0]])
+    rationale = torch.tensor([[1, 0, 0, 1, 1]]).bool()
+    mask = torch.tensor([[1, 1, 1, 1, 0]]).bool()  # the last marked token is padding: not counted
+    result = plausibility(scores, rationale, mask)
+    # ranking 0 (hit), 2, 3 (hit), 1: precision 1/1 at the first hit and 2/3 at the second
+    assert result["auprc"].item() == pytest.approx((1 + 2 / 3) / 2)
+    # top 2 = {0, 2} against {0, 3}: one hit, F1 = 2 * 1 / (2 + 2)
+    assert result["token_f1"].item() == pytest.approx(0.5)
+    assert plausibility(scores, rationale, mask, k=[1])["token_f1"].item() == pytest.approx(2 / 3)
+    assert math.isnan(plausibility(scores, torch.zeros_like(rationale), mask)["auprc"].item())
+
+
+def test_infidelity_and_sensitivity_with_token_perturbations():
+    model = ReadsFirstToken().eval()
+    ids, mask, first, random = _data()
+    eraser = TokenEraser(model, sites=SITES(model), padding_mask_arg=0)
+    faithful = token_infidelity(eraser, ids, first, (mask,), n_perturb_samples=20)
+    chance = token_infidelity(eraser, ids, random, (mask,), n_perturb_samples=20)
+    assert faithful.shape == (6,) and (faithful >= 0).all()
+    assert faithful.mean() < chance.mean()
+    ig = IntegratedGradients(model, sites=SITES(model), padding_mask_arg=0)
+    sensitivity = token_sensitivity(ig.attribute, ids, mask.bool(), 20, additional_forward_args=(mask,),
+                                    n_perturb_samples=3, n_steps=4)
+    assert sensitivity.shape == (6,) and torch.isfinite(sensitivity).all()
+    def first_token(x, additional_forward_args=None):  # Captum passes a 1-tuple, as to attribute
+        ids_ = x[0] if isinstance(x, tuple) else x
+        scores = torch.zeros(ids_.shape).index_fill_(1, torch.tensor([0]), 1.0)
+        return (scores,) if isinstance(x, tuple) else scores
+
+    constant = token_sensitivity(first_token, ids, mask.bool(), 20, additional_forward_args=(mask,), n_perturb_samples=3)
+    assert torch.equal(constant, torch.zeros(6))  # an explanation that never moves
+
+
+def test_removal_is_checked():
+    model = ReadsFirstToken().eval()
+    with pytest.raises(ValueError, match="removal must be one of"):
+        TokenEraser(model, removal="zeros", sites=SITES(model), padding_mask_arg=0)
+    with pytest.raises(ValueError, match="padding_mask_arg"):
+        TokenEraser(model, removal="attention", sites=SITES(model), padding_mask_arg=None)
