@@ -93,22 +93,22 @@ def test_encoder_decoders_use_the_encoder_and_its_own_embedding_calls():
         assert all(".encoder." in path for path in paths), paths
 
 
-def test_sites_that_are_not_the_models_hidden_states_are_refused():
+def _swapped_blocks():
+    r"""A tiny BERT with its two blocks named in the wrong order, and a batch."""
     model = _model("bert")
-    ids, mask = _batch("bert")
     blocks = list(model.bert.encoder.layer)
     wrong = {"input": model.bert.embeddings.word_embeddings, "hidden": [model.bert.embeddings, blocks[1], blocks[0]]}
-    dm = DiffMask(model, mode="hidden", sites=wrong)
+    return DiffMask(model, mode="hidden", sites=wrong), _batch("bert")
+
+
+def test_sites_that_are_not_the_models_hidden_states_are_refused():
+    dm, (ids, mask) = _swapped_blocks()
     with pytest.raises(ValueError, match=r"hidden.1 \(read at bert.encoder.layer.1\) is not the model's own hidden_states\[1\]"):
         dm.fit([(ids, mask)], max_steps=1, verbose=False)
 
 
 def test_a_failed_self_check_fails_again_on_the_next_call():
-    model = _model("bert")
-    ids, mask = _batch("bert")
-    blocks = list(model.bert.encoder.layer)
-    wrong = {"input": model.bert.embeddings.word_embeddings, "hidden": [model.bert.embeddings, blocks[1], blocks[0]]}
-    dm = DiffMask(model, mode="hidden", sites=wrong)
+    dm, (ids, mask) = _swapped_blocks()
     for _ in range(2):
         with pytest.raises(ValueError, match="is not the model's own hidden_states"):
             dm.fit([(ids, mask)], max_steps=1, verbose=False)
