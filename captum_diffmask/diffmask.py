@@ -13,12 +13,13 @@ from .attribution import (
     SiteAttribution, SitesType,
 )
 from .checkpoint import check_model, read_checkpoint, save_checkpoint
+from .distributed import is_main_process
 from .convergence import Convergence
 from .fitting import FitOptions, InitBaseline, run_fit
 from .forward import Batch, frozen, model_device
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
-from .probes import HiddenGateProbe, InputGateProbe, mix_baseline
+from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce
 
 _MODES = ("input", "hidden")
 
@@ -179,12 +180,13 @@ class DiffMask(SiteAttribution):
             return [f"hidden.{j}" for j in range(self.num_layers + 1)]
         return [f"hidden.{layer}"]
 
-    def _build(self, states: Dict[str, Tensor], mask: Tensor) -> None:
-        r"""Creates the probe from the site sizes seen in the first batch."""
+    def _build(self, states: Dict[str, Tensor], mask: Tensor, reduce: Optional[Reduce] = None) -> None:
+        r"""Creates the probe from the site sizes seen in the first batch (its
+        statistics over every process's batch with ``reduce``)."""
         self.site_sizes = {name: int(state.shape[-1]) for name, state in states.items()}
         self._make_modules()
         assert self.probe is not None
-        self.probe.init_baselines(states, mask)
+        self.probe.init_baselines(states, mask, reduce)
 
     def _make_modules(self) -> None:
         hidden_sizes = [self.site_sizes[f"hidden.{j}"] for j in range(self.num_layers + 1)]
@@ -253,6 +255,7 @@ class DiffMask(SiteAttribution):
         until_converged: bool = True,
         convergence: Optional[Convergence] = None,
         init_baseline: InitBaseline = None,
+        activations: str = "all",
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
@@ -274,7 +277,7 @@ class DiffMask(SiteAttribution):
                         with ``input_ids``/``attention_mask``; iterated once per epoch.
             epochs, eps, lr, lr_baseline, lr_lambda, layers, max_steps, seed,
             verbose, optimizer, validation, eps_valid, agreement_valid,
-            multiplier, until_converged, convergence, init_baseline: the
+            multiplier, until_converged, convergence, init_baseline, activations: the
                         options of the fit, each documented in
                         :class:`~captum_diffmask.fitting.FitOptions` (defaults: 100
                         epochs, eps 0.1, Adam at lr 3e-3, baselines at 1e-3, the
@@ -295,6 +298,7 @@ class DiffMask(SiteAttribution):
             max_steps=max_steps, seed=seed, verbose=verbose, optimizer=optimizer, validation=validation,
             eps_valid=eps_valid, agreement_valid=agreement_valid, multiplier=multiplier,
             until_converged=until_converged, convergence=convergence, init_baseline=init_baseline,
+            activations=activations,
         )
         return run_fit(self, dataloader, options)
 
@@ -484,11 +488,13 @@ class DiffMask(SiteAttribution):
 
         Args:
 
-            path (str or PathLike): the file to write.
+            path (str or PathLike): the file to write; under ``torch.distributed``
+                        only rank 0 writes it.
         """
         if not self.is_fitted:
             raise ValueError("DiffMask is not fitted: nothing to save")
-        save_checkpoint(self, path)
+        if is_main_process():  # under torch.distributed every rank holds the same probe
+            save_checkpoint(self, path)
 
     @classmethod
     def load(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import copy
+import dataclasses
 import logging
 import random
 import time
@@ -25,7 +26,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attribution import check_layer, PreparedCall
+from .checks import check_choice
 from .convergence import Convergence, LayerMonitor, warn_unconverged
+from .distributed import (
+    all_sum, any_rank, average_gradients, global_batch_sizes, is_distributed, rank_and_world, reads_its_own_shard,
+    shared_seed, shared_uniform, sharded,
+)
 from .forward import Batch, frozen
 from .objective import example_kl, l0_penalty, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction
 from .probes import mix_baseline
@@ -85,6 +91,10 @@ class FitOptions:
                     instead of the mean state of the first batch: an (H,) vector
                     in input mode, ``{layer: (H,) vector}`` in hidden mode; with
                     ``lr_baseline=0`` they stay there.
+        activations (str): ``"all"``: every step keeps the activations of every
+                    site from its capture pass; ``"needed"``: only those of the
+                    sites up to the step's layer (less memory for deep models,
+                    the same fit).
     """
 
     epochs: int = 100
@@ -104,6 +114,7 @@ class FitOptions:
     until_converged: bool = True
     convergence: Optional[Convergence] = None
     init_baseline: InitBaseline = None
+    activations: str = "all"
 
     def check(self, num_layers: int) -> List[int]:
         r"""Validates every option (errors name it); returns the trained layers."""
@@ -130,6 +141,7 @@ class FitOptions:
         if self.multiplier not in MULTIPLIER_RULES:
             raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {self.multiplier!r}")
         multiplier_rates(self.lr_lambda, num_layers + 1)
+        check_choice(self.activations, ("all", "needed"), "activations")
         if self.convergence is not None and not isinstance(self.convergence, Convergence):
             raise TypeError(f"convergence must be a Convergence, got {type(self.convergence).__name__}")
         return layers
@@ -187,14 +199,18 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
     layers = options.check(explainer.num_layers)
     _check_reiterable(dataloader, options.epochs)
     explainer._follow_model()
+    options = dataclasses.replace(options, seed=shared_seed(options.seed))
     loop = _FitLoop(options, layers)
     selection = None if options.validation is None else CheckpointSelection(options, layers)
     history: List[Dict[str, Any]] = []
     seeded = preserved_rng(options.seed) if options.seed is not None else contextlib.nullcontext()
+    rank, world = rank_and_world()
+    shard = world > 1 and not reads_its_own_shard(dataloader)
     with frozen(explainer.model), seeded:
         for epoch in range(1, options.epochs + 1):
-            bar = tqdm(dataloader, desc=f"DiffMask fit {epoch}/{options.epochs}",
-                       disable=None if options.verbose else True, leave=False)
+            batches = sharded(dataloader, rank, world) if shard else dataloader
+            bar = tqdm(batches, desc=f"DiffMask fit {epoch}/{options.epochs}",
+                       disable=None if options.verbose and rank == 0 else True, leave=False)
             start, before = time.perf_counter(), loop.step
             sums = train_epoch(explainer, bar, loop)
             if loop.step == before:
@@ -203,14 +219,15 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
             if selection is not None:
                 selection.after_epoch(explainer, epoch, rows)
             history.extend(rows)
-            if options.verbose:
+            if options.verbose and rank == 0:
                 _log_epoch(epoch, options.epochs, rows)
             if loop.done:
                 break
     if selection is not None:
         selection.restore(explainer, history)
     explainer.convergence = {k: m.report() for k, m in loop.monitors.items()}
-    warn_unconverged(loop.monitors, loop.stopped_by(), stacklevel=4)
+    if rank == 0:
+        warn_unconverged(loop.monitors, loop.stopped_by(), stacklevel=4)
     return history
 
 
@@ -241,14 +258,14 @@ def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop)
     sums: Dict[int, Dict[str, float]] = {}
     for batch in batches:
         call = explainer._prepare_batch(batch, None, "dataloader batch")
-        states, original = explainer._capture(call, explainer.locator.names)
+        k = loop.rng.choice(loop.layers)
+        states, original = explainer._capture(call, _sites_to_keep(explainer, k, loop))
         assert original is not None
         if loop.optimizers is None:
             if explainer.probe is None:
-                explainer._build(states, call.mask)
+                explainer._build(states, call.mask, all_sum if is_distributed() else None)
             pin_baselines(explainer, loop.options.init_baseline)
             loop.optimizers = build_optimizers(explainer, loop.options)
-        k = loop.rng.choice(loop.layers)
         record = training_step(explainer, call, states, original, k, loop)
         acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
         for key in ("kl", "l0", "agreement"):
@@ -264,15 +281,28 @@ def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop)
     return sums
 
 
+def _sites_to_keep(explainer: "DiffMask", layer: int, loop: _FitLoop) -> List[str]:
+    r"""The sites whose activations a step keeps: every site (``activations="all"``,
+    and the first batch, which builds the probe), or those up to ``hidden.k``, the
+    ones a step at layer k reads or re-uses (``"needed"``)."""
+    names = explainer.locator.names
+    if loop.options.activations == "all" or explainer.probe is None or loop.optimizers is None:
+        return names
+    return names[: names.index(f"hidden.{layer}") + 1]
+
+
 def training_step(
     explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int, loop: _FitLoop
 ) -> Dict[str, float]:
     r"""One step of the Lagrangian at ``layer``; the step's mean KL, expected
-    kept share and agreement."""
+    kept share and agreement (over every process's batch)."""
     assert explainer.probe is not None and explainer.lambdas is not None and loop.optimizers is not None
     probe_opt, lambda_opt = loop.optimizers
+    rank, world = rank_and_world()
+    sizes = global_batch_sizes(call.ids.shape[0], call.ids.device)
     dist = explainer._hard_concrete(explainer._gate_logits(states, layer))
-    gates = dist.rsample()
+    uniform = shared_uniform(dist.logits.shape, sizes, rank, dist.logits.device) if world > 1 else None
+    gates = dist.rsample(uniform=uniform)
     log_keep = dist.log_prob_nonzero()
     if explainer.mode == "input":
         gates = gates.prod(-1)  # kept only if every vote up to k is non-zero
@@ -288,25 +318,42 @@ def training_step(
     probe_opt.zero_grad(set_to_none=True)
     lambda_opt.zero_grad(set_to_none=True)
     loss.backward()
+    if world > 1:  # the gradient of the global batch's mean loss, on every rank
+        average_gradients([*explainer.probe.parameters(), explainer.lambdas.values], sizes[rank] / sum(sizes))
     probe_opt.step()
     lambda_opt.step()
     explainer.lambdas.clamp_()
-    real = call.mask.float()
+    return _step_record(kl, log_keep, log_p, log_q, call.mask)
+
+
+def _step_record(kl: Tensor, log_keep: Tensor, log_p: Tensor, log_q: Tensor, mask: Tensor) -> Dict[str, float]:
+    r"""The step's mean KL, expected kept share and agreement, summed over the
+    processes' batches before the division."""
+    real = mask.float()
+    if not is_distributed():  # the figures as a single process has always computed them
+        with torch.no_grad():
+            kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
+            agreement = same_prediction(log_p, log_q).float().mean()
+        return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
     with torch.no_grad():
-        kept = (log_keep.exp() * real).sum() / real.sum().clamp(min=1.0)
-        agreement = same_prediction(log_p, log_q).float().mean()
-    return {"kl": float(kl.detach().mean()), "l0": float(kept), "agreement": float(agreement)}
+        sums = torch.stack([
+            kl.detach().sum(), (log_keep.exp() * real).sum(), real.sum(),
+            same_prediction(log_p, log_q).float().sum(), torch.tensor(float(kl.shape[0]), device=kl.device),
+        ]).float().cpu()
+    total_kl, kept, positions, agree, examples = all_sum(sums).tolist()
+    return {"kl": total_kl / examples, "l0": kept / max(positions, 1.0), "agreement": agree / examples}
 
 
 def _check_finite(step: int, layer: int, values: Mapping[str, Tensor]) -> None:
     r"""Stops the fit at the first non-finite value, naming the step, the layer
     and what went non-finite (a fit would otherwise go on, NaN in every record)."""
-    for what, value in values.items():
-        if not bool(torch.isfinite(value.detach()).all()):
-            raise FloatingPointError(
-                f"DiffMask.fit: {what} became non-finite at step {step} (layer {layer}); check the model "
-                "for NaN or inf weights or inputs, or lower lr"
-            )
+    bad = [what for what, value in values.items() if not bool(torch.isfinite(value.detach()).all())]
+    if any_rank(bool(bad)):  # every process stops together, none waits for the others
+        what = bad[0] if bad else "a value on another process"
+        raise FloatingPointError(
+            f"DiffMask.fit: {what} became non-finite at step {step} (layer {layer}); check the model "
+            "for NaN or inf weights or inputs, or lower lr"
+        )
 
 
 def build_optimizers(

@@ -20,8 +20,16 @@ from .outputs import OUTPUTS, read_output, resolve_output
 
 
 def model_device(model: nn.Module) -> torch.device:
-    r"""The device of ``model``'s first parameter (the CPU for a model without any)."""
-    return next(iter(model.parameters()), torch.empty(0)).device
+    r"""Where the model computes: the execution device of accelerate's hook on a
+    dispatched or offloaded model, else the device of its first parameter that
+    holds data (not ``meta``), else the CPU."""
+    device = getattr(getattr(model, "_hf_hook", None), "execution_device", None)
+    if device is not None:
+        return torch.device(device)
+    for parameter in model.parameters():
+        if parameter.device.type != "meta":
+            return parameter.device
+    return torch.device("cpu")
 
 
 def is_hf_model(model: nn.Module) -> bool:

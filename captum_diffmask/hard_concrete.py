@@ -14,7 +14,7 @@ of the stretch is 1, so there is no mass at 1 and samples lie in ``[0, 1)``.
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -75,7 +75,7 @@ class HardConcrete:
         r"""``-temperature * log(-l / r)``: logits + offset is the logit of P(z != 0)."""
         return -self.temperature * math.log(-self.low / self.high)
 
-    def rsample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
+    def rsample(self, sample_shape: torch.Size = torch.Size(), uniform: Optional[Tensor] = None) -> Tensor:
         r"""
         Draws reparameterised samples.
 
@@ -83,6 +83,9 @@ class HardConcrete:
 
             sample_shape (torch.Size, optional): leading sample dimensions.
                         Default: ``torch.Size()``
+            uniform (Tensor, optional): the uniform noise to use, of the samples'
+                        shape, instead of drawing it (a distributed fit draws the
+                        global batch's noise on every process). Default: None
 
         Returns:
             *Tensor* of shape ``sample_shape + logits.shape``, values in ``[0, 1]``
@@ -92,7 +95,10 @@ class HardConcrete:
         """
         shape = torch.Size(sample_shape) + self.logits.shape
         logits = self.logits.float()
-        u = torch.rand(shape, device=logits.device).clamp(self.eps, 1.0 - self.eps)
+        if uniform is not None and tuple(uniform.shape) != tuple(shape):
+            raise ValueError(f"uniform must have shape {tuple(shape)}, got {tuple(uniform.shape)}")
+        u = torch.rand(shape, device=logits.device) if uniform is None else uniform.to(logits.device).float()
+        u = u.clamp(self.eps, 1.0 - self.eps)
         s = torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
         # With r = 1 the support is [0, 1): a sigmoid that rounds to exactly 1.0 in
         # float32 must not create a point mass at 1, so cap at the float32 below 1.

@@ -12,11 +12,14 @@ weights) instead of one small network after the other.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
+
+#: Sums a tensor over the processes of a distributed fit.
+Reduce = Callable[[Tensor], Tensor]
 
 #: What one gate network reads: a tensor (..., in_size), or tensors read side by side.
 FeatureParts = Union[Tensor, Tuple[Tensor, ...]]
@@ -115,7 +118,7 @@ class GateNetworks(nn.Module):
         return len(self.in_sizes)
 
     @torch.no_grad()
-    def standardize(self, network: int, features: Tensor, mask: Tensor) -> None:
+    def standardize(self, network: int, features: Tensor, mask: Tensor, reduce: Optional[Reduce] = None) -> None:
         r"""
         Sets the feature mean and std of one network from data.
 
@@ -124,9 +127,19 @@ class GateNetworks(nn.Module):
             network (int): which network, 0..N-1.
             features (Tensor): (B, T, in_size) the features it reads.
             mask (Tensor): (B, T), 1 at the real tokens the statistics are taken over.
+            reduce (Callable, optional): sums a tensor over processes (a fit under
+                        ``torch.distributed``: the statistics of the global batch).
+                        Default: None
         """
         size = self.in_sizes[network]
         real = features.float()[mask.bool()]
+        if reduce is not None:
+            moments = reduce(torch.stack([real.sum(0), real.pow(2).sum(0), torch.full_like(real[0], len(real))]))
+            mean = moments[0] / moments[2].clamp(min=1.0)
+            self.feature_mean[network, :size] = mean
+            spread = (moments[1] / moments[2].clamp(min=1.0) - mean.pow(2)).clamp(min=0.0).sqrt()
+            self.feature_std[network, :size] = spread.clamp(min=1e-4) if float(moments[2][0]) > 1 else 1.0
+            return
         self.feature_mean[network, :size] = real.mean(0)
         self.feature_std[network, :size] = (
             real.std(0, unbiased=False).clamp(min=1e-4) if len(real) > 1 else 1.0
@@ -228,9 +241,12 @@ class GateNetworks(nn.Module):
         return F.pad(direction, (0, missing)) if missing else direction
 
 
-def _mean_state(state: Tensor, mask: Tensor) -> Tensor:
+def _mean_state(state: Tensor, mask: Tensor, reduce: Optional[Reduce] = None) -> Tensor:
     weights = mask.float().unsqueeze(-1)
-    return (state.float() * weights).sum((0, 1)) / weights.sum().clamp(min=1.0)
+    total, count = (state.float() * weights).sum((0, 1)), weights.sum()
+    if reduce is not None:
+        total, count = reduce(total), reduce(count)
+    return total / count.clamp(min=1.0)
 
 
 class InputGateProbe(nn.Module):
@@ -272,12 +288,13 @@ class InputGateProbe(nn.Module):
         return torch.cat([input_state.float(), state.float()], dim=-1)
 
     @torch.no_grad()
-    def init_baselines(self, states: dict, mask: Tensor) -> None:
+    def init_baselines(self, states: dict, mask: Tensor, reduce: Optional[Reduce] = None) -> None:
         r"""Starts the baseline at the mean input embedding over real tokens and
-        standardises each vote network's features."""
-        self.baseline.copy_(_mean_state(states["input"], mask))
+        standardises each vote network's features (over every process's batch
+        with ``reduce``)."""
+        self.baseline.copy_(_mean_state(states["input"], mask, reduce))
         for j in range(len(self.votes)):
-            self.votes.standardize(j, self._features(states["input"], states[f"hidden.{j}"]), mask)
+            self.votes.standardize(j, self._features(states["input"], states[f"hidden.{j}"]), mask, reduce)
 
     def forward(self, input_state: Tensor, hidden_states: Sequence[Tensor]) -> Tensor:
         r"""
@@ -314,12 +331,13 @@ class HiddenGateProbe(nn.Module):
         self.baselines = nn.ParameterList(nn.Parameter(torch.zeros(size)) for size in hidden_sizes)
 
     @torch.no_grad()
-    def init_baselines(self, states: dict, mask: Tensor) -> None:
+    def init_baselines(self, states: dict, mask: Tensor, reduce: Optional[Reduce] = None) -> None:
         r"""Starts each layer's baseline at that layer's mean state over real tokens
-        and standardises each gate network's features."""
+        and standardises each gate network's features (over every process's batch
+        with ``reduce``)."""
         for k, baseline in enumerate(self.baselines):
-            baseline.copy_(_mean_state(states[f"hidden.{k}"], mask))
-            self.gates.standardize(k, states[f"hidden.{k}"], mask)
+            baseline.copy_(_mean_state(states[f"hidden.{k}"], mask, reduce))
+            self.gates.standardize(k, states[f"hidden.{k}"], mask, reduce)
 
     def forward(self, state: Tensor, layer: int) -> Tensor:
         r"""

@@ -316,3 +316,20 @@ def test_fit_stops_once_every_layer_has_converged_and_reports_each(monkeypatch):
     dm2 = DiffMask(tiny_bert(), mode="hidden")
     history2 = dm2.fit(_loader(6), epochs=3, eps=0.1, seed=0, verbose=False, convergence=loose, until_converged=False)
     assert sum(h["steps"] for h in history2) == 18
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_keeping_only_the_needed_activations_fits_the_same_probe(mode, monkeypatch):
+    model = tiny_bert()
+    probes, kept = {}, {}
+    for activations in ("all", "needed"):
+        dm = DiffMask(model, mode=mode)
+        seen = []
+        capture = dm._capture
+        monkeypatch.setattr(dm, "_capture", lambda call, names=None, **kw: (seen.append(len(list(names))), capture(call, names, **kw))[1])
+        dm.fit(_loader(6), epochs=1, seed=0, until_converged=False, verbose=False, activations=activations)
+        probes[activations], kept[activations] = dm.probe.state_dict(), seen
+    for name, value in probes["all"].items():
+        assert torch.equal(value, probes["needed"][name]), name
+    assert kept["all"] == [4] * 6  # input, hidden.0 .. hidden.2 at every step
+    assert kept["needed"][0] == 4 and max(kept["needed"][1:]) <= 4 and min(kept["needed"][1:]) < 4
