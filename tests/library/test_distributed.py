@@ -3,7 +3,6 @@ the same probe, the one a single process fits on the concatenated batches, and
 only rank 0 writes the checkpoint."""
 
 import os
-import pathlib
 
 import pytest
 import torch
