@@ -6,9 +6,11 @@ throughput measurement behind ``docs/results/scaling.md``.
 
 Every rank reads its shard of the training batches (the fit shards them: every
 rank reads the loader and keeps its batch of each group of ``world`` batches), the
-gradients are averaged, and rank 0 writes ``DIR/run-<task>-<world>.json``: the
-fit's throughput (training examples a second, counting every rank's batch), its
-steps, and the largest difference between any rank's probe and rank 0's. Backend
+gradients are averaged, and rank 0 writes
+``DIR/run-<task>-<mode>-<processes>x<threads>.json``: the fit's throughput
+(training examples and real tokens a second, counting every rank's batch), its
+steps, and the largest difference between any rank's probe and rank 0's.
+:mod:`benchmarks.scaling` runs the grid of these and writes the report. Backend
 ``gloo`` on CPUs, ``nccl`` when every rank has a GPU (``--device cuda``).
 """
 
@@ -54,10 +56,16 @@ def _sst(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
     return model, {}, list(encoded.loader(batch_size, shuffle=True, seed=0, sort_by_length=True))
 
 
+#: task name -> builder of ``(model, DiffMask's options, training batches)`` at a batch size.
+TASKS = {"toy": _toy, "sst": _sst}
+
+
 def run(task: str, steps: int, batch_size: int, mode: str, device: str) -> Dict[str, Any]:
     r"""Fits DiffMask for ``steps`` global steps; the figures rank 0 reports."""
     rank, world = rank_and_world()
-    model, options, batches = (_toy if task == "toy" else _sst)(batch_size)
+    model, options, batches = TASKS[task](batch_size)
+    if steps * world > len(batches):
+        raise ValueError(f"steps: {steps} steps of {world} batches exceed one epoch of {task} ({len(batches)} batches)")
     model.to(device)
     extra, eps = TASK_OPTIONS[task]
     explainer = DiffMask(model, mode=mode, **options, **extra)
@@ -68,12 +76,19 @@ def run(task: str, steps: int, batch_size: int, mode: str, device: str) -> Dict[
                                 until_converged=False)
     seconds = time.perf_counter() - start
     done = sum(row["steps"] for row in history)
+    # within one epoch the fit reads the batches in order, each rank one of every
+    # ``world``: the first ``done * world`` are the ones read
+    read = batches[: done * world]
+    tokens = sum(int(batch[-1].sum()) for batch in read)
     assert explainer.probe is not None
     difference = check_same(explainer.probe.parameters()) if world > 1 else 0.0
     return {
         "task": task, "mode": mode, "world_size": world, "threads_per_process": torch.get_num_threads(),
         "device": str(next(model.parameters()).device), "steps": done, "batch_size_per_process": batch_size,
-        "seconds": seconds, "examples_per_second": done * batch_size * world / seconds,
+        "seconds": seconds, "examples_per_second": sum(len(batch[0]) for batch in read) / seconds,
+        "tokens_per_second": tokens / seconds,
+        "train_examples": sum(len(batch[0]) for batch in batches),
+        "train_tokens": sum(int(batch[-1].sum()) for batch in batches),
         "max_probe_difference_across_ranks": difference, "last": history[-1],
     }
 
@@ -97,7 +112,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if is_main_process():
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
-            (out / f"run-{args.task}-{args.mode}-{world}.json").write_text(json.dumps(result, indent=2))
+            (out / f"run-{args.task}-{args.mode}-{world}x{torch.get_num_threads()}.json").write_text(json.dumps(result, indent=2))
             print(json.dumps({k: v for k, v in result.items() if k != "last"}))
     finally:
         if world > 1:
