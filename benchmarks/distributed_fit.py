@@ -114,6 +114,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             (out / f"run-{args.task}-{args.mode}-{world}x{torch.get_num_threads()}.json").write_text(json.dumps(result, indent=2))
             print(json.dumps({k: v for k, v in result.items() if k != "last"}))
+        if world > 1:
+            dist.barrier()  # no rank tears the group down while another still talks to it
     finally:
         if world > 1:
             dist.destroy_process_group()

@@ -136,17 +136,25 @@ def _load_runs(runs: Path) -> List[Dict[str, Any]]:
     return found
 
 
+def _reference(found: List[Dict[str, Any]], run: Dict[str, Any], threads: int) -> Optional[Dict[str, Any]]:
+    return next((r for r in found if r["task"] == run["task"] and r["mode"] == run["mode"]
+                 and r["world_size"] == 1 and r["threads_per_process"] == threads), None)
+
+
+def _ratio(run: Dict[str, Any], reference: Optional[Dict[str, Any]]) -> str:
+    return f"{run['tokens_per_second'] / reference['tokens_per_second']:.2f}x" if reference else "-"
+
+
 def _throughput_table(found: List[Dict[str, Any]]) -> List[str]:
-    lines = ["| task | mode | processes x threads | steps | examples/s | tokens/s | x one process, 2 threads | "
-             "largest probe difference across ranks |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | mode | processes x threads | steps | ms a step | examples/s | tokens/s | "
+             "x one process, 2 threads | x one process, 1 thread | largest probe difference across ranks |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in sorted(found, key=lambda r: (r["task"], r["mode"], r["world_size"], -r["threads_per_process"])):
-        reference = next((r for r in found if r["task"] == run["task"] and r["mode"] == run["mode"]
-                          and r["world_size"] == 1 and r["threads_per_process"] == 2), None)
-        ratio = f"{run['tokens_per_second'] / reference['tokens_per_second']:.2f}x" if reference else "-"
         difference = f"{run['max_probe_difference_across_ranks']:.1e}" if run["world_size"] > 1 else "-"
         lines.append(f"| {run['task']} | {run['mode']} | {run['world_size']} x {run['threads_per_process']} | "
-                     f"{run['steps']} | {run['examples_per_second']:.0f} | {run['tokens_per_second']:.0f} | "
-                     f"{ratio} | {difference} |")
+                     f"{run['steps']} | {1000 * run['seconds'] / run['steps']:.1f} | {run['examples_per_second']:.0f} | "
+                     f"{run['tokens_per_second']:.0f} | {_ratio(run, _reference(found, run, 2))} | "
+                     f"{_ratio(run, _reference(found, run, 1))} | {difference} |")
     return lines
 
 
@@ -200,6 +208,10 @@ def write_report(runs: Path, out: Path, device_note: Optional[str] = None) -> No
     ]
     lines += _throughput_table(found)
     lines += [
+        "", "All layouts share the same two cores: a second process adds no compute here, it splits the "
+        "cores and adds the gradient exchange (all-reduces every step). Against one single-threaded process, "
+        "the two-process runs show what the second process's core buys once that exchange is paid; data "
+        "parallelism pays when each rank has a device of its own.",
         "", "The probe's parameters after the fit are compared across ranks in every two-process run (the last "
         "column, 0 when identical). That the two-process probe equals a single-process fit on the same global "
         "batches within 1e-5 is `tests/library/test_distributed.py`.", "",

@@ -51,7 +51,7 @@ def test_launcher_counts_examples_and_tokens_of_the_batches_read(tmp_path, monke
 
 
 def _run(task, mode, world, threads, tokens_per_second, difference=0.0):
-    return {"task": task, "mode": mode, "world_size": world, "threads_per_process": threads, "steps": 10,
+    return {"task": task, "mode": mode, "world_size": world, "threads_per_process": threads, "steps": 10, "seconds": 0.5,
             "examples_per_second": tokens_per_second / 5, "tokens_per_second": tokens_per_second,
             "max_probe_difference_across_ranks": difference, "train_tokens": 5000}
 
@@ -59,13 +59,13 @@ def _run(task, mode, world, threads, tokens_per_second, difference=0.0):
 def test_report_gives_ratios_against_one_process_and_the_estimate(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
-    for run in (_run("sst", "input", 1, 2, 100.0), _run("sst", "input", 2, 1, 150.0, 0.0)):
+    for run in (_run("sst", "input", 1, 2, 100.0), _run("sst", "input", 1, 1, 60.0), _run("sst", "input", 2, 1, 150.0, 0.0)):
         (runs / f"run-{run['task']}-{run['mode']}-{run['world_size']}x{run['threads_per_process']}.json").write_text(json.dumps(run))
     out = tmp_path / "scaling.md"
     write_report(runs, out)
     text = out.read_text()
-    assert "| sst | input | 2 x 1 | 10 | 30 | 150 | 1.50x | 0.0e+00 |" in text
-    assert "| sst | input | 1 x 2 | 10 | 20 | 100 | 1.00x | - |" in text
+    assert "| sst | input | 2 x 1 | 10 | 50.0 | 30 | 150 | 1.50x | 2.50x | 0.0e+00 |" in text
+    assert "| sst | input | 1 x 2 | 10 | 50.0 | 20 | 100 | 1.00x | 1.67x | - |" in text
     assert "an epoch of SST train (5000 tokens" in text
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["estimate"]["tokens_per_epoch"] == 5000
