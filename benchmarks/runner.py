@@ -39,6 +39,7 @@ SUITES: Dict[str, str] = {
     "toy-robustness": "benchmarks.suites.toy_robustness",
     "sst-erasure": "benchmarks.suites.sst_erasure",
     "sst": "benchmarks.suites.sst",
+    "faithfulness": "benchmarks.suites.faithfulness",
 }
 
 #: How JSON writes what it cannot hold: ``inf`` as the string ``"inf"``, NaN as null.

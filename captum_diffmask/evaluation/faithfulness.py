@@ -164,6 +164,7 @@ def _rows(value: Any, part: slice, batch: int) -> Any:
 def eraser_scores(
     eraser: TokenEraser, inputs: Tensor, scores: Tensor, additional_forward_args: Any = None,
     fractions: Sequence[float] = FRACTIONS, target: Any = None, batch_size: Optional[int] = 64, verbose: bool = False,
+    candidates: Optional[Tensor] = None,
 ) -> Dict[str, Any]:
     r"""
     Comprehensiveness and sufficiency of ``scores`` at each top-k fraction, and
@@ -181,6 +182,11 @@ def eraser_scores(
                     predicted on the whole input. Default: None
         batch_size (int, optional): examples per forward pass. Default: 64
         verbose (bool, optional): a progress bar. Default: False
+        candidates (Tensor, optional): (B, T) bool, the tokens that may be
+                    removed; the top-k fractions are of these, and the other
+                    real tokens are always kept (e.g. a tokenizer's special
+                    tokens, as ERASER removes words only). None: every real
+                    token. Default: None
 
     Returns:
         *dict*: ``comprehensiveness`` and ``sufficiency`` (B, F), their
@@ -191,6 +197,9 @@ def eraser_scores(
     ids, extra, mask = _prepared(eraser, inputs, additional_forward_args)
     if scores.shape != ids.shape:
         raise ValueError(f"scores must have the shape of inputs {tuple(ids.shape)}, got {tuple(scores.shape)}")
+    if candidates is not None and candidates.shape != ids.shape:
+        raise ValueError(f"candidates must have the shape of inputs {tuple(ids.shape)}, got {tuple(candidates.shape)}")
+    removable = mask if candidates is None else mask & candidates.to(mask.device).bool()
     fractions = [float(f) for f in fractions]
     parts = {"comprehensiveness": [], "sufficiency": [], "full": []}
     for part in tqdm(_chunks(ids.shape[0], batch_size), desc="faithfulness", disable=None if verbose else True):
@@ -200,10 +209,11 @@ def eraser_scores(
         classes = resolve_target(probs, _rows(target, part, ids.shape[0]))
         full = probs.gather(-1, classes.unsqueeze(-1)).squeeze(-1)
         comp, suff = [], []
+        fixed = part_mask & ~removable[part]  # real tokens that are never removed
         for fraction in fractions:
-            top = top_fraction(scores[part].to(part_ids.device), part_mask, fraction)
+            top = top_fraction(scores[part].to(part_ids.device), removable[part], fraction)
             comp.append(full - eraser.probabilities(part_ids, part_extra, part_mask & ~top, classes))
-            suff.append(full - eraser.probabilities(part_ids, part_extra, top, classes))
+            suff.append(full - eraser.probabilities(part_ids, part_extra, top | fixed, classes))
         parts["comprehensiveness"].append(torch.stack(comp, -1))
         parts["sufficiency"].append(torch.stack(suff, -1))
         parts["full"].append(full)

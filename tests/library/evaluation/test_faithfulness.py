@@ -112,3 +112,16 @@ def test_removal_is_checked():
         TokenEraser(model, removal="zeros", sites=SITES(model), padding_mask_arg=0)
     with pytest.raises(ValueError, match="padding_mask_arg"):
         TokenEraser(model, removal="attention", sites=SITES(model), padding_mask_arg=None)
+
+
+def test_tokens_outside_the_candidates_are_always_kept():
+    model = ReadsFirstToken().eval()
+    ids, mask, _, random = _data()
+    eraser = TokenEraser(model, sites=SITES(model), padding_mask_arg=0)
+    candidates = mask.bool().clone()
+    candidates[:, 0] = False  # token 0, the one the model reads, is never removed
+    result = eraser_scores(eraser, ids, random, (mask,), candidates=candidates)
+    assert torch.allclose(result["comprehensiveness"], torch.zeros(6, len(FRACTIONS)), atol=1e-6)
+    assert torch.allclose(result["sufficiency"], torch.zeros(6, len(FRACTIONS)), atol=1e-6)
+    with pytest.raises(ValueError, match="candidates"):
+        eraser_scores(eraser, ids, random, (mask,), candidates=candidates[:, :3])

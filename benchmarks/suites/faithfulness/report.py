@@ -1,0 +1,104 @@
+"""The faithfulness suite's prose: the markdown report, a table per metric, the
+figure, the std across seeds, speed and where DiffMask stands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Mapping
+
+from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from .rationales import VARIANTS
+
+
+def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
+    r"""Writes the suite's report (markdown) to ``path`` and returns its text."""
+    model = results["model"]
+    lines = [f"# {results['title']}", "",
+             f"Suite `faithfulness`, **{results.get('mode', '?')}** run on `{results['split']}` "
+             f"({model['evaluated_sentences']} sentences), seeds {results['seeds']}, "
+             f"{fmt_seconds(results.get('wall_seconds'))} in all. Command: `{results.get('command', '')}`.", "",
+             f"The sst suite's fine-tuned {model['source']} (dev macro-F1 {model['dev_macro_f1']:.2f}). Every method "
+             "scores the input tokens (`layer=0`; DiffMask in input mode at each depth k, reading layers 0..k, and "
+             "the mean over depths). Only the words' tokens are removed ([CLS] and [SEP] stay), the top-k as a share "
+             "of them (at least one). Removal `baseline`: the token's input embedding replaced by [MASK]'s; "
+             "`attention`: the token deleted from the attention mask.", ""]
+    for removal in results["removals"]:
+        lines += _eraser_section(results, removal)
+    lines += _plausibility_section(results)
+    lines += [f"![comprehensiveness and sufficiency against k]({results['figures']['curves']})", ""]
+    lines += _diffmask_section(results)
+    lines += _speed_section(results)
+    lines += _export_section(results["export"])
+    notes = list(results.get("notes") or []) + [f"{n} failed: {e}" for n, e in results.get("failures", {}).items()]
+    lines += notes_section(notes)
+    lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
+    text = "\n".join(lines)
+    Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def _with_std(record: Mapping[str, Any], key: str) -> str:
+    value = fmt(record[key], 3)
+    return f"{value} +- {fmt(record[key + '_std'], 3)}" if record.get("seeds", 1) > 1 else value
+
+
+def _eraser_section(results: Mapping[str, Any], removal: str) -> List[str]:
+    metrics, fractions = results["metrics"][removal], results["fractions"]
+    every = removal == results["all_seeds_removal"]
+    headers = ["method"] + [f"comp. {100 * f:g} %" for f in fractions] + ["AOPC comp. (higher better)"] + \
+              [f"suff. {100 * f:g} %" for f in fractions] + ["AOPC suff. (lower better)"]
+    rows = [[name] + [fmt(v, 3) for v in r["comprehensiveness"]] + [_with_std(r, "aopc_comprehensiveness")]
+            + [fmt(v, 3) for v in r["sufficiency"]] + [_with_std(r, "aopc_sufficiency")] for name, r in metrics.items()]
+    scope = ("mean over seeds +- std across seeds for the methods run per seed" if every
+             else "the first seed's scores")
+    return [f"## ERASER's metrics, tokens removed by `{removal}`", "",
+            f"Drop in the probability of the predicted class when the top-k words are removed (comprehensiveness) "
+            f"or are all that is kept (sufficiency), mean over sentences; {scope}.", "",
+            table(headers, rows), ""]
+
+
+def _plausibility_section(results: Mapping[str, Any]) -> List[str]:
+    metrics = results["metrics"][results["all_seeds_removal"]]
+    headers = ["method"] + [f"{m} ({v})" for v in VARIANTS for m in ("AUPRC", "token F1")]
+    rows = [[name] + [_with_std(r, f"{m}/{v}") for v in VARIANTS for m in ("auprc", "token_f1")]
+            for name, r in metrics.items()]
+    return ["## Plausibility against SST's word labels", "",
+            "Rationale: the words whose own SST label is not neutral (`non-neutral`), or very negative / very "
+            "positive only (`strong`). AUPRC of each method's ranking of the words (sentences with an empty "
+            "rationale left out) and the F1 of its top-k words, k the rationale's size.", "",
+            table(headers, rows), ""]
+
+
+def _diffmask_section(results: Mapping[str, Any]) -> List[str]:
+    metrics = results["metrics"][results["all_seeds_removal"]]
+    names = [n for n in metrics if n != "DiffMask mean" and not n.startswith("DiffMask layer ")]
+    lines = ["## Where DiffMask stands", ""]
+    for key, better in (("aopc_comprehensiveness", max), ("aopc_sufficiency", min)):
+        order = sorted(metrics, key=lambda n: metrics[n][key], reverse=better is max)
+        best = order[0]
+        rank = order.index("DiffMask mean") + 1 if "DiffMask mean" in order else None
+        lines.append(f"- {key.replace('_', ' ')}: best {best} ({fmt(metrics[best][key], 3)}); DiffMask mean over "
+                     f"depths {fmt(metrics.get('DiffMask mean', {}).get(key), 3)}, rank {rank} of {len(order)} "
+                     f"score sets ({len(names)} other methods).")
+    fits = results.get("diffmask_fits") or []
+    statuses = [s for fit in fits for s in fit["convergence"].values()]
+    if statuses:
+        counts = {s: statuses.count(s) for s in sorted(set(statuses))}
+        lines.append(f"- DiffMask's fits (as the sst suite's): per-layer status at the end {counts}.")
+    return lines + [""]
+
+
+def _speed_section(results: Mapping[str, Any]) -> List[str]:
+    seconds = results["seconds_per_sentence"]
+    forward = seconds["forward"]
+    rows = [[name, fmt_seconds(value), fmt_ratio(value / forward if forward else None)] for name, value in seconds.items()]
+    return ["## Speed", "", "Attribution per sentence in batches of 32 (DiffMask: one pass for every depth; its fit "
+            "and the bottleneck's statistics not included), and as a ratio to one forward pass.", "",
+            table(["", "seconds per sentence", "x forward"], rows), ""]
+
+
+def _export_section(export: Mapping[str, Any]) -> List[str]:
+    return ["## Export", "",
+            f"`{export['folder']}/annotations.jsonl` (the `non-neutral` rationales in ERASER's annotation format) and "
+            f"one file per method in ERASER's prediction format, {export['lines']} sentences each: "
+            + ", ".join(f"`{f}`" for f in export["files"].values()) + ". Fields: `docs/guide/evaluating.md`.", ""]
