@@ -101,4 +101,6 @@ def _export_section(export: Mapping[str, Any]) -> List[str]:
     return ["## Export", "",
             f"`{export['folder']}/annotations.jsonl` (the `non-neutral` rationales in ERASER's annotation format) and "
             f"one file per method in ERASER's prediction format, {export['lines']} sentences each: "
-            + ", ".join(f"`{f}`" for f in export["files"].values()) + ". Fields: `docs/guide/evaluating.md`.", ""]
+            + ", ".join(f"`{f}`" for f in export["files"].values()) + ". Fields: `docs/guide/evaluating.md`. The "
+            "files hold SST's sentences, so a run writes them beside its report and the repository does not keep "
+            "them.", ""]
