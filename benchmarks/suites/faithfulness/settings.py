@@ -30,8 +30,9 @@ DEFAULTS: Dict[str, Any] = {
     "model": copy.deepcopy(SST_DEFAULTS["model"]),
     "diffmask": {k: copy.deepcopy(v) for k, v in SST_DEFAULTS["diffmask"].items() if k != "hidden"},
     "methods": list(METHODS),
-    # methods run once per seed (their std across seeds is reported); the others run with the first seed
-    "seeded_methods": ["Random"],
+    # the stochastic methods, run once per seed (their std across seeds is reported); the
+    # deterministic ones (IG, Occlusion, attention) run once
+    "seeded_methods": ["PerSampleBottleneck", "Guan", "Random"],
     # the sst suite's settings (those of DiffMask's own SST comparison), IG with 20 steps for time
     "method_options": {**copy.deepcopy(SST_DEFAULTS["method_options"]), "IntegratedGradients": {"n_steps": 20}},
     "fractions": [0.01, 0.05, 0.10, 0.20, 0.50],
