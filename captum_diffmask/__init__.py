@@ -4,6 +4,7 @@ with, as Captum attributions."""
 from .convergence import Convergence, DiffMaskConvergenceWarning
 from .diffmask import DiffMask
 from .forward import ModelForward
+from .generation import attribute_generation, GenerationAttribution, prefix_batches
 from .hard_concrete import HardConcrete
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
 from .sites import Site, SiteLocator
@@ -16,15 +17,18 @@ __all__ = [
     "Convergence",
     "DiffMask",
     "DiffMaskConvergenceWarning",
+    "GenerationAttribution",
     "HardConcrete",
     "LagrangeMultipliers",
     "ModelForward",
     "Site",
     "SiteLocator",
+    "attribute_generation",
     "compare",
     "fit_stability",
     "seed_std",
     "js_divergence",
     "kl_divergence",
+    "prefix_batches",
     "__version__",
 ]

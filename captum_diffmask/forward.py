@@ -9,13 +9,14 @@ token ids, so that every method in the library talks to models the same way.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import nn, Tensor
 
 from .batches import Batch, split_batch
-from .outputs import OUTPUTS, read_output, resolve_output
+from .outputs import is_causal_lm, OUTPUTS, read_output, resolve_output
 
 
 
@@ -92,6 +93,31 @@ def check_vocabulary(ids: Tensor, size: Optional[int], argument: str = "inputs")
                          f"entries (ids 0..{size - 1})")
 
 
+def padded_positions(model: nn.Module, attention_mask: Optional[Tensor]) -> dict:
+    r"""
+    ``{"position_ids": ...}`` counted over real tokens only, for a causal language
+    model that takes them, as Hugging Face's ``generate`` does: a left-padded prompt
+    then sees the positions it sees alone (absolute position embeddings, GPT-2's,
+    would otherwise shift with the padding). Right padding leaves every real
+    position as it was. Empty for other models or without a mask.
+
+    Args:
+
+        model (nn.Module): the analysed model.
+        attention_mask (Tensor or None): (B, T), 1 at real tokens.
+
+    Returns:
+        *dict*: ``{"position_ids": (B, T) long}`` (padded positions at 1, as
+        ``generate`` sets them), or ``{}``.
+    """
+    if attention_mask is None or not isinstance(attention_mask, Tensor) or not is_causal_lm(model):
+        return {}
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return {}
+    real = attention_mask.long()
+    return {"position_ids": (real.cumsum(-1) - 1).masked_fill(real == 0, 1)}
+
+
 class ModelForward:
     r"""
     Calls the analysed model the way every method of the library does.
@@ -163,6 +189,7 @@ class ModelForward:
                 )
             names = ("attention_mask", "token_type_ids")
             kwargs = {n: a for n, a in zip(names, extra) if a is not None}
+            kwargs.update(padded_positions(self.model, kwargs.get("attention_mask")))
             output = self.model(input_ids=inputs, **kwargs)
         else:
             output = self.model(inputs, *extra)

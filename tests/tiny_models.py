@@ -59,6 +59,37 @@ def tiny_model(kind: str, seed: int = 0):
 
 
 HF_KINDS = ["bert", "roberta", "distilbert", "electra", "gpt2"]
+LM_KINDS = ["gpt2", "llama"]
+
+
+def tiny_causal_lm(kind: str, seed: int = 0, num_layers: int = 2):
+    """A config-built decoder-only language model: GPT-2 (absolute positions) or
+    Llama (rotary positions), logits (B, T, VOCAB)."""
+    from transformers import GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    if kind == "gpt2":
+        config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=num_layers, n_head=2, n_positions=64,
+                            pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        return GPT2LMHeadModel(config).eval()
+    if kind == "llama":
+        config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=num_layers, num_attention_heads=2,
+                             num_key_value_heads=2, intermediate_size=37, max_position_embeddings=64,
+                             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        return LlamaForCausalLM(config).eval()
+    raise ValueError(kind)
+
+
+def left_padded(prompts):
+    """Prompts of several lengths (lists of ids) as one left-padded batch: ids (B, T)
+    with 0 at the padding, and the attention mask."""
+    length = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), length, dtype=torch.long)
+    mask = torch.zeros(len(prompts), length, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, length - len(prompt):] = torch.tensor(prompt)
+        mask[row, length - len(prompt):] = 1
+    return ids, mask
 
 
 def token_batch(batch: int = 4, length: int = 9, seed: int = 0):

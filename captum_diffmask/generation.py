@@ -1,0 +1,378 @@
+"""Attributing generated text: each token a decoder-only language model generates,
+to the prompt and to the tokens generated before it.
+
+A generated token at step t is the model's next-token output after the prefix
+``prompt + generated[:t]``. :func:`attribute_generation` builds the N prefixes as one
+left-padded batch (padding never changes a next-token output:
+:func:`~captum_diffmask.forward.padded_positions`) and asks any method of the
+library for its (B, T) scores, or DiffMask's (B, T, L + 1) at every layer; the
+rows are then aligned on the source tokens into a steps x sources matrix.
+
+Amortised DiffMask is fitted once on a corpus of such prefixes
+(:func:`prefix_batches`), not per example, and then attributes every step of a
+generation in one pass.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn, Tensor
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .forward import model_device, ModelForward
+from .visualization import PathLike, save_figure
+
+__all__ = ["GenerationAttribution", "attribute_generation", "greedy_continuation", "left_pad", "prefix_batches"]
+
+Ids = Union[Tensor, Sequence[int]]
+
+
+def _as_ids(ids: Ids, argument: str) -> Tensor:
+    r"""A 1-D long tensor of token ids from (S,), (1, S) or a list; errors name ``argument``."""
+    tensor = torch.as_tensor(ids).detach().cpu()
+    if tensor.dim() == 2 and tensor.shape[0] == 1:
+        tensor = tensor[0]
+    if tensor.dim() != 1 or tensor.numel() == 0:
+        raise ValueError(f"{argument} must hold the ids of one sequence, shape (S,) or (1, S) with S >= 1, "
+                         f"got shape {tuple(tensor.shape)}")
+    if tensor.dtype.is_floating_point or tensor.dtype == torch.bool:
+        raise TypeError(f"{argument} must hold integer token ids, got dtype {tensor.dtype}")
+    return tensor.long()
+
+
+def left_pad(sequences: Sequence[Tensor], pad_id: int = 0) -> Tuple[Tensor, Tensor]:
+    r"""
+    Sequences of several lengths as one left-padded batch.
+
+    Args:
+
+        sequences (sequence of Tensor): B 1-D id tensors.
+        pad_id (int, optional): the id written at padded positions (never read:
+                    the attention mask hides them). Default: 0
+
+    Returns:
+        *tuple* ``(ids, attention_mask)``, both (B, max length) long.
+    """
+    length = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(sequences), length, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, length - len(sequence):] = sequence
+        mask[row, length - len(sequence):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def greedy_continuation(
+    model: nn.Module, prompt: Ids, max_new_tokens: int, eos_token_id: Optional[int] = None,
+    forward_func: Optional[Any] = None,
+) -> Tensor:
+    r"""
+    The greedy continuation of a prompt (argmax of the next-token output at each
+    step; no cache, so any model whose output :class:`ModelForward` reads as
+    ``"last"`` works).
+
+    Args:
+
+        model (nn.Module): a causal language model.
+        prompt (Tensor or list of int): (S,) or (1, S) ids.
+        max_new_tokens (int): N >= 1.
+        eos_token_id (int, optional): generation stops after this token. Default: None
+        forward_func (Callable, optional): as in :class:`ModelForward`. Default: None
+
+    Returns:
+        *Tensor* (n,) long, the generated ids, n <= N.
+    """
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    forward = ModelForward(model, forward_func, output="last")
+    sequence = _as_ids(prompt, "prompt").to(model_device(model))
+    generated: List[int] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            ids = sequence.unsqueeze(0)
+            token = int(forward(ids, (torch.ones_like(ids),))[0].argmax())
+            generated.append(token)
+            sequence = torch.cat([sequence, sequence.new_tensor([token])])
+            if token == eos_token_id:
+                break
+    finally:
+        model.train(was_training)
+    return torch.tensor(generated, dtype=torch.long)
+
+
+def prefix_batches(
+    sequences: Sequence[Ids], prompt_lengths: Union[int, Sequence[int]] = 1, batch_size: int = 32,
+    pad_id: int = 0,
+) -> List[Tuple[Tensor, Tensor]]:
+    r"""
+    A corpus for fitting DiffMask on generation: every prefix of every sequence
+    (prompt + continuation) that ends before a generated token, as left-padded
+    ``(ids, attention_mask)`` batches.
+
+    Args:
+
+        sequences (sequence): the prompts followed by their continuations, each
+                    (S_i + N_i,) ids.
+        prompt_lengths (int or sequence of int, optional): S_i, the shortest
+                    prefix kept (one value for all or one per sequence). Default: 1
+        batch_size (int, optional): prefixes per batch. Default: 32
+        pad_id (int, optional): see :func:`left_pad`. Default: 0
+
+    Returns:
+        *list* of ``(ids, attention_mask)``, each (b, T) long, in sequence order.
+    """
+    if isinstance(prompt_lengths, int):
+        prompt_lengths = [prompt_lengths] * len(sequences)
+    if len(prompt_lengths) != len(sequences):
+        raise ValueError(f"prompt_lengths must hold one length per sequence ({len(sequences)}), "
+                         f"got {len(prompt_lengths)}")
+    prefixes = []
+    for index, (sequence, start) in enumerate(zip(sequences, prompt_lengths)):
+        ids = _as_ids(sequence, f"sequences[{index}]")
+        if not 1 <= start < len(ids):
+            raise ValueError(f"prompt_lengths[{index}] must be in 1..{len(ids) - 1}, got {start}")
+        prefixes += [ids[:end] for end in range(start, len(ids))]
+    return [left_pad(prefixes[i:i + batch_size], pad_id) for i in range(0, len(prefixes), batch_size)]
+
+
+@dataclass
+class GenerationAttribution:
+    r"""
+    The attributions of a generation: step t (the t-th generated token) against
+    every source token before it.
+
+    Attributes:
+
+        ids (Tensor): (S + N,) the S prompt ids, then the N generated ids.
+        prompt_length (int): S.
+        scores (Tensor): (N, S + N - 1), or (N, S + N - 1, L + 1) when the method
+                    attributed every layer (DiffMask with ``layer=None``): row t
+                    scores the sources ``0 .. S + t - 1``; later sources are 0.
+        defined (Tensor): (N, S + N - 1) bool, True where the source precedes
+                    the step (``j < S + t``).
+        tokens (list of str): the S + N tokens as text (the ids when no tokenizer
+                    was given).
+        method (str): the method's name.
+        layers (list of int or None): the layers of the last axis of ``scores``;
+                    None when ``scores`` is 2-D (``layer`` is then the one layer).
+        layer (int or None): the layer attributed when ``scores`` is 2-D.
+    """
+
+    ids: Tensor
+    prompt_length: int
+    scores: Tensor
+    defined: Tensor
+    tokens: List[str]
+    method: str
+    layers: Optional[List[int]] = None
+    layer: Optional[int] = None
+
+    @property
+    def generated_ids(self) -> Tensor:
+        r"""(N,) the generated ids."""
+        return self.ids[self.prompt_length:]
+
+    @property
+    def source_tokens(self) -> List[str]:
+        r"""The S + N - 1 source tokens (every token but the last generated one)."""
+        return self.tokens[:-1]
+
+    @property
+    def step_tokens(self) -> List[str]:
+        r"""The N generated tokens, one per step."""
+        return self.tokens[self.prompt_length:]
+
+    def matrices(self) -> List[Tuple[str, np.ndarray]]:
+        r"""``(title, (N, S + N - 1) array)`` per layer, undefined cells NaN (for drawing)."""
+        scores = self.scores.float().numpy()
+        undefined = ~self.defined.numpy()
+        if scores.ndim == 2:
+            scores = scores[..., None]
+        labels = [f"layer {k}" for k in self.layers] if self.layers is not None else [f"layer {self.layer}"]
+        out = []
+        for index, label in enumerate(labels):
+            matrix = scores[..., index].copy()
+            matrix[undefined] = np.nan
+            out.append((f"{self.method}, {label}", matrix))
+        return out
+
+    def plot(self, path: Optional[PathLike] = None, dpi: int = 120) -> Figure:
+        r"""
+        Steps x sources heatmaps, one panel per layer; each panel's colour scale
+        spans its own defined cells, the prompt's end marked by a line.
+
+        Returns:
+            *Figure* (saved as PNG at ``path`` when given).
+        """
+        panels = self.matrices()
+        sources, steps = len(self.source_tokens), len(self.step_tokens)
+        width, height = max(4.0, 0.35 * sources + 2.0), max(1.6, 0.3 * steps + 1.2)
+        figure = Figure(figsize=(width, height * len(panels)))
+        FigureCanvasAgg(figure)
+        for index, (title, matrix) in enumerate(panels):
+            axes = figure.add_subplot(len(panels), 1, index + 1)
+            # probabilities (DiffMask's keep) on [0, 1]; other scores on their own range
+            unit = bool(np.nanmin(matrix) >= 0 and np.nanmax(matrix) <= 1)
+            image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap="viridis",
+                                vmin=0.0 if unit else None, vmax=1.0 if unit else None)
+            axes.axvline(self.prompt_length - 0.5, color="white", linewidth=1.0)
+            axes.set_title(title, fontsize=9)
+            axes.set_xticks(range(sources))
+            axes.set_xticklabels(self.source_tokens, rotation=90, fontsize=7)
+            axes.set_yticks(range(steps))
+            axes.set_yticklabels(self.step_tokens, fontsize=7)
+            axes.set_xlabel("source token")
+            axes.set_ylabel("generated token")
+            figure.colorbar(image, ax=axes, fraction=0.03)
+        figure.tight_layout()
+        return save_figure(figure, path, dpi=dpi)
+
+    def to_html(self, path: Optional[PathLike] = None) -> str:
+        r"""
+        A self-contained HTML page (inline styles, no script, no external file):
+        per layer, a table of steps x sources whose cells are shaded by the score
+        scaled to the row's largest absolute value, and hold it in their tooltip.
+
+        Returns:
+            *str*: the page (also written to ``path`` when given).
+        """
+        title = html.escape(f"{self.method}: attributions of {len(self.step_tokens)} generated tokens")
+        parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>",
+                 "<body style='font-family:sans-serif'>", f"<h2>{title}</h2>",
+                 "<p>Rows: generated tokens, in order. Columns: the prompt (bold) and the tokens generated "
+                 "before. Shade: the score over the row's largest absolute score (blue positive, red "
+                 "negative); a blank cell comes after its step.</p>"]
+        for label, matrix in self.matrices():
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+            parts.append(self._html_table(matrix))
+        parts.append("</body></html>\n")
+        page = "\n".join(parts)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(page)
+        return page
+
+    def _html_table(self, matrix: np.ndarray) -> str:
+        head = "".join(
+            f"<th style='padding:2px 4px;{'font-weight:bold' if j < self.prompt_length else 'font-weight:normal'}'>"
+            f"{html.escape(token)}</th>" for j, token in enumerate(self.source_tokens))
+        rows = [f"<tr><th></th>{head}</tr>"]
+        for step, token in enumerate(self.step_tokens):
+            values = matrix[step]
+            scale = np.nanmax(np.abs(values)) if np.isfinite(values).any() else 0.0
+            cells = "".join(_html_cell(value, scale) for value in values)
+            rows.append(f"<tr><th style='text-align:right;padding:2px 4px'>{html.escape(token)}</th>{cells}</tr>")
+        return "<table style='border-collapse:collapse;font-size:12px'>" + "".join(rows) + "</table>"
+
+
+def _html_cell(value: float, scale: float) -> str:
+    if not np.isfinite(value):
+        return "<td style='border:1px solid #eee'></td>"
+    share = float(abs(value) / scale) if scale > 0 else 0.0
+    colour = "0,90,200" if value >= 0 else "200,40,40"
+    return (f"<td title='{value:.4g}' style='border:1px solid #eee;min-width:18px;"
+            f"background:rgba({colour},{share:.3f})'></td>")
+
+
+def attribute_generation(
+    model: nn.Module,
+    method: Any,
+    prompt: Ids,
+    max_new_tokens: Optional[int] = None,
+    layer: Optional[int] = 0,
+    continuation: Optional[Ids] = None,
+    tokenizer: Any = None,
+    eos_token_id: Optional[int] = None,
+    batch_size: int = 16,
+    **attribute_options: Any,
+) -> GenerationAttribution:
+    r"""
+    Generates from a prompt (greedily), then attributes every generated token to
+    the prompt and to the tokens generated before it.
+
+    Step t is attributed on the prefix ``prompt + generated[:t]`` with the
+    next-token output at its last position; the prefixes go to ``method`` as
+    left-padded batches, and a method that takes a target (the gradient methods,
+    the bottleneck) gets the generated token as its target.
+
+    Args:
+
+        model (nn.Module): a causal language model (its logits (B, T, V)).
+        method: any attribution of the library on ``model`` (DiffMask already
+                    fitted, e.g. on :func:`prefix_batches` of a corpus).
+        prompt (Tensor or list of int): (S,) or (1, S) ids.
+        max_new_tokens (int, optional): N, the tokens to generate; not needed
+                    when ``continuation`` is given. Default: None
+        layer (int or None, optional): the layer attributed (0: the input
+                    tokens); None for every layer (DiffMask). Default: 0
+        continuation (Tensor or list of int, optional): the tokens to attribute
+                    instead of the greedy ones (e.g. from ``model.generate`` with
+                    sampling). Default: None
+        tokenizer (optional): turns ids into token strings for the plot and HTML.
+                    Default: None
+        eos_token_id (int, optional): greedy generation stops after it. Default: None
+        batch_size (int, optional): prefixes per ``attribute`` call. Default: 16
+        **attribute_options: passed to ``method.attribute`` (e.g. ``n_steps``).
+
+    Returns:
+        :class:`GenerationAttribution` with scores (N, S + N - 1) or
+        (N, S + N - 1, L + 1).
+    """
+    prompt_ids = _as_ids(prompt, "prompt")
+    if continuation is None:
+        if max_new_tokens is None:
+            raise ValueError("max_new_tokens is needed when no continuation is given")
+        continuation = greedy_continuation(model, prompt_ids, max_new_tokens, eos_token_id)
+    generated = _as_ids(continuation, "continuation")
+    sequence = torch.cat([prompt_ids, generated])
+    chunks = _attribute_prefixes(method, sequence, len(prompt_ids), layer, batch_size, attribute_options)
+    scores, defined = _align(chunks, len(prompt_ids), len(generated))
+    tokens = (list(tokenizer.convert_ids_to_tokens(sequence.tolist())) if tokenizer is not None
+              else [str(i) for i in sequence.tolist()])
+    layers = list(range(scores.shape[-1])) if scores.dim() == 3 else None
+    return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, type(method).__name__,
+                                 layers, None if layers is not None else layer)
+
+
+def _attribute_prefixes(
+    method: Any, sequence: Tensor, prompt_length: int, layer: Optional[int], batch_size: int,
+    options: dict,
+) -> Iterator[Tuple[List[int], Tensor]]:
+    r"""Yields ``(prefix lengths, scores)`` per chunk of prefixes, scores (b, T[, K])
+    left-padded as the chunk was."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    lengths = list(range(prompt_length, len(sequence)))
+    for start in range(0, len(lengths), batch_size):
+        chunk = lengths[start:start + batch_size]
+        ids, mask = left_pad([sequence[:n] for n in chunk])
+        call = dict(options)
+        if getattr(method, "uses_target", False) and "target" not in call:
+            call["target"] = sequence[chunk]
+        scores = method.attribute(ids, additional_forward_args=(mask,), layer=layer, **call)
+        yield chunk, scores.detach().cpu().float()
+
+
+def _align(chunks: Iterator[Tuple[List[int], Tensor]], prompt_length: int, steps: int) -> Tuple[Tensor, Tensor]:
+    r"""The (N, S + N - 1[, K]) matrix of steps x sources from the left-padded chunks."""
+    sources = prompt_length + steps - 1
+    scores: Optional[Tensor] = None
+    defined = torch.zeros(steps, sources, dtype=torch.bool)
+    for lengths, chunk in chunks:
+        if scores is None:
+            scores = torch.zeros(steps, sources, *chunk.shape[2:])
+        for row, length in enumerate(lengths):
+            step = length - prompt_length
+            scores[step, :length] = chunk[row, chunk.shape[1] - length:]
+            defined[step, :length] = True
+    assert scores is not None
+    return scores, defined

@@ -1,0 +1,91 @@
+"""Generation attribution: greedy continuation, the prefix corpus, and the
+steps x sources matrix of every method, its plot and its HTML page."""
+
+import pytest
+import torch
+
+from captum_diffmask import DiffMask
+from captum_diffmask.generation import (
+    attribute_generation, greedy_continuation, left_pad, prefix_batches,
+)
+from captum_diffmask.methods import IntegratedGradients, Occlusion, RandomAttribution
+
+from tiny_models import LM_KINDS, tiny_causal_lm
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
+PROMPT = [5, 17, 33, 8]
+
+
+@pytest.mark.parametrize("kind", LM_KINDS)
+def test_greedy_continuation_is_huggingfaces_greedy_generate(kind):
+    model = tiny_causal_lm(kind)
+    generated = greedy_continuation(model, PROMPT, 6)
+    expected = model.generate(torch.tensor([PROMPT]), max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert generated.tolist() == expected[0, len(PROMPT):].tolist()
+
+
+def test_prefix_batches_hold_every_prefix_that_precedes_a_generated_token():
+    batches = prefix_batches([[1, 2, 3, 4, 5], [6, 7, 8]], prompt_lengths=[3, 1], batch_size=3)
+    rows = [ids[r][mask[r] == 1].tolist() for ids, mask in batches for r in range(len(ids))]
+    assert rows == [[1, 2, 3], [1, 2, 3, 4], [6], [6, 7]]
+    ids, mask = batches[0]
+    assert (mask[:, -1] == 1).all()  # left-padded: every prefix ends at the last column
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        prefix_batches([[1, 2]], prompt_lengths=2)
+
+
+def test_left_pad_puts_padding_first():
+    ids, mask = left_pad([torch.tensor([3, 4]), torch.tensor([5])])
+    assert ids.tolist() == [[3, 4], [0, 5]] and mask.tolist() == [[1, 1], [0, 1]]
+
+
+@pytest.mark.parametrize("kind", LM_KINDS)
+def test_each_step_is_the_methods_attribution_of_its_prefix(kind, tmp_path):
+    model = tiny_causal_lm(kind)
+    method = Occlusion(model)
+    result = attribute_generation(model, method, PROMPT, max_new_tokens=4)
+    steps, sources = 4, len(PROMPT) + 3
+    assert result.scores.shape == (steps, sources) and result.defined.shape == (steps, sources)
+    assert result.defined.sum(1).tolist() == [4, 5, 6, 7]
+    assert (result.scores[~result.defined] == 0).all()
+    sequence = result.ids
+    for step in range(steps):
+        prefix = sequence[: len(PROMPT) + step].unsqueeze(0)
+        alone = method.attribute(prefix, additional_forward_args=(torch.ones_like(prefix),), layer=0)
+        assert torch.allclose(result.scores[step, : prefix.shape[1]], alone[0], atol=1e-5)
+    assert result.step_tokens == [str(t) for t in result.generated_ids.tolist()]
+
+
+def test_gradient_methods_attribute_the_generated_token():
+    model = tiny_causal_lm("gpt2")
+    cont = torch.tensor([9, 11, 40])  # not the greedy tokens: the target must follow them
+    result = attribute_generation(model, IntegratedGradients(model), PROMPT, continuation=cont, n_steps=8)
+    prefix = torch.tensor([PROMPT + [9]])
+    alone = IntegratedGradients(model).attribute(prefix, target=11, additional_forward_args=(torch.ones_like(prefix),),
+                                                 n_steps=8)
+    assert torch.allclose(result.scores[1, :5], alone[0], atol=1e-5)
+
+
+def test_diffmask_every_layer_plot_and_html(tmp_path):
+    model = tiny_causal_lm("llama")
+    sequences = [torch.tensor(PROMPT + [9, 11, 40]), torch.tensor([7, 7, 21, 30, 2])]
+    dm = DiffMask(model, mode="hidden")
+    dm.fit(prefix_batches(sequences, prompt_lengths=2), max_steps=3, seed=0, until_converged=False, verbose=False)
+    result = attribute_generation(model, dm, PROMPT, max_new_tokens=3, layer=None)
+    assert result.scores.shape == (3, len(PROMPT) + 2, dm.num_layers + 1) and result.layers == [0, 1, 2]
+    assert ((result.scores >= 0) & (result.scores <= 1)).all()
+    result.plot(tmp_path / "generation.png")
+    page = result.to_html(tmp_path / "generation.html")
+    assert (tmp_path / "generation.png").stat().st_size > 0
+    assert (tmp_path / "generation.html").read_text() == page
+    assert page.count("<table") == 3 and "<script" not in page and "http" not in page
+
+
+def test_random_and_errors_name_the_argument():
+    model = tiny_causal_lm("gpt2")
+    result = attribute_generation(model, RandomAttribution(model), PROMPT, max_new_tokens=2)
+    assert result.scores.shape == (2, len(PROMPT) + 1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        attribute_generation(model, RandomAttribution(model), PROMPT)
+    with pytest.raises(ValueError, match="prompt"):
+        attribute_generation(model, RandomAttribution(model), torch.zeros(2, 3, dtype=torch.long), max_new_tokens=2)
