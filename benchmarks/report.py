@@ -7,7 +7,9 @@ It reads these keys of the results (all but ``methods`` optional):
   records hold ``KEY``, ``KEY_std`` (over seeds) and ``KEY_std_examples``;
 - ``methods``: ``{NAME: {...scores, "seconds_per_example", "ratio_to_forward",
   "setup_seconds", "status", "error", "per_seed"}}``;
-- ``paper``: ``{NAME: {KEY: number}}`` and ``paper_source``;
+- ``paper``: ``{NAME: {KEY: number}}`` and ``paper_source``; ``reference_label``
+  names that column (default ``"paper"``);
+- ``extra_sections``: markdown lines of a suite's own, after the scores and speed;
 - ``speed``: ``{"batch_size", "forward_seconds", "forward_seconds_per_example", "threads"}``;
 - ``checks``: ``[{"target", "value", "met"}]``;
 - ``figures``: ``[{"file", "caption"}]``, paths relative to the report;
@@ -85,6 +87,7 @@ def scores_section(results: Mapping[str, Any]) -> List[str]:
     metrics = results.get("metrics") or []
     methods = results.get("methods", {})
     paper = results.get("paper", {})
+    reference = results.get("reference_label", "paper")
     seeds = len(results.get("config", {}).get("seeds", [])) or 1
     lines = ["## Scores", ""]
     if not metrics:
@@ -93,7 +96,7 @@ def scores_section(results: Mapping[str, Any]) -> List[str]:
     for metric in metrics:
         label = metric.get("label", metric["key"])
         headers += [f"{label}, ours" + (f" (mean ± std over {seeds} seeds)" if seeds > 1 else ""),
-                    f"{label}, paper", f"{metric['key'].upper()} std over examples"]
+                    f"{label}, {reference}", f"{metric['key'].upper()} std over examples"]
     rows = []
     for name, record in methods.items():
         row: List[Any] = [f"`{name}`"]
@@ -113,7 +116,7 @@ def scores_section(results: Mapping[str, Any]) -> List[str]:
         "paper's notebook printed."
     )
     if results.get("paper_source"):
-        lines += ["", f"Paper numbers: {results['paper_source']}"]
+        lines += ["", f"{reference[0].upper()}{reference[1:]} numbers: {results['paper_source']}"]
     return lines + [""]
 
 
@@ -274,7 +277,11 @@ def write_report(results: Mapping[str, Any], path: Union[str, "os.PathLike[str]"
     if results.get("description"):
         lines += ["", f"{results['description'][0].upper()}{results['description'][1:]}."]
     lines.append("")
-    for section in (scores_section, speed_section, checks_section, failures_section, figures_section):
+    for section in (scores_section, speed_section):
+        lines += section(results)
+    # a suite's own sections (markdown lines), between the scores and the targets
+    lines += list(results.get("extra_sections") or [])
+    for section in (checks_section, failures_section, figures_section):
         lines += section(results)
     lines += notes_section(results.get("notes") or [])
     lines += per_seed_section(results)

@@ -37,6 +37,7 @@ import torch
 SUITES: Dict[str, str] = {
     "toy": "benchmarks.suites.toy",
     "toy-robustness": "benchmarks.suites.toy_robustness",
+    "toy-lm": "benchmarks.suites.toy_lm",
     "sst-erasure": "benchmarks.suites.sst_erasure",
     "sst": "benchmarks.suites.sst",
     "faithfulness": "benchmarks.suites.faithfulness",

@@ -1,0 +1,138 @@
+"""What the toy-lm suite measures beyond the table: DiffMask at every layer, the
+attribution cost per generated token, and the figures (first seed)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping
+
+import torch
+
+from captum_diffmask.generation import attribute_generation, greedy_continuation
+from captum_diffmask.methods import IntegratedGradients, Occlusion
+from captum_diffmask.visualization import attribution_panels
+
+from ..methods import PreparedMethod
+from ..progress import log
+from ..tasks.toy_lm import ToyText, token_text
+
+
+def layer_scores(prepared: PreparedMethod, valid: ToyText, score: Callable[..., Dict[str, Any]]
+                 ) -> List[Dict[str, Any]]:
+    r"""DiffMask's JS and KL at every layer (one ``layer=None`` pass), and its mean
+    keep probability over the real tokens."""
+    every = prepared.attribute(valid.ids, (valid.mask,), None)
+    real = valid.mask.bool()
+    return [{"layer": k, **score(every[..., k], valid), "keep": float(every[..., k][real].mean())}
+            for k in range(every.shape[-1])]
+
+
+def _speed_methods(config: Mapping[str, Any], model: Any, prepared: Mapping[str, PreparedMethod]) -> Dict[str, Any]:
+    r"""The methods timed per generated token: the fitted DiffMask, IG and occlusion."""
+    methods: Dict[str, Any] = {}
+    for name, options in config["speed"]["methods"].items():
+        if name == "DiffMask" and "DiffMask" in prepared:
+            methods[name] = (prepared["DiffMask"].explainer, dict(options))
+        elif name == "IntegratedGradients":
+            methods[name] = (IntegratedGradients(model), dict(options))
+        elif name == "Occlusion":
+            methods[name] = (Occlusion(model), dict(options))
+    return methods
+
+
+def generation_speed(config: Mapping[str, Any], model: Any, valid: ToyText, prepared: Mapping[str, PreparedMethod],
+                     verbose: bool) -> Dict[str, Any]:
+    r"""
+    Attribution cost per generated token against one forward step: prompts of
+    the held-out set are continued greedily (``max_new_tokens``, one forward pass
+    of the whole prefix per step, no cache: the reference step), then every
+    step is attributed by :func:`attribute_generation` with the same continuation.
+
+    Returns:
+        *dict*: ``forward_step_seconds``, ``tokens`` and per method
+        ``seconds_per_token`` and ``ratio_to_forward_step``.
+    """
+    options = config["speed"]
+    layer = int(config["layer"])
+    prompts = [valid.ids[i][valid.mask[i].bool()] for i in range(int(options["prompts"]))]
+    new = int(options["max_new_tokens"])
+    start = time.perf_counter()
+    continuations = [greedy_continuation(model, prompt, new) for prompt in prompts]
+    forward = time.perf_counter() - start
+    tokens = sum(len(c) for c in continuations)
+    result: Dict[str, Any] = {"forward_step_seconds": forward / tokens, "tokens": tokens, "prompts": len(prompts),
+                              "layer": layer, "threads": torch.get_num_threads(), "methods": {}}
+    for name, (method, method_options) in _speed_methods(config, model, prepared).items():
+        start = time.perf_counter()
+        for prompt, continuation in zip(prompts, continuations):
+            attribute_generation(model, method, prompt, continuation=continuation, layer=layer, **method_options)
+        per_token = (time.perf_counter() - start) / tokens
+        result["methods"][name] = {"seconds_per_token": per_token,
+                                   "ratio_to_forward_step": per_token / result["forward_step_seconds"],
+                                   "options": method_options}
+        log(verbose, f"[toy-lm] {name}: {per_token * 1e3:.2f} ms per generated token "
+                     f"({per_token / result['forward_step_seconds']:.1f}x one forward step)")
+    return result
+
+
+def _example(valid: ToyText) -> int:
+    r"""The first held-out prompt with both query digits in ``x`` and at least 7 digits."""
+    for index in range(len(valid)):
+        hits = valid.truth[index].sum()
+        if valid.digits[index].sum() >= 7 and 2 <= hits < valid.digits[index].sum():
+            return index
+    return 0
+
+
+def attribution_figure(valid: ToyText, held_out: Mapping[str, torch.Tensor], layers: torch.Tensor, layer: int,
+                       figure_dir: Path) -> Dict[str, str]:
+    r"""One held-out prompt: every method at ``layer`` (as scored) above DiffMask
+    at every layer; the ground truth's digits in red."""
+    index = _example(valid)
+    real = valid.mask[index].bool()
+    tokens = [token_text(int(t)) for t in valid.ids[index][real]]
+    truth = valid.truth[index][real]
+    rows: Dict[str, Any] = {"ground truth": truth}
+    rows.update({name: scores[index][real] for name, scores in held_out.items()})
+    depth = {f"DiffMask hidden.{k}": layers[index][real][:, k] for k in range(layers.shape[-1])}
+    path = figure_dir / "toy_lm_attributions.png"
+    answer = "yes" if int(valid.answers[index]) == 3 else "no"
+    attribution_panels(tokens, [(f"attribution to hidden.{layer} (as scored), rows scaled to [0, 1]", rows),
+                                ("DiffMask's keep probability at every layer (as given)", depth)],
+                       path=path, highlight=(truth > 0).tolist(),
+                       title=f"held-out prompt {index} (answer {answer}); red = ground truth")
+    return {"file": f"figures/{path.name}", "caption": (
+        "One held-out prompt. Top: every method's attribution to the states of the layer the table scores, each row "
+        "scaled to [0, 1]; the ground truth marks the digits holding n or m (the query, ':' and '->' are not "
+        "scored). Bottom: DiffMask's keep probabilities at every layer.")}
+
+
+def generation_figure(model: Any, prepared: Mapping[str, PreparedMethod], valid: ToyText, figure_dir: Path
+                      ) -> List[Dict[str, str]]:
+    r"""DiffMask's attribution of a short generation at every layer (PNG and HTML)."""
+    if "DiffMask" not in prepared:
+        return []
+    index = _example(valid)
+    prompt = valid.ids[index][valid.mask[index].bool()]
+    result = attribute_generation(model, prepared["DiffMask"].explainer, prompt, max_new_tokens=3, layer=None)
+    result.tokens = [token_text(int(t)) for t in result.ids]
+    result.plot(figure_dir / "toy_lm_generation.png")
+    result.to_html(figure_dir / "toy_lm_generation.html")
+    return [{"file": "figures/toy_lm_generation.png", "caption": (
+        "attribute_generation with DiffMask at every layer: the decoder answers, then keeps generating (it was "
+        "trained on the answer only, so the later tokens are not meaningful); each row is one generated token "
+        "against every token before it. The same view as a self-contained page: "
+        "`figures/toy_lm_generation.html`.")}]
+
+
+def first_seed_extras(config: Mapping[str, Any], model: Any, valid: ToyText, prepared: Mapping[str, PreparedMethod],
+                      held_out: Mapping[str, torch.Tensor], out_dir: Path, verbose: bool) -> Dict[str, Any]:
+    r"""The first seed's speed per generated token and figures."""
+    extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)}
+    if config.get("figures", True) and "DiffMask" in prepared:
+        figure_dir = out_dir / "figures"
+        layers = prepared["DiffMask"].attribute(valid.ids, (valid.mask,), None)
+        extras["figures"] = [attribution_figure(valid, held_out, layers, int(config["layer"]), figure_dir)]
+        extras["figures"] += generation_figure(model, prepared, valid, figure_dir)
+    return extras

@@ -1,0 +1,47 @@
+"""The toy task as text for a decoder (benchmarks.tasks.toy_lm) and the toy-lm
+suite, small."""
+
+import json
+
+import torch
+
+from benchmarks.runner import run_suite
+from benchmarks.tasks.toy_lm import ARROW, COLON, DIGIT0, encode_toy, NO, token_text, YES
+from captum_diffmask.toy import ToyData
+
+
+def test_a_prompt_is_query_colon_digits_arrow_left_padded_with_the_truth_on_the_digits():
+    data = ToyData(ids=torch.tensor([[1, 2, 1, 0], [3, 3, 3, 3]]), query=torch.tensor([[1, 2], [0, 3]]),
+                   mask=torch.tensor([[True, True, True, False], [True] * 4]), labels=torch.tensor([1.0, 0.0]))
+    text = encode_toy(data, digits=10)
+    q = DIGIT0 + 10  # the query's own digit tokens
+    assert text.ids[0].tolist() == [0, q + 1, q + 2, COLON, DIGIT0 + 1, DIGIT0 + 2, DIGIT0 + 1, ARROW]
+    assert text.mask[0].tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
+    assert text.digits[0].tolist() == [False] * 4 + [True] * 3 + [False]
+    assert text.truth[0].tolist() == [0, 0, 0, 0, 1, 1, 1, 0]
+    assert text.truth[1].tolist() == [0, 0, 0, 1, 1, 1, 1, 0] and text.mask[1].sum() == 8
+    assert text.answers.tolist() == [YES, NO]
+    assert [token_text(int(t)) for t in text.ids[0, 1:]] == ["<1>", "<2>", ":", "1", "2", "1", "->"]
+
+
+def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    overrides = {"data": {"num_examples": 1200}, "model": {"epochs": 1}, "eval_examples": 30,
+                 "methods": ["DiffMask", "IntegratedGradients", "Occlusion", "Random"],
+                 "method_options": {"DiffMask": {"epochs": 1}}}
+    results = run_suite("toy-lm", tmp_path / "out", quick=True, overrides=overrides, verbose=False)
+    assert [r["layer"] for r in results["diffmask_layers"]] == [0, 1, 2]
+    for name in ("DiffMask", "IntegratedGradients", "Occlusion", "Random"):
+        record = results["methods"][name]
+        assert record["status"] == "ok" and 0 <= record["js"] <= 0.7, (name, record)
+    speed = results["generation_speed"]
+    assert set(speed["methods"]) == {"DiffMask", "IntegratedGradients", "Occlusion"}
+    assert all(r["ratio_to_forward_step"] > 0 for r in speed["methods"].values())
+    assert [c["target"] for c in results["checks"]][:2] == ["decoder held-out accuracy >= 99 % (every seed)",
+                                                             "DiffMask JS <= 0.05 at hidden.1"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    for heading in ("## Scores", "## The decoders", "## DiffMask at every layer", "## Cost per generated token",
+                    "## Targets", "JS (nats), GRU"):
+        assert heading in report
+    assert (tmp_path / "out" / "figures" / "toy_lm_generation.html").read_text().startswith("<!DOCTYPE html>")
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["suite"] == "toy-lm"
