@@ -4,11 +4,13 @@ attribution cost per generated token, and the figures (first seed)."""
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
 
+from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.generation import attribute_generation, greedy_continuation
 from captum_diffmask.methods import IntegratedGradients, Occlusion
 from captum_diffmask.visualization import attribution_panels
@@ -18,14 +20,24 @@ from ..progress import log
 from ..tasks.toy_lm import ToyText, token_text
 
 
-def layer_scores(prepared: PreparedMethod, valid: ToyText, score: Callable[..., Dict[str, Any]]
-                 ) -> List[Dict[str, Any]]:
-    r"""DiffMask's JS and KL at every layer (one ``layer=None`` pass), and its mean
-    keep probability over the real tokens."""
-    every = prepared.attribute(valid.ids, (valid.mask,), None)
+def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: ToyText,
+                score: Callable[..., Dict[str, Any]], verbose: bool) -> Tuple[List[Dict[str, Any]], DiffMask]:
+    r"""A DiffMask fitted on every layer at once (``diffmask_every_layer``), scored
+    at each: rows with JS, KL, the mean keep probability over real tokens and the
+    fit's convergence status; and the fitted DiffMask."""
+    options = dict(config["diffmask_every_layer"])
+    batch_size = int(options.pop("batch_size", 64))
+    dm = DiffMask(model, mode="hidden")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the status is reported per layer
+        dm.fit(list(train.batches(batch_size, shuffle=True, seed=0)), seed=0, verbose=verbose, **options)
+    every = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)
     real = valid.mask.bool()
-    return [{"layer": k, **score(every[..., k], valid), "keep": float(every[..., k][real].mean())}
-            for k in range(every.shape[-1])]
+    rows = [{"layer": k, **score(every[..., k], valid), "keep": float(every[..., k][real].mean()),
+             "status": dm.convergence.get(k, {}).get("status", "n/a")} for k in range(every.shape[-1])]
+    log(verbose, "[toy-lm] DiffMask at every layer: " + ", ".join(f"hidden.{r['layer']} JS {r['js']:.4f}"
+                                                              for r in rows))
+    return rows, dm
 
 
 def _speed_methods(config: Mapping[str, Any], model: Any, prepared: Mapping[str, PreparedMethod]) -> Dict[str, Any]:
@@ -108,31 +120,32 @@ def attribution_figure(valid: ToyText, held_out: Mapping[str, torch.Tensor], lay
         "scored). Bottom: DiffMask's keep probabilities at every layer.")}
 
 
-def generation_figure(model: Any, prepared: Mapping[str, PreparedMethod], valid: ToyText, figure_dir: Path
-                      ) -> List[Dict[str, str]]:
+def generation_figure(model: Any, dm: DiffMask, valid: ToyText, figure_dir: Path) -> List[Dict[str, str]]:
     r"""DiffMask's attribution of a short generation at every layer (PNG and HTML)."""
-    if "DiffMask" not in prepared:
-        return []
     index = _example(valid)
     prompt = valid.ids[index][valid.mask[index].bool()]
-    result = attribute_generation(model, prepared["DiffMask"].explainer, prompt, max_new_tokens=3, layer=None)
+    result = attribute_generation(model, dm, prompt, max_new_tokens=3, layer=None)
     result.tokens = [token_text(int(t)) for t in result.ids]
     result.plot(figure_dir / "toy_lm_generation.png")
     result.to_html(figure_dir / "toy_lm_generation.html")
     return [{"file": "figures/toy_lm_generation.png", "caption": (
-        "attribute_generation with DiffMask at every layer: the decoder answers, then keeps generating (it was "
+        "attribute_generation with the DiffMask fitted on every layer: the decoder answers, then keeps generating (it was "
         "trained on the answer only, so the later tokens are not meaningful); each row is one generated token "
         "against every token before it. The same view as a self-contained page: "
         "`figures/toy_lm_generation.html`.")}]
 
 
-def first_seed_extras(config: Mapping[str, Any], model: Any, valid: ToyText, prepared: Mapping[str, PreparedMethod],
-                      held_out: Mapping[str, torch.Tensor], out_dir: Path, verbose: bool) -> Dict[str, Any]:
-    r"""The first seed's speed per generated token and figures."""
+def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, valid: ToyText,
+                      prepared: Mapping[str, PreparedMethod], held_out: Mapping[str, torch.Tensor], out_dir: Path,
+                      verbose: bool) -> Dict[str, Any]:
+    r"""The first seed's DiffMask at every layer, speed per generated token and figures."""
+    from .toy_lm import score
+
     extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)}
-    if config.get("figures", True) and "DiffMask" in prepared:
+    extras["diffmask_layers"], dm = every_layer(config, model, train, valid, score, verbose)
+    if config.get("figures", True):
         figure_dir = out_dir / "figures"
-        layers = prepared["DiffMask"].attribute(valid.ids, (valid.mask,), None)
+        layers = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)
         extras["figures"] = [attribution_figure(valid, held_out, layers, int(config["layer"]), figure_dir)]
-        extras["figures"] += generation_figure(model, prepared, valid, figure_dir)
+        extras["figures"] += generation_figure(model, dm, valid, figure_dir)
     return extras

@@ -28,7 +28,7 @@ def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
     overrides = {"data": {"num_examples": 1200}, "model": {"epochs": 1}, "eval_examples": 30,
                  "methods": ["DiffMask", "IntegratedGradients", "Occlusion", "Random"],
-                 "method_options": {"DiffMask": {"epochs": 1}}}
+                 "method_options": {"DiffMask": {"epochs": 1}}, "diffmask_every_layer": {"epochs": 1}}
     results = run_suite("toy-lm", tmp_path / "out", quick=True, overrides=overrides, verbose=False)
     assert [r["layer"] for r in results["diffmask_layers"]] == [0, 1, 2]
     for name in ("DiffMask", "IntegratedGradients", "Occlusion", "Random"):
