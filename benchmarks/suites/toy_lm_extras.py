@@ -3,16 +3,19 @@ attribution cost per generated token, and the figures (first seed)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import torch
 
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
+from captum_diffmask.forward import ModelForward
 from captum_diffmask.generation import attribute_generation, greedy_continuation
 from captum_diffmask.methods import IntegratedGradients, Occlusion
+from captum_diffmask.sites import SiteLocator
 from captum_diffmask.visualization import attribution_panels
 
 from ..methods import PreparedMethod
@@ -111,13 +114,14 @@ def attribution_figure(valid: ToyText, held_out: Mapping[str, torch.Tensor], lay
     path = figure_dir / "toy_lm_attributions.png"
     answer = "yes" if int(valid.answers[index]) == 3 else "no"
     attribution_panels(tokens, [(f"attribution to hidden.{layer} (as scored), rows scaled to [0, 1]", rows),
-                                ("DiffMask's keep probability at every layer (as given)", depth)],
+                                ("DiffMask (fitted on every layer) at every layer, rows scaled to [0, 1]", depth)],
                        path=path, highlight=(truth > 0).tolist(),
                        title=f"held-out prompt {index} (answer {answer}); red = ground truth")
     return {"file": f"figures/{path.name}", "caption": (
         "One held-out prompt. Top: every method's attribution to the states of the layer the table scores, each row "
         "scaled to [0, 1]; the ground truth marks the digits holding n or m (the query, ':' and '->' are not "
-        "scored). Bottom: DiffMask's keep probabilities at every layer.")}
+        "scored). Bottom: the keep probabilities of the DiffMask fitted on every layer, at each layer, each row "
+        "scaled to [0, 1] (the per-layer table gives their mean as it is).")}
 
 
 def generation_figure(model: Any, dm: DiffMask, valid: ToyText, figure_dir: Path) -> List[Dict[str, str]]:
@@ -149,3 +153,48 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
         extras["figures"] = [attribution_figure(valid, held_out, layers, int(config["layer"]), figure_dir)]
         extras["figures"] += generation_figure(model, dm, valid, figure_dir)
     return extras
+
+
+@torch.no_grad()
+def ground_truth_check(model: Any, valid: ToyText, layer: int) -> Dict[str, float]:
+    r"""
+    Is the ground truth what this decoder uses at ``hidden.layer``? The mean
+    KL(original || replaced) of the answer distribution, and the share of answers
+    that flip, when the states of the digits outside the ground truth (then:
+    inside it) are replaced by the mean digit state. A decoder can build running
+    counts along the digits with causal attention, so the digits holding n or m
+    need not be the only states it reads.
+
+    Returns:
+        *dict*: ``kl_others``, ``flip_others``, ``kl_truth``, ``flip_truth``.
+    """
+    module = SiteLocator.locate(model, None).site(f"hidden.{layer}").module
+    forward = ModelForward(model, output="last")
+    original = forward(valid.ids, (valid.mask,)).log_softmax(-1)
+    states: Dict[str, torch.Tensor] = {}
+    with _replacing(module, lambda output: states.setdefault("h", output)):
+        forward(valid.ids, (valid.mask,))
+    mean = states["h"][valid.digits].mean(0)
+    result: Dict[str, float] = {}
+    for name, replaced in (("others", valid.digits & (valid.truth == 0)), ("truth", valid.truth > 0)):
+        with _replacing(module, lambda output: torch.where(replaced.unsqueeze(-1), mean, output)):
+            changed = forward(valid.ids, (valid.mask,)).log_softmax(-1)
+        result[f"kl_{name}"] = float((original.exp() * (original - changed)).sum(-1).mean())
+        result[f"flip_{name}"] = float((changed.argmax(-1) != original.argmax(-1)).float().mean())
+    return result
+
+
+@contextlib.contextmanager
+def _replacing(module: torch.nn.Module, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    r"""A forward hook that passes the module's (B, T, H) output through ``change``;
+    removed on exit."""
+    def hook(_: Any, __: Any, output: Any) -> Any:
+        states = output[0] if isinstance(output, tuple) else output
+        states = change(states)
+        return (states, *output[1:]) if isinstance(output, tuple) else states
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()

@@ -34,6 +34,9 @@ def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
     for name in ("DiffMask", "IntegratedGradients", "Occlusion", "Random"):
         record = results["methods"][name]
         assert record["status"] == "ok" and 0 <= record["js"] <= 0.7, (name, record)
+    check = results["models"][0]["ground_truth_check"]
+    assert set(check) == {"kl_others", "flip_others", "kl_truth", "flip_truth"}
+    assert all(check[k] >= 0 for k in ("kl_others", "kl_truth")) and all(0 <= check[k] <= 1 for k in ("flip_others", "flip_truth"))
     speed = results["generation_speed"]
     assert set(speed["methods"]) == {"DiffMask", "IntegratedGradients", "Occlusion"}
     assert all(r["ratio_to_forward_step"] > 0 for r in speed["methods"].values())
