@@ -16,7 +16,8 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines = [f"# {results['title']}", "",
              f"Suite `faithfulness`, **{results.get('mode', '?')}** run on `{results['split']}` "
              f"({model['evaluated_sentences']} sentences), seeds {results['seeds']}, "
-             f"{fmt_seconds(results.get('wall_seconds'))} in all. Command: `{results.get('command', '')}`.", "",
+             f"{_minutes(results.get('wall_seconds'))} in all{_cached_time(results)}. "
+             f"Command: `{results.get('command', '')}`.", "",
              f"The sst suite's fine-tuned {model['source']} (dev macro-F1 {model['dev_macro_f1']:.2f}). Every method "
              "scores the input tokens (`layer=0`; DiffMask in input mode at each depth k, reading layers 0..k, and "
              "the mean over depths). Only the words' tokens are removed ([CLS] and [SEP] stay), the top-k as a share "
@@ -35,6 +36,20 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     text = "\n".join(lines)
     Path(path).write_text(text, encoding="utf-8")
     return text
+
+
+def _minutes(seconds: Any) -> str:
+    return f"{float(seconds) / 60:.1f} min" if seconds is not None else "n/a"
+
+
+def _cached_time(results: Mapping[str, Any]) -> str:
+    r"""The run's time without fine-tuning (the target is stated with the model cached)."""
+    model = results["model"]
+    if model.get("cached") or not model.get("fine_tune_seconds"):
+        return " (the fine-tuned model from the cache; target <= 60 min)"
+    rest = float(results.get("wall_seconds") or 0) - float(model["fine_tune_seconds"])
+    return (f", of which fine-tuning {_minutes(model['fine_tune_seconds'])}; without it {_minutes(rest)} "
+            "(target <= 60 min with the model cached)")
 
 
 def _with_std(record: Mapping[str, Any], key: str) -> str:
@@ -80,12 +95,36 @@ def _diffmask_section(results: Mapping[str, Any]) -> List[str]:
         lines.append(f"- {key.replace('_', ' ')}: best {best} ({fmt(metrics[best][key], 3)}); DiffMask mean over "
                      f"depths {fmt(metrics.get('DiffMask mean', {}).get(key), 3)}, rank {rank} of {len(order)} "
                      f"score sets ({len(names)} other methods).")
+    if "DiffMask mean" in metrics:
+        lines.append(_sufficiency_verdict(metrics, names))
+        lines.append(_plausibility_verdict(metrics))
     fits = results.get("diffmask_fits") or []
     statuses = [s for fit in fits for s in fit["convergence"].values()]
     if statuses:
         counts = {s: statuses.count(s) for s in sorted(set(statuses))}
         lines.append(f"- DiffMask's fits (as the sst suite's): per-layer status at the end {counts}.")
     return lines + [""]
+
+
+def _sufficiency_verdict(metrics: Mapping[str, Any], names: List[str]) -> str:
+    r"""Whether DiffMask's training for sufficiency shows: which methods its depths
+    beat on AOPC sufficiency (lower is better)."""
+    depths = [n for n in metrics if n.startswith("DiffMask")]
+    best = min(depths, key=lambda n: metrics[n]["aopc_sufficiency"])
+    value = metrics[best]["aopc_sufficiency"]
+    beaten = [n for n in names if metrics[n]["aopc_sufficiency"] > value]
+    ahead = [n for n in names if metrics[n]["aopc_sufficiency"] <= value]
+    shows = "it shows" if not ahead else "it does not show"
+    return (f"- DiffMask is trained for sufficiency (its gates keep the output when only the kept tokens remain). "
+            f"Here {shows}: its best score set ({best}, AOPC sufficiency {fmt(value, 3)}) beats "
+            f"{', '.join(beaten) or 'no other method'} and is behind {', '.join(ahead) or 'none'}.")
+
+
+def _plausibility_verdict(metrics: Mapping[str, Any]) -> str:
+    key = "auprc/non-neutral"
+    best = max(metrics, key=lambda n: metrics[n][key])
+    return (f"- Plausibility (AUPRC against the non-neutral words): best {best} ({fmt(metrics[best][key], 3)}); "
+            f"DiffMask mean over depths {fmt(metrics['DiffMask mean'][key], 3)}.")
 
 
 def _speed_section(results: Mapping[str, Any]) -> List[str]:
