@@ -81,15 +81,11 @@ def tiny_causal_lm(kind: str, seed: int = 0, num_layers: int = 2):
 
 
 def left_padded(prompts):
-    """Prompts of several lengths (lists of ids) as one left-padded batch: ids (B, T)
-    with 0 at the padding, and the attention mask."""
-    length = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), length, dtype=torch.long)
-    mask = torch.zeros(len(prompts), length, dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, length - len(prompt):] = torch.tensor(prompt)
-        mask[row, length - len(prompt):] = 1
-    return ids, mask
+    """Prompts of several lengths (lists of ids) as one left-padded batch (the
+    library's ``left_pad``): ids (B, T) with 0 at the padding, and the attention mask."""
+    from captum_diffmask.generation import left_pad
+
+    return left_pad([torch.tensor(p) for p in prompts])
 
 
 def token_batch(batch: int = 4, length: int = 9, seed: int = 0):
