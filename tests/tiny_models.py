@@ -108,3 +108,64 @@ def shared_sst():
         return resolve_data_dir(default_data_dir(), ("train", "dev"))
     except SSTDataError:
         return None
+
+
+def tiny_wordpiece(words):
+    """A fast uncased WordPiece tokenizer over ``words`` (plus BERT's special
+    tokens), built with no download."""
+    import inspect
+    import tempfile
+    from pathlib import Path
+
+    from transformers import BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    if "vocab" in inspect.signature(BertTokenizerFast.__init__).parameters:  # transformers 5
+        return BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    with tempfile.TemporaryDirectory() as folder:  # transformers 4 reads a file
+        path = Path(folder) / "vocab.txt"
+        path.write_text("\n".join(vocab) + "\n")
+        return BertTokenizerFast(vocab_file=str(path), do_lower_case=True)
+
+
+def every_method(ig_options):
+    """name -> (factory or None for DiffMask, attribute options, deterministic) for
+    the tests that run every method on one model; ``ig_options`` are IG's
+    attribute options. The stochastic methods draw noise of the batch's shape, so
+    padding changes their draws (not their objective)."""
+    from captum_diffmask.methods import (
+        ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
+        PerSampleBottleneck, RandomAttribution, REINFORCE,
+    )
+
+    few = {"steps": 5, "verbose": False}
+    return {
+        "DiffMask": (None, {}, True),
+        "IntegratedGradients": (lambda m: IntegratedGradients(m), dict(ig_options), True),
+        "Occlusion": (lambda m: Occlusion(m), {}, True),
+        "ExactErasure": (lambda m: ExactErasure(m, verbose=False), {}, True),
+        "PerSampleBottleneck": (lambda m: PerSampleBottleneck(m), few, False),
+        "Guan": (lambda m: Guan(m), few, False),
+        "PerExampleDiffMask": (lambda m: PerExampleDiffMask(m), few, False),
+        "REINFORCE": (lambda m: REINFORCE(m), few, False),
+        "Random": (lambda m: RandomAttribution(m), {}, False),
+    }
+
+
+def prepared_method(methods, name, model, batch, layers):
+    """The method ``name`` of ``methods`` (:func:`every_method`) ready to attribute
+    ``batch`` (a tuple of ids and forward arguments) at ``layers``: DiffMask fitted
+    for a few steps in hidden mode, the bottleneck's statistics fitted; and its
+    attribute options."""
+    from captum_diffmask import DiffMask
+
+    factory, options, _ = methods[name]
+    if name == "DiffMask":
+        method = DiffMask(model, mode="hidden")
+        method.fit([batch] * 2, max_steps=4, seed=0, until_converged=False, verbose=False)
+        return method, options
+    method = factory(model)
+    if name == "PerSampleBottleneck":
+        for layer in layers:
+            method.fit_statistics([batch], layer=layer)
+    return method, options

