@@ -1,8 +1,9 @@
 """Evaluating attributions: divergence to a ground truth, agreement with exact
 erasure, faithfulness (comprehensiveness, sufficiency, AOPC, infidelity,
-sensitivity) and plausibility, stability across seeds, and side-by-side
-comparisons of methods."""
+sensitivity) and plausibility, stability across seeds, paired bootstrap intervals,
+and side-by-side comparisons of methods."""
 
+from .bootstrap import paired_bootstrap
 from .compare import compare, METHODS, prepare_method, PreparedMethod, route_options
 from .comparison import Comparison, MethodResult
 from .faithfulness import eraser_scores, plausibility, token_infidelity, token_sensitivity, TokenEraser
@@ -11,5 +12,5 @@ from .stability import fit_stability, seed_std
 __all__ = [
     "compare", "Comparison", "MethodResult", "METHODS", "prepare_method", "PreparedMethod", "route_options",
     "fit_stability", "seed_std", "eraser_scores", "plausibility", "token_infidelity", "token_sensitivity",
-    "TokenEraser",
+    "TokenEraser", "paired_bootstrap",
 ]
