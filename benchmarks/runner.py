@@ -11,7 +11,9 @@ A suite is a module (or a package) in ``benchmarks/suites/`` with:
   :mod:`benchmarks.report` for the keys the report reads); figures go to
   ``out_dir / "figures"``;
 - optionally ``write_report(results, path, json_name)``, used instead of
-  :func:`benchmarks.report.write_report` when a suite's report needs other tables.
+  :func:`benchmarks.report.write_report` when a suite's report needs other tables;
+- optionally ``EXTRA_METHODS`` (names): rows of its own that ``--methods``
+  accepts beside :data:`benchmarks.methods.REGISTRY`.
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def build_config(
         seeds (int or sequence of int, optional): N means seeds ``0..N-1``.
                     Default: None (the suite's)
         methods (sequence of str, optional): method names, from
-                    :data:`benchmarks.methods.REGISTRY`. Default: None (the suite's)
+                    :data:`benchmarks.methods.REGISTRY` or the suite's own rows
+                    (its ``EXTRA_METHODS``). Default: None (the suite's)
         overrides (Mapping, optional): merged last, e.g. ``{"data":
                     {"num_examples": 2000}}``. Default: None
 
@@ -112,9 +115,10 @@ def build_config(
     if not config.get("seeds"):
         raise ValueError("seeds: a run needs at least one seed")
     if methods is not None:
-        unknown = [m for m in methods if m not in REGISTRY]
+        known = list(REGISTRY) + [m for m in getattr(suite, "EXTRA_METHODS", ()) if m not in REGISTRY]
+        unknown = [m for m in methods if m not in known]
         if unknown:
-            raise ValueError(f"methods: unknown {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+            raise ValueError(f"methods: unknown {', '.join(unknown)}; known: {', '.join(known)}")
         config["methods"] = list(dict.fromkeys(methods))
     return config
 

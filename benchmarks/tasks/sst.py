@@ -108,6 +108,35 @@ def parse_tree(line: str) -> SSTSentence:
         ValueError: the line is not one well-formed tree with labels in 0..4
                     (the message says where).
     """
+    words, word_labels, spans = _parse_nodes(line)
+    return SSTSentence(tuple(words), spans[-1][2], tuple(word_labels))
+
+
+def parse_phrases(line: str) -> List[SSTSentence]:
+    r"""
+    Every node of one tree as a phrase: its leaves, its own label and the leaf
+    labels, children before their parent (the whole sentence last).
+
+    The treebank labels every phrase, not only sentences; training on all of
+    them is the usual way to train SST-5 classifiers (Socher et al. 2013).
+
+    Args:
+
+        line (str): one line of a split file.
+
+    Returns:
+        *list* of :class:`SSTSentence`, one per node (leaves included).
+
+    Raises:
+        ValueError: as :func:`parse_tree`.
+    """
+    words, word_labels, spans = _parse_nodes(line)
+    return [SSTSentence(tuple(words[a:b]), label, tuple(word_labels[a:b])) for a, b, label in spans]
+
+
+def _parse_nodes(line: str) -> Tuple[List[str], List[int], List[Tuple[int, int, int]]]:
+    r"""The leaves, their labels, and per node ``(first leaf, end, label)`` in
+    post-order (the root last)."""
     if not isinstance(line, str):
         raise TypeError(f"line must be a str, got {type(line).__name__}")
     text = line.rstrip("\n").rstrip("\r")
@@ -116,7 +145,12 @@ def parse_tree(line: str) -> SSTSentence:
         raise ValueError(f"line: unexpected characters in tree {text[:80]!r}")
     words: List[str] = []
     word_labels: List[int] = []
+    spans: List[Tuple[int, int, int]] = []
     position = 0
+
+    def expect(index: int, token: str) -> None:
+        if index >= len(tokens) or tokens[index] != token:
+            raise ValueError(f"line: expected {token!r} at token {index} in {text[:80]!r}")
 
     def label_at(index: int) -> int:
         if index >= len(tokens) or not re.fullmatch(r"[0-4]", tokens[index]):
@@ -124,11 +158,10 @@ def parse_tree(line: str) -> SSTSentence:
             raise ValueError(f"line: expected a label 0..4 at token {index}, got {found!r} in {text[:80]!r}")
         return int(tokens[index])
 
-    def node() -> int:
+    def node() -> None:
         nonlocal position
-        if position >= len(tokens) or tokens[position] != "(":
-            raise ValueError(f"line: expected '(' at token {position} in {text[:80]!r}")
-        label = label_at(position + 1)
+        expect(position, "(")
+        label, first = label_at(position + 1), len(words)
         position += 2
         if position < len(tokens) and tokens[position] not in ("(", ")"):
             words.append(tokens[position])  # a leaf
@@ -141,15 +174,14 @@ def parse_tree(line: str) -> SSTSentence:
                 children += 1
             if children == 0:
                 raise ValueError(f"line: a node without children or word in {text[:80]!r}")
-        if position >= len(tokens) or tokens[position] != ")":
-            raise ValueError(f"line: expected ')' at token {position} in {text[:80]!r}")
+        expect(position, ")")
         position += 1
-        return label
+        spans.append((first, len(words), label))
 
-    root = node()
+    node()
     if position != len(tokens):
         raise ValueError(f"line: text after the end of the tree in {text[:80]!r}")
-    return SSTSentence(tuple(words), root, tuple(word_labels))
+    return words, word_labels, spans
 
 
 def default_data_dir() -> Path:
@@ -205,7 +237,10 @@ def resolve_data_dir(data_dir: Union[None, str, os.PathLike] = None, splits: Seq
     return folder
 
 
-def read_sst(split: str, data_dir: Union[None, str, os.PathLike] = None, max_sentences: Optional[int] = None) -> List[SSTSentence]:
+def read_sst(
+    split: str, data_dir: Union[None, str, os.PathLike] = None, max_sentences: Optional[int] = None,
+    phrases: bool = False,
+) -> List[SSTSentence]:
     r"""
     Reads one split of the treebank.
 
@@ -215,9 +250,13 @@ def read_sst(split: str, data_dir: Union[None, str, os.PathLike] = None, max_sen
         data_dir (str or PathLike, optional): see :func:`resolve_data_dir`.
                     Default: None
         max_sentences (int, optional): read only the first lines. Default: None (all)
+        phrases (bool, optional): every distinct phrase of the trees read
+                    (:func:`parse_phrases`; a phrase met again keeps its first
+                    label) instead of their sentences. Default: False
 
     Returns:
-        *list* of :class:`SSTSentence`, in file order.
+        *list* of :class:`SSTSentence`, in file order (phrases: each tree's
+        phrases children first, new ones only).
 
     Raises:
         SSTDataError: the file is missing, or a line does not parse (the message
@@ -226,16 +265,23 @@ def read_sst(split: str, data_dir: Union[None, str, os.PathLike] = None, max_sen
     folder = resolve_data_dir(data_dir, (split,))
     path = folder / f"{split}.txt"
     sentences: List[SSTSentence] = []
+    seen: Dict[Tuple[str, ...], None] = {}
+    lines = 0
     with open(path, encoding="utf-8", newline="\n") as handle:
         for number, line in enumerate(handle, start=1):
-            if max_sentences is not None and len(sentences) >= max_sentences:
+            if max_sentences is not None and lines >= max_sentences:
                 break
             if not line.strip(" \n\r"):
                 continue
+            lines += 1
             try:
-                sentences.append(parse_tree(line))
+                parsed = parse_phrases(line) if phrases else [parse_tree(line)]
             except ValueError as error:
                 raise SSTDataError(f"{path}:{number}: {error}") from error
+            for sentence in parsed:
+                if not phrases or sentence.words not in seen:
+                    seen[sentence.words] = None
+                    sentences.append(sentence)
     return sentences
 
 
@@ -424,6 +470,42 @@ def word_vector_source(name: str, dim: int = 16, seed: int = 0) -> WordVectors:
 
 
 # --------------------------------------------------------------- encoding
+def batch_order(
+    lengths: Tensor, batch_size: int, shuffle: bool = False, seed: int = 0, sort_by_length: bool = False
+) -> List[Tensor]:
+    r"""
+    The row indices of each batch of a padded data set, in order.
+
+    Args:
+
+        lengths (Tensor): (N,) real tokens per row.
+        batch_size (int): rows per batch (the last may be smaller), >= 1.
+        shuffle (bool, optional): a random order (of rows, or of length buckets
+                    with ``sort_by_length``). Default: False
+        seed (int, optional): the order's seed. Default: 0
+        sort_by_length (bool, optional): rows of similar length share a batch,
+                    so trimming a batch to its longest row leaves little
+                    padding. Default: False
+
+    Returns:
+        *list* of (B,) long tensors; together they hold every row exactly once.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    generator = torch.Generator().manual_seed(int(seed))
+    n = len(lengths)
+    rows = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    if sort_by_length:
+        # sorting a random permutation stably keeps the order within a length random
+        rows = rows[torch.argsort(lengths[rows], stable=True)]
+    chunks = list(rows.split(batch_size))
+    if sort_by_length and shuffle:
+        # the buckets in a random order, so the lengths seen do not drift from
+        # short to long over an epoch
+        chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
+    return chunks
+
+
 @dataclass
 class SSTData:
     r"""
@@ -433,8 +515,11 @@ class SSTData:
         ids (Tensor): (N, T) long word ids, 0 at padding (right-padded).
         mask (Tensor): (N, T) bool, True at real words (a prefix of each row).
         labels (Tensor): (N,) long sentence labels.
-        word_labels (Tensor): (N, T) long leaf labels, -1 at padding.
+        word_labels (Tensor): (N, T) long leaf labels (a word piece: its word's),
+                    -1 at padding and at ``[CLS]`` / ``[SEP]``.
         sentences (list of SSTSentence): the sentences, in row order.
+        tokens (list of tuple of str): per row the text of its tokens when they
+                    are not the sentence's words (word pieces), else empty.
     """
 
     ids: Tensor
@@ -442,6 +527,7 @@ class SSTData:
     labels: Tensor
     word_labels: Tensor
     sentences: List[SSTSentence] = field(default_factory=list)
+    tokens: List[Tuple[str, ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -461,9 +547,20 @@ class SSTData:
         return SSTData(
             self.ids[index, :longest], self.mask[index, :longest], self.labels[index],
             self.word_labels[index, :longest], [self.sentences[i] for i in index.tolist()],
+            [self.tokens[i] for i in index.tolist()] if self.tokens else [],
         )
 
-    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, with_labels: bool = False) -> Iterator[Tuple[Tensor, ...]]:
+    def token_text(self, row: int) -> List[str]:
+        r"""The text of the real tokens of ``row``: its word pieces, or its words
+        (PTB escapes undone)."""
+        if self.tokens:
+            return list(self.tokens[row])
+        return [unescape_ptb(w) for w in self.sentences[row].words]
+
+    def batches(
+        self, batch_size: int, shuffle: bool = False, seed: int = 0, with_labels: bool = False,
+        sort_by_length: bool = False,
+    ) -> Iterator[Tuple[Tensor, ...]]:
         r"""
         Batches ``(ids, mask)`` (plus ``labels`` when ``with_labels``), each trimmed
         to its longest sentence, in the form the library's methods take:
@@ -475,15 +572,10 @@ class SSTData:
             shuffle (bool, optional): a random order. Default: False
             seed (int, optional): the order's seed. Default: 0
             with_labels (bool, optional): add the (B,) labels last. Default: False
+            sort_by_length (bool, optional): batches of rows of similar length
+                        (:func:`batch_order`). Default: False
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if shuffle:
-            order = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))
-        else:
-            order = torch.arange(len(self))
-        for start in range(0, len(self), batch_size):
-            index = order[start : start + batch_size]
+        for index in batch_order(self.lengths, batch_size, shuffle, seed, sort_by_length):
             mask = self.mask[index]
             longest = max(int(mask.sum(1).max()), 1)
             batch: Tuple[Tensor, ...] = (self.ids[index, :longest], mask[:, :longest])
@@ -661,6 +753,7 @@ def train_sst_classifier(
     seed: int = 0,
     max_steps: Optional[int] = None,
     select: str = "best",
+    sort_by_length: bool = False,
     verbose: bool = False,
 ) -> Tuple[SSTClassifier, float, List[Dict[str, float]]]:
     r"""
@@ -687,6 +780,9 @@ def train_sst_classifier(
                     ``"last"``: the last epoch (e.g. for tiny test runs, where a
                     constant prediction can win on a small dev set).
                     Default: ``"best"``
+        sort_by_length (bool, optional): batches of sentences of similar length
+                    (shuffled buckets, :func:`batch_order`): much less padding
+                    when training on the treebank's phrases. Default: False
         verbose (bool, optional): a progress bar over epochs. Default: False
 
     Returns:
@@ -709,7 +805,8 @@ def train_sst_classifier(
         steps = 0
         progress = tqdm(range(1, epochs + 1), desc="SST GRU", disable=None if verbose else True, leave=False)
         for epoch in progress:
-            batches = train.batches(batch_size, shuffle=True, seed=seed * 100_003 + epoch, with_labels=True)
+            batches = train.batches(batch_size, shuffle=True, seed=seed * 100_003 + epoch, with_labels=True,
+                                    sort_by_length=sort_by_length)
             total, correct, loss_sum, steps = _train_pass(model, batches, optimizer, params, steps, max_steps)
             dev_acc = accuracy(model, dev)
             history.append({"epoch": epoch, "loss": loss_sum / max(total, 1),

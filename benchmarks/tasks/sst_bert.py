@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .sst import SSTSentence, unescape_ptb
+from .sst import batch_order, SSTSentence, unescape_ptb
 
 __all__ = [
     "load_minilm",
@@ -301,22 +301,7 @@ class EncodedSST:
         Returns:
             *list* of (B,) long tensors; together they hold every row exactly once.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        generator = torch.Generator().manual_seed(int(seed))
-        n = len(self)
-        rows = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-        if sort_by_length:
-            # Length buckets: rows of similar length share a batch, so trimming to
-            # the batch's longest row leaves little padding. Sorting a random
-            # permutation stably keeps the order within a length random.
-            rows = rows[torch.argsort(self.lengths[rows], stable=True)]
-        chunks = list(rows.split(batch_size))
-        if sort_by_length and shuffle:
-            # the buckets in a random order, so the lengths seen do not drift
-            # from short to long over an epoch
-            chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
-        return chunks
+        return batch_order(self.lengths, batch_size, shuffle, seed, sort_by_length)
 
     def batches(
         self,

@@ -38,6 +38,7 @@ __all__ = [
     "keeps_prediction",
     "optimality",
     "kept_share",
+    "agreement_per_example",
     "summarize_agreement",
 ]
 
@@ -245,15 +246,16 @@ def kept_share(kept: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     return (kept & real).sum(1).float() / real.sum(1).clamp(min=1).float()
 
 
-def summarize_agreement(
+def agreement_per_example(
     kept: Tensor,
     optimal_sets: Sequence[Tensor],
     kept_prediction: Tensor,
     mask: Optional[Tensor] = None,
-) -> Dict[str, float]:
+) -> Dict[str, Tensor]:
     r"""
-    The erasure-agreement scores of one method over a set of examples, each the
-    mean of the per-example values, as percentages.
+    The erasure-agreement scores of one method, per example (what
+    :func:`summarize_agreement` averages; e.g. for a paired bootstrap of two
+    methods on the same examples).
 
     Args:
 
@@ -264,11 +266,10 @@ def summarize_agreement(
         mask (Tensor, optional): (B, T), True at real tokens. Default: None
 
     Returns:
-        *dict* with ``precision``, ``recall``, ``f1`` (against the closest optimal
-        set), ``optimality`` (share keeping the prediction with exactly the
-        optimal number of tokens), ``sufficiency`` (share keeping the
-        prediction), ``l0`` (mean share of real tokens kept), ``optimal_l0`` (the
-        same for the optimal sets), all in percent (0..100), and ``count``.
+        *dict* of (B,) float tensors in [0, 1]: ``precision``, ``recall``, ``f1``
+        (against the closest optimal set), ``optimality`` and ``sufficiency``
+        (0 or 1), ``l0`` and ``optimal_l0`` (shares of real tokens kept); and
+        the (B,) long ``kept_size`` and ``optimal_size``.
     """
     kept = _check_mask("kept", kept)
     real = _real(mask, tuple(kept.shape), kept.device)
@@ -277,18 +278,42 @@ def summarize_agreement(
     kept = kept & real
     scores = agreement(kept, optimal_sets)
     kept_prediction = kept_prediction.to(kept.device).bool()
-    optimal = optimality(kept, kept_prediction, scores["optimal_size"])
-
-    def percent(values: Tensor) -> float:
-        return 100.0 * float(values.float().mean())
-
     return {
-        "precision": percent(scores["precision"]),
-        "recall": percent(scores["recall"]),
-        "f1": percent(scores["f1"]),
-        "optimality": percent(optimal),
-        "sufficiency": percent(kept_prediction),
-        "l0": percent(kept_share(kept, real)),
-        "optimal_l0": percent(kept_share(scores["closest"], real)),
-        "count": int(kept.shape[0]),
+        "precision": scores["precision"],
+        "recall": scores["recall"],
+        "f1": scores["f1"],
+        "optimality": optimality(kept, kept_prediction, scores["optimal_size"]).float(),
+        "sufficiency": kept_prediction.float(),
+        "l0": kept_share(kept, real),
+        "optimal_l0": kept_share(scores["closest"], real),
+        "kept_size": kept.sum(1),
+        "optimal_size": scores["optimal_size"],
     }
+
+
+def summarize_agreement(
+    kept: Tensor,
+    optimal_sets: Sequence[Tensor],
+    kept_prediction: Tensor,
+    mask: Optional[Tensor] = None,
+) -> Dict[str, float]:
+    r"""
+    The erasure-agreement scores of one method over a set of examples, each the
+    mean of the per-example values (:func:`agreement_per_example`), as percentages.
+
+    Args:
+
+        kept, optimal_sets, kept_prediction, mask: as in :func:`agreement_per_example`.
+
+    Returns:
+        *dict* with ``precision``, ``recall``, ``f1`` (against the closest optimal
+        set), ``optimality`` (share keeping the prediction with exactly the
+        optimal number of tokens), ``sufficiency`` (share keeping the
+        prediction), ``l0`` (mean share of real tokens kept), ``optimal_l0`` (the
+        same for the optimal sets), all in percent (0..100), and ``count``.
+    """
+    scores = agreement_per_example(kept, optimal_sets, kept_prediction, mask)
+    keys = ("precision", "recall", "f1", "optimality", "sufficiency", "l0", "optimal_l0")
+    summary: Dict[str, float] = {key: 100.0 * float(scores[key].float().mean()) for key in keys}
+    summary["count"] = int(kept.shape[0])
+    return summary

@@ -22,9 +22,11 @@ from typing import Any, Callable, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import nn, Tensor
 
-from ..attribution import attribution_call, BaselineType, InputType, reject_target, resolve_baseline
+from ..attribution import (
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, reject_target, resolve_baseline, SitesType,
+)
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import frozen
 from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
@@ -33,7 +35,8 @@ from ..probes import mix_baseline
 from .base import make_optimizer, optimize, OPTIMIZERS, PreparedCall, SiteAttribution
 
 _READOUTS = ("keep", "mask")
-_SELECTIONS = ("last", "sparsest")
+_SELECTIONS = ("last", "feasible", "sparsest")
+_REWARDS = ("lagrangian", "authors")
 _LOGIT_RANGE = 10.0
 
 
@@ -50,20 +53,28 @@ class MaskResult:
         step (Tensor): (B,) long, the optimisation step (1-based) whose gates
                     are returned: ``steps`` with ``select="last"``.
         kl (Tensor): (B,) KL(original || masked) in nats with the deterministic mask.
-        agreement (Tensor): (B,) bool, the deterministic mask keeps the argmax of
-                    the output.
         lambdas (Tensor): (B,) the final Lagrange multipliers.
         baseline (Tensor): (B, T, H) what replaced the states (equal to the
                     states at padding).
+        log_p (Tensor): (B, C) or (B, K, C) the original output's log-probabilities.
+        log_q (Tensor): the same with the deterministic mask.
     """
 
     keep: Tensor
     mask: Tensor
     step: Tensor
     kl: Tensor
-    agreement: Tensor
     lambdas: Tensor
     baseline: Tensor
+    log_p: Tensor
+    log_q: Tensor
+
+    @property
+    def agreement(self) -> Tensor:
+        r"""(B,) bool: the deterministic mask keeps the argmax of the output.
+        Computed when read, so that a search whose selection does not ask for
+        the argmax (``select="last"`` or ``"feasible"``) never evaluates it."""
+        return same_prediction(self.log_p, self.log_q)
 
 
 @dataclass
@@ -81,30 +92,46 @@ class _Search:
     eps: float
 
 
-class _SparsestSelection:
-    r"""``select="sparsest"``: every ``check_every`` steps (and after the last)
-    the deterministic mask is evaluated; per example, the one that keeps the
-    fewest tokens while keeping the predicted class is held (the latest of equally
-    small ones). Disabled, it holds nothing and the last step's gates stand."""
+class _Selection:
+    r"""Which step's gates a search returns, per example.
 
-    def __init__(self, method: "_PerExampleMask", search: _Search, steps: int, check_every: int, enabled: bool) -> None:
+    ``select="last"``: the gates after the last step. Otherwise, every
+    ``check_every`` steps (and after the last) the deterministic mask is
+    evaluated (one forward pass) and, per example, the one that keeps the fewest
+    tokens among the admissible ones is held (the latest of equally small ones),
+    the last step's gates where none was:
+
+    - ``"feasible"``: admissible when ``KL(original || masked) <= eps``, the
+      constraint the method optimises (its own objective, nothing else);
+    - ``"sparsest"``: admissible when the predicted class is kept, the success
+      test that defines the erasure optimum (an oracle for an erasure
+      comparison: only for comparing with such runs).
+    """
+
+    def __init__(self, method: "_PerExampleMask", search: _Search, steps: int, check_every: int, select: str) -> None:
         self.method, self.search, self.steps = method, search, steps
-        self.check_every, self.enabled = check_every, enabled
+        self.check_every, self.select = check_every, select
         batch = search.logits.shape[0]
         device = search.logits.device
         self.chosen = search.logits.detach().clone()
         self.step = torch.full((batch,), steps, dtype=torch.long, device=device)
         self.smallest = torch.full((batch,), float("inf"), device=device)
 
+    def _admissible(self, log_q: Tensor) -> Tensor:
+        search = self.search
+        if self.select == "feasible":
+            return example_kl(search.log_p, log_q) <= search.eps
+        return same_prediction(log_q, search.log_p)
+
     @torch.no_grad()
     def __call__(self, step: int) -> None:
-        if not self.enabled or ((step + 1) % self.check_every and step + 1 != self.steps):
+        if self.select == "last" or ((step + 1) % self.check_every and step + 1 != self.steps):
             return
         search = self.search
         hard = (self.method._keep(search.logits.detach()) > 0.5).float()
-        keeps = same_prediction(self.method._masked_log_q(search, hard), search.log_p)
+        admissible = self._admissible(self.method._masked_log_q(search, hard))
         size = (hard * search.call.mask.float()).sum(-1)
-        better = keeps & (size <= self.smallest)
+        better = admissible & (size <= self.smallest)
         self.smallest[better] = size[better]
         self.chosen[better] = search.logits.detach()[better]
         self.step[better] = step + 1
@@ -199,20 +226,24 @@ class _PerExampleMask(SiteAttribution):
             optimizer (str, optional): ``"adam"`` or ``"rmsprop"`` (centred).
             samples (int, optional): gate samples per step (losses averaged).
             verbose (bool, optional): tqdm progress bar. Default: True
-            select (str, optional): ``"last"`` (the gates after the last step)
-                        or ``"sparsest"`` (per example, the sparsest deterministic
-                        mask that keeps the predicted class among the checks,
-                        one forward pass each). Default: ``"last"``
+            select (str, optional): ``"last"`` (the gates after the last step),
+                        ``"feasible"`` (per example, the sparsest deterministic
+                        mask among the checks whose KL(original || masked) <=
+                        eps: the method's own constraint) or ``"sparsest"`` (the
+                        sparsest that keeps the predicted class: the erasure
+                        optimum's own test, an oracle in an erasure comparison).
+                        Each check costs one forward pass. Default: ``"last"``
             check_every (int, optional): steps between checks. Default: 10
 
         Returns:
             *MaskResult*: (B, T) keep probabilities and deterministic masks, the
-            step they come from, per-example KL, agreement and multipliers.
+            step they come from, per-example KL and multipliers (and the argmax
+            agreement, computed when read).
         """
         call = self._prepare(inputs, additional_forward_args, layer)
         _check_search_options(eps, optimizer, samples, select, check_every)
         search = self._start(call, baselines, float(eps))
-        selection = _SparsestSelection(self, search, steps, check_every, enabled=select == "sparsest")
+        selection = _Selection(self, search, steps, check_every, select)
         with frozen(self.model):
             self._optimize(search, steps, lr, lr_lambda, optimizer, samples, verbose, selection)
             with torch.no_grad():
@@ -228,7 +259,7 @@ class _PerExampleMask(SiteAttribution):
         lambdas = LagrangeMultipliers(state.shape[0]).to(state.device)
         return _Search(call, state, log_probs(original), baseline, logits, lambdas, eps)
 
-    def _result(self, search: _Search, selection: _SparsestSelection) -> MaskResult:
+    def _result(self, search: _Search, selection: _Selection) -> MaskResult:
         real = search.call.mask.float()
         keep = self._keep(selection.final_logits())
         hard = (keep > 0.5).float()
@@ -236,11 +267,12 @@ class _PerExampleMask(SiteAttribution):
         return MaskResult(
             keep=keep * real,
             mask=hard * real,
-            step=selection.step,  # `steps` where no check kept the class
+            step=selection.step,  # `steps` where no check admitted a mask
             kl=example_kl(search.log_p, log_q),
-            agreement=same_prediction(search.log_p, log_q),
             lambdas=search.lambdas.values.detach().clone(),
             baseline=search.baseline,
+            log_p=search.log_p,
+            log_q=log_q,
         )
 
     @attribution_call
@@ -334,7 +366,8 @@ class PerExampleDiffMask(_PerExampleMask):
 class REINFORCE(_PerExampleMask):
     r"""
     Per-example hard masks trained with the score-function (REINFORCE)
-    estimator, the paper's non-differentiable comparison.
+    estimator and a moving-average baseline, the paper's non-differentiable
+    comparison.
 
     **Objective.** Per example i, gate logits (T,) initialised to 5, hard gates
     ``g_t ~ Bernoulli(sigmoid(logit_t))`` (1 = kept), the state of the site
@@ -343,21 +376,27 @@ class REINFORCE(_PerExampleMask):
 
         L0_i + r_i * sum_{real t} log p(g_t) + lambda_i * (KL_i - eps),
         L0_i = sum_{real t} sigmoid(logit_t)                 (exact expected L0)
-        r_i  = lambda_i * (KL_i - eps) - b_i                  (no gradient)
 
     where ``KL_i = KL(p_orig || p_masked)`` (no gradient: the model is only run
-    forward) and ``b_i`` is a per-example moving-average baseline, initialised
-    to 0 and updated **after** the reward is computed:
-    ``b_i <- 0.99 b_i + 0.01 lambda_i (KL_i - eps)``. The last term only gives
+    forward) and the reward ``r_i`` (no gradient) comes with a per-example
+    moving-average baseline ``m_i``, initialised to 0. The last term only gives
     ``lambda_i`` its gradient ``KL_i - eps`` (plain ascent, clamped to [0, 200]).
-    Logits are clamped to [-10, 10]. With ``samples > 1`` the sampled terms are
-    averaged over the draws. Defaults: Adam lr 0.1 for the logits, ascent lr
-    0.1 for the multipliers, ``eps = 0.1``, 500 steps, one sample per step.
+    Two rewards (``reward=``):
 
-    Two differences from the authors' code: there the baseline was updated
-    *before* the reward (so each reward partly baselined itself), and the
-    multiplier did not scale the score-function term (so lambda never reached
-    the gates).
+    - ``"lagrangian"`` (default): ``r_i = lambda_i (KL_i - eps) - m_i``, the
+      Lagrangian's own term, with ``m_i <- 0.99 m_i + 0.01 lambda_i (KL_i - eps)``
+      updated **after** the reward: the same objective as
+      :class:`PerExampleDiffMask`, only the gradient estimator differs;
+    - ``"authors"``: the authors' code: ``m_i <- 0.99 m_i + 0.01 (KL_i - eps)``
+      updated **before** the reward (each reward partly baselines itself) and
+      ``r_i = (KL_i - eps) - m_i``, not scaled by the multiplier, so lambda never
+      reaches the gates: a penalty of weight 1 on the KL (eps, a constant in the
+      reward, is absorbed by the baseline).
+
+    Logits are clamped to [-10, 10]. With ``samples > 1`` the sampled terms are
+    averaged over the draws (and the baseline follows their mean). Defaults:
+    Adam lr 0.1 for the logits, ascent lr 0.1 for the multipliers, ``eps =
+    0.1``, 500 steps, one sample per step.
 
     **Readouts.** ``readout="keep"``: ``sigmoid(logit_t)``, the probability of
     keeping the token; ``readout="mask"``: the deterministic mask
@@ -370,9 +409,19 @@ class REINFORCE(_PerExampleMask):
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+        reward (str, optional): ``"lagrangian"`` or ``"authors"``, see above.
+                    Default: ``"lagrangian"``
     """
 
     _name = "REINFORCE"
+
+    def __init__(
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto", reward: str = "lagrangian",
+    ) -> None:
+        check_choice(reward, _REWARDS, "reward")
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
+        self.reward = reward
 
     def _keep(self, logits: Tensor) -> Tensor:
         return torch.sigmoid(logits.float())
@@ -381,24 +430,30 @@ class REINFORCE(_PerExampleMask):
         real = search.call.mask.float()
         logits, eps = search.logits, search.eps
         moving = torch.zeros(logits.shape[0], device=logits.device)
+        authors = self.reward == "authors"
 
         def loss_fn(step: int) -> Tensor:
             nonlocal moving
             probs = torch.sigmoid(logits)
             lam = search.lambdas()
-            score = torch.zeros_like(moving)
-            violation = torch.zeros_like(moving)
-            for _ in range(samples):
-                with torch.no_grad():
-                    gates = torch.bernoulli(probs.detach())
-                    kl = example_kl(search.log_p, self._masked_log_q(search, gates))
-                    reward = lam.detach() * (kl - eps) - moving
-                log_prob = gates * F.logsigmoid(logits) + (1.0 - gates) * F.logsigmoid(-logits)
-                score = score + reward * (log_prob * real).sum(-1)
-                violation = violation + (kl - eps)
-            with torch.no_grad():  # after the rewards: no sample baselines itself
-                moving = 0.99 * moving + 0.01 * lam.detach() * violation / samples
+            with torch.no_grad():
+                draws = [torch.bernoulli(probs.detach()) for _ in range(samples)]
+                violations = [example_kl(search.log_p, self._masked_log_q(search, g)) - eps for g in draws]
+                violation = torch.stack(violations).mean(0)
+                scale = torch.ones_like(lam) if authors else lam.detach()
+                if authors:  # the authors' order: the baseline moves before the reward
+                    moving = 0.99 * moving + 0.01 * violation
+                rewards = [scale * v - moving for v in violations]
+                if not authors:  # after the rewards: no sample baselines itself
+                    moving = 0.99 * moving + 0.01 * scale * violation
+            score = sum((r * (_bernoulli_log_prob(logits, g) * real).sum(-1) for r, g in zip(rewards, draws)),
+                        torch.zeros_like(moving))
             l0 = (probs * real).sum(-1)
-            return (l0 + score / samples + lam * violation / samples).sum()
+            return (l0 + score / samples + lam * violation).sum()
 
         return loss_fn
+
+
+def _bernoulli_log_prob(logits: Tensor, gates: Tensor) -> Tensor:
+    r"""(B, T) log p(g_t) of hard gates under Bernoulli(sigmoid(logit_t))."""
+    return gates * F.logsigmoid(logits) + (1.0 - gates) * F.logsigmoid(-logits)

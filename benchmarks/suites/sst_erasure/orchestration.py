@@ -8,7 +8,7 @@ import math
 import statistics
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -20,19 +20,23 @@ from benchmarks.tasks.sst import SSTData, sst_sites
 
 from ...methods import MethodContext
 from ...progress import bar, error_text, log
-from .attributions import MaskedPredictor, run_erasure, run_mask_method, run_scoring_method
+from .attributions import MaskedPredictor, MaskRun, run_erasure, run_mask_method, run_scoring_method
 from .figure import make_figure
 from .loading import Bench, load_bench
-from .report import summary_notes
+from .prose import summary_notes
 from .scoring import (
     checks,
+    compare_pairs,
     empty_optimum_scores,
     erasure_statistics,
     exact_erasure_record,
+    mean_per_sentence,
+    miss_breakdown,
     over_seeds,
     Reference,
+    summarize,
 )
-from .settings import MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, SCORE_KEYS
+from .settings import BASELINE_KINDS, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, SCORE_KEYS
 
 
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
@@ -42,22 +46,27 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     run_start = time.perf_counter()
     # the first seed: the GRU's, and every method's; the per-example masks run once per seed
     seeds = [int(s) for s in config["seeds"]]
-    seed = seeds[0]
     split = config.get("split", "dev")
-    bench = load_bench(config, seed, verbose)
+    bench = load_bench(config, seeds[0], verbose)
     reference = erasure_reference(config, bench, verbose)
-    methods, kept_by_method = score_methods(config, bench, reference, seeds, verbose)
+    methods, kept_by_method, per_sentence = score_methods(config, bench, reference, seeds, verbose)
+    bootstrap = dict(config.get("bootstrap", {}))
+    comparisons = compare_pairs(per_sentence, config.get("comparisons", []), int(bootstrap.get("resamples", 10_000)),
+                                int(bootstrap.get("seed", 0)))
     figures, notes = _figures(config, reference, kept_by_method, out_dir)
+    unit = "word pieces" if bench.unit.name == "piece" else "words"
     results: Dict[str, Any] = {
-        "title": f"SST erasure agreement ({split}, sentences of <= {config['max_words']} words)",
+        "title": f"SST erasure agreement ({split}, sentences of <= {config['max_tokens']} {unit})",
         "split": split,
         "metrics": METRICS,
         "methods": methods,
+        "comparisons": comparisons,
         "paper": PAPER,
         "paper_source": PAPER_SOURCE,
         "model": bench.model_info,
-        "erasure": erasure_statistics(reference, len(bench.short), len(bench.evaluated), config),
-        "baseline": {"kind": "mean word vector over train (each occurrence counts)", "norm": float(bench.baseline.norm())},
+        "erasure": erasure_statistics(reference, bench.model_info["cut"], config),
+        "baseline": {"kind": BASELINE_KINDS.get(config.get("baseline", "mean"), config.get("baseline")),
+                     "norm": float(bench.baseline.norm())},
         "figures": figures,
         "suite_seconds": time.perf_counter() - run_start,
     }
@@ -102,8 +111,9 @@ def erasure_reference(config: Mapping[str, Any], bench: Bench, verbose: bool) ->
 @dataclass
 class _Scoring:
     r"""What scoring one method needs: the bench, the reference, the seeds (the
-    first is every method's; the per-example masks run once per seed) and the
-    sentences per attribute call."""
+    first is every method's; the per-example masks run once per seed), the
+    sentences per attribute call, and where the mask rows' per-sentence scores
+    (means over the seeds) are collected for the paired bootstrap."""
 
     bench: Bench
     reference: Reference
@@ -112,11 +122,12 @@ class _Scoring:
     seeds: List[int]
     chunk: int
     verbose: bool
+    per_sentence: Dict[str, Dict[str, Tensor]] = field(default_factory=dict)
 
 
 def score_methods(
     config: Mapping[str, Any], bench: Bench, reference: Reference, seeds: List[int], verbose: bool
-) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, Tensor]]:
+) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, Tensor], Dict[str, Dict[str, Tensor]]]:
     r"""
     Every configured method against exact erasure, exact erasure's own record first.
 
@@ -129,8 +140,9 @@ def score_methods(
         verbose (bool): progress bars and a line per method.
 
     Returns:
-        *tuple* ``(methods, kept_by_method)``: the record of every method, and
-        the (M, T) kept words of every method that ran, for the figure.
+        *tuple* ``(methods, kept_by_method, per_sentence)``: the record of every
+        method, the (M, T) kept tokens of every method that ran (for the
+        figure), and each mask row's per-sentence scores (means over the seeds).
     """
     model = bench.model
     ctx = MethodContext(
@@ -149,11 +161,11 @@ def score_methods(
         methods[name], kept = _score_method(name, dict(all_options.get(name, {})), scoring)
         if kept is not None:
             kept_by_method[name] = kept
-    return methods, kept_by_method
+    return methods, kept_by_method, scoring.per_sentence
 
 
 def _score_method(name: str, options: Dict[str, Any], scoring: _Scoring) -> Tuple[Dict[str, Any], Optional[Tensor]]:
-    r"""One method's record and kept words (None when it failed: the record says why)."""
+    r"""One method's record and kept tokens (None when it failed: the record says why)."""
     record: Dict[str, Any] = {"options": dict(options)}
     kept = None
     try:
@@ -173,64 +185,85 @@ def _score_method(name: str, options: Dict[str, Any], scoring: _Scoring) -> Tupl
 
 
 def _attribute_and_score(name: str, options: Dict[str, Any], record: Dict[str, Any], scoring: _Scoring) -> Tensor:
-    r"""Runs one method and fills its ``record`` in; returns its (M, T) kept words."""
+    r"""Runs one method and fills its ``record`` in; returns its (M, T) kept tokens
+    (a mask row's: the first seed's)."""
     data, k, sets = scoring.reference.data, scoring.reference.k, scoring.reference.optimal_sets
-    kept, scores, other_seeds, seconds, setup = _attribute(name, options, record, scoring)
-    summary = scoring.predictor.agreement(data, kept, sets)
-    if other_seeds:  # the scores are the means over the seeds' runs
-        others = [scoring.predictor.agreement(data, other, sets) for other in other_seeds]
-        summary, spread = over_seeds([summary] + others, scoring.seeds)
+    kept_runs, scores, seconds, setup = _attribute(name, options, record, scoring)
+    per_seed = [scoring.predictor.per_sentence(data, kept, sets) for kept in kept_runs]
+    summary = summarize(per_seed[0])
+    if len(per_seed) > 1:  # the scores are the means over the seeds' runs
+        summary, spread = over_seeds([summarize(p) for p in per_seed], scoring.seeds)
         record.update(spread)
     record.update({key: summary[key] for key in SCORE_KEYS})
     record["optimal_l0"] = summary["optimal_l0"]
-    if name in MASK_METHODS:  # the same method's ranking, cut at the optimal size
-        top_summary = scoring.predictor.agreement(data, top_k_mask(scores, k, data.mask), sets)
-        record.update({f"topk_{key}": top_summary[key] for key in ("precision", "recall", "f1", "sufficiency")})
+    if name in MASK_METHODS:
+        scoring.per_sentence[name] = mean_per_sentence(per_seed)
+        record["misses"] = miss_breakdown(per_seed)
+        # the same method's ranking, cut at the optimal size
+        top = summarize(scoring.predictor.per_sentence(data, top_k_mask(scores, k, data.mask), sets))
+        record.update({f"topk_{key}": top[key] for key in ("precision", "recall", "f1", "sufficiency")})
     empty_data = scoring.reference.empty_data
     if empty_data is not None:  # scored apart, then all solved sentences together
         record.update(_score_empty_optimum(name, options, summary, empty_data, scoring))
     record.update({"status": "ok", "seconds_per_example": seconds / len(data), "setup_seconds": setup,
                    "attribute_seconds": seconds, "count": summary["count"]})
-    return kept
+    return kept_runs[0]
 
 
 def _attribute(
     name: str, options: Dict[str, Any], record: Dict[str, Any], scoring: _Scoring
-) -> Tuple[Tensor, Tensor, List[Tensor], float, float]:
-    r"""One method on the scored sentences: its kept words (a per-example
-    method's own mask, else its top-k words), its scores, the kept words of the
-    other seeds' runs, seconds to attribute and setup seconds; its info and
+) -> Tuple[List[Tensor], Tensor, float, float]:
+    r"""One method on the scored sentences: its kept tokens (a mask row's own
+    masks, one per seed; else its top-k tokens), its scores (the first seed's),
+    seconds to attribute (a mean over the seeds) and setup seconds; its info and
     selection go to ``record``."""
     bench, data = scoring.bench, scoring.reference.data
     if name in MASK_METHODS:
         # one run per seed: the masks are stochastic (noise, sampled gates)
-        seed_runs = [run_mask_method(name, bench.model, data, bench.baseline, options, scoring.chunk, seed,
-                                     scoring.verbose) for seed in scoring.seeds]
-        kept, scores, _, info = seed_runs[0]
-        record.update(info)
+        runs = [run_mask_method(name, bench.model, data, bench.baseline, options, scoring.chunk, seed, scoring.verbose)
+                for seed in scoring.seeds]
+        record.update(mask_run_info(runs, options))
         record["selection"] = "mask"
-        return kept, scores, [r[0] for r in seed_runs[1:]], statistics.mean(r[2] for r in seed_runs), 0.0
+        return [r.kept for r in runs], runs[0].keep, statistics.mean(r.seconds for r in runs), 0.0
     scores, seconds, setup, info = run_scoring_method(name, scoring.ctx, bench.model, bench.train, data, bench.baseline,
                                                       options, scoring.chunk, scoring.seeds[0], scoring.verbose)
     record.update(info)
-    kept = top_k_mask(scores, scoring.reference.k, data.mask)
     record["selection"] = "top-k"
-    return kept, scores, [], seconds, setup
+    return [top_k_mask(scores, scoring.reference.k, data.mask)], scores, seconds, setup
+
+
+def mask_run_info(runs: List[MaskRun], options: Mapping[str, Any]) -> Dict[str, Any]:
+    r"""What a mask row's runs say beside their scores (means over the seeds):
+    the share of sentences whose selected mask meets the method's own
+    constraint KL <= eps, the mean KL and step of the selected masks, and the
+    multipliers (their mean, and the share at the 200 clamp)."""
+    eps = float(options.get("eps", 0.1))
+
+    def mean(values: List[float]) -> float:
+        return statistics.mean(values)
+
+    return {
+        "constraint_met": 100.0 * mean([float((r.kl <= eps).float().mean()) for r in runs]),
+        "kl_mean": mean([float(r.kl.mean()) for r in runs]),
+        "step_mean": mean([float(r.step.float().mean()) for r in runs]),
+        "lambda_mean": mean([float(r.lambdas.mean()) for r in runs]),
+        "lambda_at_max": mean([float((r.lambdas >= 200).float().mean()) for r in runs]),
+    }
 
 
 def _score_empty_optimum(
     name: str, options: Dict[str, Any], summary: Mapping[str, Any], empty_data: SSTData, scoring: _Scoring
 ) -> Dict[str, Any]:
     r"""The method on the sentences whose optimum is empty (``empty_data``): a
-    per-example method's mask (first seed), the top-0 words for the others."""
+    mask row's mask (first seed), the top-0 tokens for the others."""
     if name in MASK_METHODS:
         bench = scoring.bench
         empty_kept = run_mask_method(name, bench.model, empty_data, bench.baseline, options, scoring.chunk,
-                                     scoring.seeds[0], False)[0]
+                                     scoring.seeds[0], False).kept
     else:
         empty_kept = torch.zeros_like(empty_data.mask)  # top-0
     empty_sets = [torch.zeros(1, empty_data.ids.shape[1])] * len(empty_data)
-    empty_summary = scoring.predictor.agreement(empty_data, empty_kept, empty_sets)
+    empty_summary = summarize(scoring.predictor.per_sentence(empty_data, empty_kept, empty_sets))
     return empty_optimum_scores(empty_summary, empty_kept, summary)
 
 

@@ -1,5 +1,5 @@
-"""The sst-erasure suite's prose: the notes of a run and the markdown report,
-one function per table."""
+"""The sst-erasure suite's markdown report, one function per table (the
+sentences are :mod:`.prose`'s)."""
 
 from __future__ import annotations
 
@@ -18,46 +18,8 @@ from ...report import (
     run_line,
     table,
 )
+from .prose import MISS_LABELS, row_label, versus_paragraph
 from .settings import DESCRIPTION, MASK_METHODS, METRICS, PAPER, SCORE_KEYS
-
-
-def summary_notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
-    r"""The notes of a run: the GRU, what exact erasure solved, the per-example
-    masks on the sentences with an empty optimum, the seeds, quick mode."""
-    notes: List[str] = []
-    model, erasure = results["model"], results["erasure"]
-    selection = "the best of" if config["model"].get("select", "best") == "best" else "the last of"
-    notes.append(
-        f"GRU classifier: dev accuracy {100 * model['dev_accuracy']:.2f}% (5 classes, {selection} "
-        f"{len(model['history'])} epochs on dev, words unseen in train as <unk>); "
-        f"{100 * model[results['split'] + '_accuracy_evaluated']:.2f}% on {results['split']} with those words' own "
-        f"frozen vectors ({model.get('extended_words', 0)} words added). The paper does not give its GRU's accuracy."
-    )
-    notes.append(
-        f"Exact erasure: {erasure['solved']} of {erasure['sentences']} sentences solved within {erasure['budget']} "
-        f"evaluations each ({erasure['not_solved']} not solved, left out); {erasure['empty_optimum']} have an empty "
-        "optimal set (the prediction is what the model says with every word erased) and are left out of the scores"
-        + (" (include_empty_optimum=True keeps them)" if not config.get("include_empty_optimum") else "")
-        + f"; {erasure['scored']} sentences scored, mean optimal size {erasure['mean_optimal_size']:.2f} words of "
-        f"{erasure['mean_words']:.1f}, {erasure['mean_solutions']:.2f} optimal sets each on average."
-    )
-    parts = [f"{n} keeps no word on {r['empty_optimum']['keeps_nothing']:.1f}% of them (L0 {r['empty_optimum']['l0']:.1f}%)"
-             for n, r in results["methods"].items() if n in MASK_METHODS and r.get("empty_optimum")]
-    if parts:
-        notes.append(f"On the {erasure['empty_optimum']} sentences with an empty optimum, the per-example masks (trained "
-                     "for KL <= eps, not for the class): " + "; ".join(parts) + ". The scores over all solved sentences, "
-                     "these included (an empty kept set is then exact), are in the last table.")
-    if len(config.get("seeds", [])) > 1:
-        seeds = ", ".join(str(s) for s in config["seeds"])
-        notes.append(f"Seeds {seeds}: the GRU is trained with the first ({config['seeds'][0]}); the per-example masks "
-                     f"({', '.join(MASK_METHODS)}) run once per seed and their scores are the means over the seeds "
-                     "(each seed's in the table 'Per-example masks, seed by seed'); their top-k scores, kept words in "
-                     "the figure and empty-optimum scores are the first seed's; every other method runs once, with "
-                     "the first seed.")
-    if config.get("quick"):
-        notes.append("Quick mode: a subset of the split, a shorter GRU training and fewer optimisation steps; "
-                     "the targets are for the full run on dev.")
-    return notes
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
@@ -81,6 +43,8 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines += ["", DESCRIPTION[0].upper() + DESCRIPTION[1:] + ".", ""]
     lines += _table2_section(results)
     lines += _seeds_section(methods)
+    lines += _comparison_section(results)
+    lines += _misses_section(methods)
     lines += _top_k_section(methods)
     lines += _all_solved_section(methods)
     lines += _speed_section(methods)
@@ -102,17 +66,22 @@ def _cell(record: Mapping[str, Any], key: str) -> str:
     return fmt(record.get(key), 2) if record.get("status") == "ok" else str(record.get("status", "n/a"))
 
 
+def _mask_rows(methods: Mapping[str, Any]) -> List[str]:
+    return [name for name in MASK_METHODS if name in methods]
+
+
 def _table2_section(results: Mapping[str, Any]) -> List[str]:
     methods = results.get("methods", {})
     paper = results.get("paper", PAPER)
     rows = []
-    for name in MASK_METHODS:
-        if name not in methods:
-            continue
+    for name in _mask_rows(methods):
         record = methods[name]
-        row: List[Any] = [f"`{name}`"]
+        row: List[Any] = [row_label(name, record)]
         for key in ("precision", "recall", "f1", "optimality", "l0"):
-            row += [_cell(record, key), fmt(paper.get(name, {}).get(key), 2)]
+            ours = _cell(record, key)
+            std = record.get("std_over_seeds", {}).get(key)
+            row += [ours + (f" ± {std:.2f}" if std is not None and record.get("status") == "ok" else ""),
+                    fmt(paper.get(name, {}).get(key), 2)]
         row.append(_cell(record, "sufficiency"))
         rows.append(row)
     headers = ["method"]
@@ -120,10 +89,12 @@ def _table2_section(results: Mapping[str, Any]) -> List[str]:
         headers += [f"{key}, ours", f"{key}, paper"]
     headers.append("sufficiency, ours")
     lines = ["## Per-example masks against exact erasure (the paper's Table 2)", "", table(headers, rows), "",
-             "All in percent, each the mean over scored sentences of a per-sentence value. Precision, recall and F1 "
-             "of the words the deterministic mask keeps (gate open with probability > 0.5) against the optimal set "
-             "closest to them; optimality: the mask keeps the predicted class with exactly the optimal number of "
-             "words; L0: share of words kept; sufficiency: the mask keeps the predicted class.", ""]
+             "All in percent, each the mean over scored sentences of a per-sentence value, then the mean ± std over "
+             "the seeds. Precision, recall and F1 of the tokens the deterministic mask keeps (gate open with "
+             "probability > 0.5) against the optimal set closest to them; optimality: the mask keeps the predicted "
+             "class with exactly the optimal number of tokens; L0: share of tokens kept; sufficiency: the mask keeps "
+             "the predicted class. A row's mask comes from the method's own objective unless it is marked "
+             "oracle-selected.", ""]
     if results.get("paper_source"):
         lines += [f"Paper: {results['paper_source']}", ""]
     return lines
@@ -131,14 +102,55 @@ def _table2_section(results: Mapping[str, Any]) -> List[str]:
 
 def _seeds_section(methods: Mapping[str, Any]) -> List[str]:
     seed_rows = [[f"`{name}`", str(row["seed"])] + [fmt(row[key], 2) for key in SCORE_KEYS]
-                 for name in MASK_METHODS for row in methods.get(name, {}).get("per_seed", [])]
+                 for name in _mask_rows(methods) for row in methods[name].get("per_seed", [])]
     seed_rows += [[f"`{name}`", "std"] + [fmt(methods[name]["std_over_seeds"][key], 2) for key in SCORE_KEYS]
-                  for name in MASK_METHODS if methods.get(name, {}).get("std_over_seeds")]
+                  for name in _mask_rows(methods) if methods[name].get("std_over_seeds")]
     if not seed_rows:
         return []
     return ["## Per-example masks, seed by seed", "",
             table(["method", "seed", "precision", "recall", "F1", "optimality", "L0", "sufficiency"], seed_rows), "",
             "The table above gives the means over these seeds; std: the standard deviation over them.", ""]
+
+
+def _comparison_section(results: Mapping[str, Any]) -> List[str]:
+    comparisons = results.get("comparisons") or []
+    if not comparisons:
+        return []
+    rows = []
+    for c in comparisons:
+        for key, label in (("f1", "F1"), ("optimality", "optimality"), ("l0", "L0")):
+            ci = c["metrics"][key]
+            rows.append([f"`{c['first']}` − `{c['second']}`", label, f"{ci['difference']:+.2f}",
+                         f"[{ci['low']:+.2f}, {ci['high']:+.2f}]", "yes" if ci["low"] > 0 or ci["high"] < 0 else "no"])
+    count = comparisons[0]["metrics"]["f1"]["examples"]
+    resamples = comparisons[0]["metrics"]["f1"]["resamples"]
+    lines = ["## DiffMask against REINFORCE: paired bootstrap", "",
+             table(["difference", "score", "mean (points)", "95% CI", "0 outside"], rows), "",
+             f"Each sentence's score is its mean over the seeds; the {count} scored sentences are drawn with "
+             f"replacement {resamples} times, the same draw for both methods (paired), and the interval holds the "
+             "central 95% of the resampled mean differences (percentile bootstrap). It covers the sampling of the "
+             "sentences, not the seeds (their std is in the tables above).", ""]
+    paragraph = versus_paragraph(results)
+    return lines + ([paragraph, ""] if paragraph else [])
+
+
+def _misses_section(methods: Mapping[str, Any]) -> List[str]:
+    names = [n for n in _mask_rows(methods) if methods[n].get("misses")]
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        misses, record = methods[name]["misses"], methods[name]
+        rows.append([f"`{name}`", fmt(misses["optimal"], 1)] + [fmt(misses[key], 1) for key in MISS_LABELS]
+                    + [f"{misses['extra_tokens']:+.2f}", fmt(record.get("constraint_met"), 1), fmt(record.get("kl_mean"), 3),
+                       fmt(record.get("step_mean"), 0)])
+    headers = (["method", "optimal"] + list(MISS_LABELS.values())
+               + ["kept − optimal size (tokens)", "own KL <= eps met", "mean KL (nats)", "mean step of the mask"])
+    return ["## Where the per-example masks miss the optimum", "", table(headers, rows), "",
+            "In percent of the scored sentences (means over the seeds), each sentence in exactly one of the first five "
+            "columns. 'Own KL <= eps met': the share of sentences whose returned mask meets the constraint the method "
+            "optimises, with its mean KL(original || masked); the step the mask comes from (the last step unless a "
+            "selection rule picked an earlier one).", ""]
 
 
 def _top_k_section(methods: Mapping[str, Any]) -> List[str]:
@@ -154,10 +166,10 @@ def _top_k_section(methods: Mapping[str, Any]) -> List[str]:
             rows.append([f"`{name}`", _cell(record, "precision"), _cell(record, "recall"), _cell(record, "f1"),
                          _cell(record, "sufficiency")])
     optimal_l0 = next((r.get("optimal_l0") for r in methods.values() if r.get("optimal_l0") is not None), None)
-    return ["## Every method: its top-k words, k = the optimal size", "",
+    return ["## Every method: its top-k tokens, k = the optimal size", "",
             table(["method", "precision", "recall", "F1", "sufficiency (= optimality)"], rows), "",
-            "Each method ranks the words of a sentence; its k best words are kept and the rest replaced by the "
-            "baseline. Sufficiency: the share of sentences whose top-k words keep the predicted class; as k is the "
+            "Each method ranks the tokens of a sentence; its k best tokens are kept and the rest replaced by the "
+            "baseline. Sufficiency: the share of sentences whose top-k tokens keep the predicted class; as k is the "
             "optimal size, such a set is itself optimal, so optimality equals sufficiency here. L0 is the optimum's "
             f"({fmt(optimal_l0, 2)}%).", ""]
 
@@ -171,9 +183,9 @@ def _all_solved_section(methods: Mapping[str, Any]) -> List[str]:
     return ["## All solved sentences, empty optima included", "",
             table(["method"] + [m["label"] for m in METRICS], solved_rows), "",
             f"The same scores over all {count} solved sentences, those whose optimal set is empty included "
-            "(the prediction is the one the model makes with every word erased). There an empty kept set is exact "
-            "(precision = recall = F1 = 100) and any kept word counts against precision; the top-k methods keep "
-            "no word there by construction. The paper does not say how it treated such sentences.", ""]
+            "(the prediction is the one the model makes with every token erased). There an empty kept set is exact "
+            "(precision = recall = F1 = 100) and any kept token counts against precision; the top-k methods keep "
+            "no token there by construction. The paper does not say how it treated such sentences.", ""]
 
 
 def _speed_section(methods: Mapping[str, Any]) -> List[str]:
@@ -194,22 +206,31 @@ def _erasure_section(results: Mapping[str, Any]) -> List[str]:
     model = results.get("model", {})
     if not erasure:
         return []
-    histogram = ", ".join(f"{k}: {v}" for k, v in sorted(erasure.get("size_histogram", {}).items(), key=lambda kv: int(kv[0])))
-    return ["## Exact erasure and the model", "",
+    unit = "word pieces" if erasure.get("unit") == "piece" else "words"
+    sizes = sorted(erasure.get("size_histogram", {}).items(), key=lambda kv: int(kv[0]))
+    solved = max(int(erasure.get("solved", 0)), 1)
+    histogram = ", ".join(f"{k}: {v} ({100 * v / solved:.1f}%)" for k, v in sizes)
+    return ["## Exact erasure, its optima and the model", "",
             table(["", ""], [
                 ["sentences of the split", erasure.get("split_sentences")],
-                ["with <= max_words words (searched)", erasure.get("sentences")],
+                [f"with <= {erasure.get('max_tokens')} {unit} (the cut)",
+                 f"{erasure.get('within_cut')} ({fmt(erasure.get('within_cut_share'), 1)}% of the split)"],
+                ["searched", erasure.get("sentences")],
                 ["solved / not solved within the budget", f"{erasure.get('solved')} / {erasure.get('not_solved')}"],
                 ["solved but the minimal size not fully enumerated", erasure.get("incomplete")],
-                ["empty optimal set (left out)", erasure.get("empty_optimum")],
+                ["empty optimal set (left out)", f"{erasure.get('empty_optimum')} ({fmt(100 * erasure.get('empty_optimum', 0) / solved, 1)}% of the solved)"],
                 ["scored", erasure.get("scored")],
-                ["optimal size: sentences per size", histogram],
-                ["mean optimal size / mean words (scored)", f"{fmt(erasure.get('mean_optimal_size'), 2)} / {fmt(erasure.get('mean_words'), 1)}"],
+                ["optimal size: solved sentences per size (tokens)", histogram],
+                ["optimal size, mean / median (scored)", f"{fmt(erasure.get('mean_optimal_size'), 2)} / {fmt(erasure.get('median_optimal_size'), 0)}"],
+                ["optimal share of the tokens (scored; the paper gives its masks' L0, 31-33%, not its optima's)", f"{fmt(erasure.get('optimal_share'), 2)}%"],
+                [f"mean {unit} per scored sentence", fmt(erasure.get("mean_tokens"), 1)],
                 ["mean number of optimal sets (scored)", fmt(erasure.get("mean_solutions"), 2)],
                 ["model evaluations per sentence (mean / max)", f"{fmt(erasure.get('evaluations_mean'), 1)} / {erasure.get('evaluations_max')}"],
                 ["GRU dev accuracy (model selection)", fmt(100 * model.get("dev_accuracy", math.nan), 2) + "%"],
-                ["GRU", f"{model.get('embeddings')} word vectors ({model.get('embedding_dim')}-d, frozen), hidden {model.get('hidden_size')}, vocabulary {model.get('vocabulary')} (train)"],
-                ["baseline", results.get("baseline", {}).get("kind", "")],
+                ["GRU", f"one GRU layer of {model.get('hidden_size')} over frozen {model.get('embeddings')} vectors of "
+                        f"{unit} ({model.get('embedding_dim')}-d, {model.get('vocabulary')} rows), trained on "
+                        + (f"{model.get('train_examples')} train phrases" if model.get("phrases") else "the train sentences")],
+                ["baseline (what an erased token becomes)", results.get("baseline", {}).get("kind", "")],
             ]), ""]
 
 

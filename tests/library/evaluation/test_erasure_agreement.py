@@ -9,6 +9,7 @@ import torch
 
 from captum_diffmask.evaluation.erasure_agreement import (
     agreement,
+    agreement_per_example,
     closest_optimal_set,
     kept_share,
     keeps_prediction,
@@ -119,6 +120,20 @@ def test_optimality_keeps_prediction_and_kept_share():
     torch.testing.assert_close(kept_share(kept, mask), torch.tensor([0.25, 1.0, 0.25]))
     with pytest.raises(ValueError, match="shape"):
         keeps_prediction(original, masked[:2])
+
+
+def test_agreement_per_example_hand_made():
+    kept = b([[1, 1, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]])
+    sets = [b([[1, 0, 0, 0], [0, 0, 1, 0]]), b([[0, 1, 0, 0]]), b([[0, 0, 1, 0]])]
+    scores = agreement_per_example(kept, sets, torch.tensor([True, True, False]), b([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]]))
+    # row 0: closest {0}, 2 kept for an optimum of 1; row 1: exact; row 2: nothing kept, the class flips
+    torch.testing.assert_close(scores["f1"], torch.tensor([2 / 3, 1.0, 0.0]))
+    assert scores["optimality"].tolist() == [0.0, 1.0, 0.0] and scores["sufficiency"].tolist() == [1.0, 1.0, 0.0]
+    assert scores["kept_size"].tolist() == [2, 1, 0] and scores["optimal_size"].tolist() == [1, 1, 1]
+    torch.testing.assert_close(scores["l0"], torch.tensor([0.5, 1 / 3, 0.0]))
+    summary = summarize_agreement(kept, sets, torch.tensor([True, True, False]), b([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]]))
+    for key in ("precision", "recall", "f1", "optimality", "sufficiency", "l0", "optimal_l0"):
+        assert summary[key] == pytest.approx(100 * float(scores[key].mean()))  # the summary is their mean
 
 
 def test_summarize_agreement_means_in_percent():

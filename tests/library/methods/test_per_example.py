@@ -5,6 +5,8 @@ import itertools
 import pytest
 import torch
 
+from captum_diffmask import objective
+from captum_diffmask.methods import per_example
 from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask, REINFORCE
 from captum_diffmask.sites import SiteLocator
 from captum_diffmask.toy import toy_ground_truth, toy_sites
@@ -127,6 +129,67 @@ def test_select_sparsest_returns_a_checked_mask_never_larger_than_the_last(toy_s
     same = sparsest.step == 60
     assert torch.equal(sparsest.mask[same], last.mask[same])
     assert torch.allclose(sparsest.keep[same], last.keep[same])
+
+
+def _toy_search(toy_setup, cls, seed=3, n=64, **options):
+    model, _, _, valid = toy_setup
+    data = valid.subset(torch.arange(n))
+    torch.manual_seed(seed)
+    explainer = cls(model, sites=toy_sites(model), padding_mask_arg=1, **options.pop("init", {}))
+    return explainer.fit_masks(data.ids, (data.query, data.mask), layer=1, verbose=False, **options)
+
+
+def _no_argmax(*args, **kwargs):
+    raise AssertionError("the argmax check was called")
+
+
+@pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
+@pytest.mark.parametrize("select", ["last", "feasible"])
+def test_selection_uses_nothing_beyond_the_objective(toy_setup, cls, select, monkeypatch):
+    options = dict(steps=60, lr=0.1, eps=0.05, select=select, check_every=3)
+    plain = _toy_search(toy_setup, cls, **options)
+    # the argmax check (the erasure optimum's success test) swapped for a function that raises
+    monkeypatch.setattr(per_example, "same_prediction", _no_argmax)
+    monkeypatch.setattr(objective, "same_prediction", _no_argmax)
+    blind = _toy_search(toy_setup, cls, **options)
+    assert torch.equal(blind.mask, plain.mask) and torch.equal(blind.step, plain.step)
+    assert torch.equal(blind.keep, plain.keep) and torch.equal(blind.kl, plain.kl)
+    # the oracle selection does use it: the swap is seen
+    with pytest.raises(AssertionError, match="argmax check"):
+        _toy_search(toy_setup, cls, **{**options, "select": "sparsest"})
+
+
+@pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
+def test_select_feasible_returns_the_sparsest_checked_mask_within_the_constraint(toy_setup, cls):
+    options = dict(steps=60, lr=0.1, eps=0.05, check_every=7)
+    last = _toy_search(toy_setup, cls, select="last", **options)
+    feasible = _toy_search(toy_setup, cls, select="feasible", **options)
+    assert ((feasible.step % 7 == 0) | (feasible.step == 60)).all()
+    # an example whose last mask meets KL <= eps gets one no larger
+    ok = last.kl <= 0.05
+    assert ok.sum() >= 10
+    assert (feasible.mask.sum(1)[ok] <= last.mask.sum(1)[ok]).all()
+    assert (feasible.kl[ok] <= 0.05).all()
+    # an earlier step is returned only when its mask met the constraint
+    earlier = feasible.step < 60
+    assert (feasible.kl[earlier] <= 0.05).all()
+    same = ~earlier
+    assert torch.equal(feasible.mask[same], last.mask[same])
+
+
+def test_reinforce_authors_reward_never_lets_lambda_reach_the_gates(toy_setup):
+    options = dict(steps=40, lr=0.1, eps=0.05, select="last")
+    runs = {}
+    for reward in ("authors", "lagrangian"):
+        for lr_lambda in (0.01, 5.0):
+            runs[reward, lr_lambda] = _toy_search(toy_setup, REINFORCE, init={"reward": reward}, lr_lambda=lr_lambda,
+                                                  **options)
+    authors_slow, authors_fast = runs["authors", 0.01], runs["authors", 5.0]
+    assert not torch.equal(authors_slow.lambdas, authors_fast.lambdas)  # the multipliers do move
+    assert torch.equal(authors_slow.keep, authors_fast.keep)  # but the gates never see them
+    assert not torch.equal(runs["lagrangian", 0.01].keep, runs["lagrangian", 5.0].keep)
+    with pytest.raises(ValueError, match="reward"):
+        REINFORCE(toy_setup[0], sites=toy_sites(toy_setup[0]), padding_mask_arg=1, reward="corrected")
 
 
 def test_readouts_and_multipliers_release_the_gates_when_the_constraint_is_slack():

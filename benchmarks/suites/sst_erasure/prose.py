@@ -1,0 +1,130 @@
+"""The sst-erasure suite's sentences: the row labels, the notes of a run, and
+the paragraph that says where per-example DiffMask stands against REINFORCE,
+every number taken from the run's results."""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping, Optional
+
+from .settings import MASK_METHODS
+
+#: What each mask row is, for the tables.
+ROW_LABELS = {
+    "PerExampleDiffMask": "per-example DiffMask",
+    "REINFORCE": "REINFORCE, the authors' reward",
+    "REINFORCE-corrected": "REINFORCE, corrected: the Lagrangian reward",
+    "PerExampleDiffMask-oracle": "per-example DiffMask",
+    "REINFORCE-oracle": "REINFORCE, corrected",
+}
+#: How each miss of :func:`~.scoring.miss_breakdown` reads.
+MISS_LABELS = {
+    "smaller": "fewer tokens than the optimum (the class flips)",
+    "optimal_size_flips": "the optimal number of tokens, the class flips",
+    "larger_keeps": "more tokens than the optimum, the class kept",
+    "larger_flips": "more tokens than the optimum, the class flips",
+}
+
+
+def row_label(name: str, record: Mapping[str, Any]) -> str:
+    r"""A mask row's label: what it runs and how its mask is chosen (an
+    oracle-selected row says so)."""
+    select = record.get("options", {}).get("select", "last")
+    how = {"last": "the last step's mask", "feasible": "the sparsest mask within its KL <= eps",
+           "sparsest": "**oracle-selected**: the sparsest mask that keeps the class"}.get(select, select)
+    return f"`{name}` ({ROW_LABELS.get(name, name)}; {how})"
+
+
+def summary_notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
+    r"""The notes of a run: the GRU, the cut, what exact erasure solved, the
+    mask rows on the sentences with an empty optimum, the seeds, quick mode."""
+    model, erasure = results["model"], results["erasure"]
+    selection = "the best of" if config["model"].get("select", "best") == "best" else "the last of"
+    trained_on = (f"every phrase of the train trees ({model['train_examples']} distinct phrases)" if model.get("phrases")
+                  else f"the {model['train_sentences']} train sentences")
+    notes = [
+        f"GRU classifier: dev accuracy {100 * model['dev_accuracy']:.2f}% (5 classes, {selection} "
+        f"{len(model['history'])} epochs on dev), trained on {trained_on}, over frozen {model['embeddings']} vectors "
+        f"of {model['unit']}s; {100 * model[results['split'] + '_accuracy_evaluated']:.2f}% on all of "
+        f"{results['split']}.",
+        f"The cut: {erasure['within_cut']} of the {erasure['split_sentences']} {results['split']} sentences "
+        f"({erasure['within_cut_share']:.1f}%) have at most {erasure['max_tokens']} {_unit(erasure)} (the paper: "
+        f"sentences of up to 25 tokens, 54% of the data).",
+        f"Exact erasure: {erasure['solved']} of {erasure['sentences']} sentences solved within {erasure['budget']} "
+        f"evaluations each ({erasure['not_solved']} not solved, left out); {erasure['empty_optimum']} have an empty "
+        "optimal set (the prediction is what the model says with every token erased) and are left out of the scores"
+        + (" (include_empty_optimum=True keeps them)" if not config.get("include_empty_optimum") else "")
+        + f"; {erasure['scored']} sentences scored, mean optimal size {erasure['mean_optimal_size']:.2f} tokens of "
+        f"{erasure['mean_tokens']:.1f}, {erasure['mean_solutions']:.2f} optimal sets each on average.",
+    ]
+    parts = [f"{n} keeps no token on {r['empty_optimum']['keeps_nothing']:.1f}% of them (L0 {r['empty_optimum']['l0']:.1f}%)"
+             for n, r in results["methods"].items() if n in MASK_METHODS and r.get("empty_optimum")]
+    if parts:
+        notes.append(f"On the {erasure['empty_optimum']} sentences with an empty optimum, the per-example masks (trained "
+                     "for KL <= eps, not for the class): " + "; ".join(parts) + ". The scores over all solved sentences, "
+                     "these included (an empty kept set is then exact), are in the table 'All solved sentences'.")
+    if len(config.get("seeds", [])) > 1:
+        seeds = ", ".join(str(s) for s in config["seeds"])
+        notes.append(f"Seeds {seeds}: the GRU is trained with the first ({config['seeds'][0]}); the per-example masks "
+                     "run once per seed and their scores are the means over the seeds (each seed's in the table "
+                     "'Per-example masks, seed by seed'); their top-k scores, kept tokens in the figure and "
+                     "empty-optimum scores are the first seed's; every other method runs once, with the first seed.")
+    if config.get("quick"):
+        notes.append("Quick mode: a subset of the split, a shorter GRU training and fewer optimisation steps; "
+                     "the targets are for the full run on dev.")
+    return notes
+
+
+def _unit(erasure: Mapping[str, Any]) -> str:
+    return "word pieces ([CLS] and [SEP] included)" if erasure.get("unit") == "piece" else "words"
+
+
+def _verdict(ci: Mapping[str, float]) -> str:
+    if ci["low"] > 0:
+        return "ahead"
+    if ci["high"] < 0:
+        return "behind"
+    return "level within the sentences' noise (the interval holds 0)"
+
+
+def versus_paragraph(results: Mapping[str, Any], first: str = "PerExampleDiffMask") -> Optional[str]:
+    r"""
+    Where ``first`` stands against each REINFORCE row it is compared with, and
+    where their masks miss the optimum: one paragraph from the run's numbers,
+    or None when no comparison ran.
+    """
+    methods = results.get("methods", {})
+    comparisons = [c for c in results.get("comparisons", []) if c["first"] == first]
+    if not comparisons:
+        return None
+    mine = methods[first]
+    parts = []
+    for c in comparisons:
+        other, metrics = methods[c["second"]], c["metrics"]
+        f1, opt, l0 = metrics["f1"], metrics["optimality"], metrics["l0"]
+        parts.append(
+            f"Against `{c['second']}` ({ROW_LABELS.get(c['second'], c['second'])}), `{first}` is "
+            f"{_verdict(f1)} on F1 ({mine['f1']:.2f} vs {other['f1']:.2f}, difference {f1['difference']:+.2f}, "
+            f"95% CI [{f1['low']:+.2f}, {f1['high']:+.2f}]) and {_verdict(opt)} on optimality ({mine['optimality']:.2f} "
+            f"vs {other['optimality']:.2f}%, [{opt['low']:+.2f}, {opt['high']:+.2f}]), keeping {l0['difference']:+.2f} "
+            f"points of the tokens more ([{l0['low']:+.2f}, {l0['high']:+.2f}])."
+        )
+    parts.append(_misses_sentence([first] + [c["second"] for c in comparisons], methods))
+    return " ".join(parts)
+
+
+def _misses_sentence(names: List[str], methods: Mapping[str, Any]) -> str:
+    r"""Where each method's masks are not optimal, and which miss separates
+    the first from the others most."""
+    described = []
+    for name in names:
+        misses = methods[name].get("misses", {})
+        largest = max(MISS_LABELS, key=lambda key: misses.get(key, 0.0))
+        described.append(f"`{name}` is optimal on {misses.get('optimal', 0.0):.1f}% of the sentences, its most common "
+                         f"miss being {MISS_LABELS[largest]} ({misses.get(largest, 0.0):.1f}%; "
+                         f"{misses.get('extra_tokens', 0.0):+.2f} tokens against the optimum on average), and its mask "
+                         f"meets its own KL <= eps on {methods[name].get('constraint_met', 0.0):.1f}%")
+    first, others = methods[names[0]].get("misses", {}), [methods[n].get("misses", {}) for n in names[1:]]
+    gaps = {key: first.get(key, 0.0) - sum(o.get(key, 0.0) for o in others) / max(len(others), 1) for key in MISS_LABELS}
+    widest = max(gaps, key=lambda key: abs(gaps[key]))
+    return ("Why: " + "; ".join(described) + f". The largest difference in the misses is in {MISS_LABELS[widest]}: "
+            f"{gaps[widest]:+.1f} points for `{names[0]}` against the mean of the others.")
