@@ -44,7 +44,7 @@ def summary_notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List
     notes = [
         f"GRU classifier: dev accuracy {100 * model['dev_accuracy']:.2f}% (5 classes, {selection} "
         f"{len(model['history'])} epochs on dev), trained on {trained_on}, over frozen {model['embeddings']} vectors "
-        f"of {model['unit']}s; {100 * model[results['split'] + '_accuracy_evaluated']:.2f}% on all of "
+        f"of {'word pieces' if model['unit'] == 'piece' else 'words'}; {100 * model[results['split'] + '_accuracy_evaluated']:.2f}% on all of "
         f"{results['split']}.",
         f"The cut: {erasure['within_cut']} of the {erasure['split_sentences']} {results['split']} sentences "
         f"({erasure['within_cut_share']:.1f}%) have at most {erasure['max_tokens']} {_unit(erasure)} (the paper: "
@@ -89,8 +89,9 @@ def _verdict(ci: Mapping[str, float]) -> str:
 def versus_paragraph(results: Mapping[str, Any], first: str = "PerExampleDiffMask") -> Optional[str]:
     r"""
     Where ``first`` stands against each REINFORCE row it is compared with, and
-    where their masks miss the optimum: one paragraph from the run's numbers,
-    or None when no comparison ran.
+    why: the miss that separates them most, how early the masks were taken,
+    and what the rows' own constraint lets through. One paragraph from the
+    run's numbers, or None when no comparison ran.
     """
     methods = results.get("methods", {})
     comparisons = [c for c in results.get("comparisons", []) if c["first"] == first]
@@ -101,30 +102,35 @@ def versus_paragraph(results: Mapping[str, Any], first: str = "PerExampleDiffMas
     for c in comparisons:
         other, metrics = methods[c["second"]], c["metrics"]
         f1, opt, l0 = metrics["f1"], metrics["optimality"], metrics["l0"]
+        more = "more" if l0["difference"] >= 0 else "fewer"
         parts.append(
             f"Against `{c['second']}` ({ROW_LABELS.get(c['second'], c['second'])}), `{first}` is "
-            f"{_verdict(f1)} on F1 ({mine['f1']:.2f} vs {other['f1']:.2f}, difference {f1['difference']:+.2f}, "
-            f"95% CI [{f1['low']:+.2f}, {f1['high']:+.2f}]) and {_verdict(opt)} on optimality ({mine['optimality']:.2f} "
-            f"vs {other['optimality']:.2f}%, [{opt['low']:+.2f}, {opt['high']:+.2f}]), keeping {l0['difference']:+.2f} "
-            f"points of the tokens more ([{l0['low']:+.2f}, {l0['high']:+.2f}])."
+            f"{_verdict(f1)} on F1 ({mine['f1']:.2f} vs {other['f1']:.2f}; {f1['difference']:+.2f}, 95% CI "
+            f"[{f1['low']:+.2f}, {f1['high']:+.2f}]) and {_verdict(opt)} on optimality ({mine['optimality']:.2f} vs "
+            f"{other['optimality']:.2f}%; {opt['difference']:+.2f} [{opt['low']:+.2f}, {opt['high']:+.2f}]), keeping "
+            f"{abs(l0['difference']):.2f} points {more} of the tokens ([{l0['low']:+.2f}, {l0['high']:+.2f}]); "
+            + _widest_miss(first, c["second"], methods) + "."
         )
-    parts.append(_misses_sentence([first] + [c["second"] for c in comparisons], methods))
+    names = [first] + [c["second"] for c in comparisons]
+    steps = ", ".join(f"`{n}` {methods[n].get('step_mean', float('nan')):.0f}" for n in names)
+    flips = ", ".join(f"`{n}` {100.0 - methods[n]['sufficiency']:.1f}%" for n in names)
+    met = min(methods[n].get("constraint_met", 0.0) for n in names)
+    flip_keys = ("smaller", "optimal_size_flips", "larger_flips")
+    commonest = {max(flip_keys, key=lambda k: methods[n].get("misses", {}).get(k, 0.0)) for n in names}
+    how = f", most often with {MISS_LABELS[commonest.pop()].split(' (')[0]}" if len(commonest) == 1 else ""
+    parts.append(
+        f"Why: the mean step each row's mask comes from is {steps} (of "
+        f"{mine.get('options', {}).get('steps', 'n/a')}); every row's mask meets its own KL <= eps on at least "
+        f"{met:.1f}% of the sentences, and that constraint lets the class flip on some of them ({flips} of the "
+        f"sentences){how}: a KL of eps nats does not keep an argmax whose margin is small, and the erasure optimum "
+        "is defined by the argmax."
+    )
     return " ".join(parts)
 
 
-def _misses_sentence(names: List[str], methods: Mapping[str, Any]) -> str:
-    r"""Where each method's masks are not optimal, and which miss separates
-    the first from the others most."""
-    described = []
-    for name in names:
-        misses = methods[name].get("misses", {})
-        largest = max(MISS_LABELS, key=lambda key: misses.get(key, 0.0))
-        described.append(f"`{name}` is optimal on {misses.get('optimal', 0.0):.1f}% of the sentences, its most common "
-                         f"miss being {MISS_LABELS[largest]} ({misses.get(largest, 0.0):.1f}%; "
-                         f"{misses.get('extra_tokens', 0.0):+.2f} tokens against the optimum on average), and its mask "
-                         f"meets its own KL <= eps on {methods[name].get('constraint_met', 0.0):.1f}%")
-    first, others = methods[names[0]].get("misses", {}), [methods[n].get("misses", {}) for n in names[1:]]
-    gaps = {key: first.get(key, 0.0) - sum(o.get(key, 0.0) for o in others) / max(len(others), 1) for key in MISS_LABELS}
-    widest = max(gaps, key=lambda key: abs(gaps[key]))
-    return ("Why: " + "; ".join(described) + f". The largest difference in the misses is in {MISS_LABELS[widest]}: "
-            f"{gaps[widest]:+.1f} points for `{names[0]}` against the mean of the others.")
+def _widest_miss(first: str, second: str, methods: Mapping[str, Any]) -> str:
+    r"""The miss on which two rows differ most, as a clause."""
+    a, b = methods[first].get("misses", {}), methods[second].get("misses", {})
+    key = max(MISS_LABELS, key=lambda k: abs(a.get(k, 0.0) - b.get(k, 0.0)))
+    return (f"their masks differ most in {MISS_LABELS[key]}: {a.get(key, 0.0):.1f}% of the sentences for "
+            f"`{first}` against {b.get(key, 0.0):.1f}%")
