@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -104,6 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--beta2", type=float, default=None, help="Adam's beta2 for the probe (default: fit's)")
+    parser.add_argument("--fit", type=json.loads, default={},
+                        help="more of fit's options, JSON, e.g. '{\"layers_per_batch\": \"all\"}'")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", required=True, help="torch file for the per-epoch attributions")
     args = parser.parse_args(argv)
@@ -126,8 +129,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             explainer = DiffMask(model, mode=args.mode, l0="mean")
             start = time.perf_counter()
             batches = _OnDevice(fit_on.loader(32, shuffle=True, seed=seed, sort_by_length=True), torch.device("cpu"))
-            explainer.fit(batches, eps=eps, epochs=args.epochs, until_converged=False, convergence=Convergence(window=50),
-                          seed=seed, verbose=False)
+            options = {"eps": eps, "epochs": args.epochs, "until_converged": False,
+                       "convergence": Convergence(window=50), **args.fit}
+            explainer.fit(batches, seed=seed, verbose=False, **options)
         finally:
             watch.close()
         print(f"seed {seed}: fit {time.perf_counter() - start:.0f} s", flush=True)
@@ -141,7 +145,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                      ["mean_std"] if epoch else float("nan"))
             line.append(f"{epoch + 1}: {spread:.4f} (moved {moved:.4f})")
         print(f"{kind}: std across seeds per epoch: " + ", ".join(line), flush=True)
+    _print_last_epoch(per_seed, args.seeds)
     return 0
+
+
+def _print_last_epoch(per_seed: Dict[int, Dict[str, List[Any]]], seeds: List[int]) -> None:
+    r"""The last epoch's raw attributions: the std across seeds per layer, and
+    each seed's mean keep per layer."""
+    last = [per_seed[s]["raw"][-1] for s in seeds]
+    spread = suite.stability(last)
+    print("last epoch, std across seeds per layer: "
+          + ", ".join(f"{row['mean_std']:.3f}" for row in spread["per_layer"]), flush=True)
+    for seed, attributions in zip(seeds, last):
+        keep = torch.cat([a.reshape(-1, a.shape[-1]) for a in attributions]).mean(0)
+        print(f"seed {seed}: mean keep per layer: " + ", ".join(f"{v:.2f}" for v in keep.tolist()), flush=True)
 
 
 if __name__ == "__main__":

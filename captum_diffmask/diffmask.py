@@ -256,6 +256,8 @@ class DiffMask(SiteAttribution):
         convergence: Optional[Convergence] = None,
         init_baseline: InitBaseline = None,
         activations: str = "all",
+        layers_per_batch: str = "one",
+        lagrangian: str = "plain",
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
@@ -277,7 +279,8 @@ class DiffMask(SiteAttribution):
                         with ``input_ids``/``attention_mask``; iterated once per epoch.
             epochs, eps, lr, lr_baseline, lr_lambda, layers, max_steps, seed,
             verbose, optimizer, validation, eps_valid, agreement_valid,
-            multiplier, until_converged, convergence, init_baseline, activations: the
+            multiplier, until_converged, convergence, init_baseline, activations,
+            layers_per_batch, lagrangian: the
                         options of the fit, each documented in
                         :class:`~captum_diffmask.fitting.FitOptions` (defaults: 100
                         epochs, eps 0.1, Adam at lr 3e-3, baselines at 1e-3, the
@@ -298,7 +301,8 @@ class DiffMask(SiteAttribution):
             max_steps=max_steps, seed=seed, verbose=verbose, optimizer=optimizer, validation=validation,
             eps_valid=eps_valid, agreement_valid=agreement_valid, multiplier=multiplier,
             until_converged=until_converged, convergence=convergence, init_baseline=init_baseline,
-            activations=activations,
+            activations=activations, layers_per_batch=layers_per_batch,
+            lagrangian=lagrangian,
         )
         return run_fit(self, dataloader, options)
 

@@ -2,10 +2,11 @@
 epochs until convergence, and the checkpoint selection on held-out batches.
 
 One step: a capture pass without gradients (every site and the original
-logits), a layer k drawn from the trained layers, gates sampled from the probe,
-a pass with the site replaced by ``z * h + (1 - z) * b``, and the Lagrangian
-``L0 + lambda_k * (mean KL - eps)``: the probe and baselines descend, ``lambda_k``
-moves by the multiplier rule and is clamped.
+logits), the layers trained on the batch (one drawn from the trained layers, or
+all of them, ``layers_per_batch``), for each of them gates sampled from the
+probe, a pass with the site replaced by ``z * h + (1 - z) * b`` and the
+Lagrangian ``L0 + lambda_k * (mean KL - eps)``: the probe and baselines descend
+on the sum, each ``lambda_k`` moves by the multiplier rule and is clamped.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ LOGGER = logging.getLogger("captum_diffmask")
 
 #: The probe's optimisers :class:`FitOptions` knows.
 OPTIMIZERS = ("adam", "rmsprop")
+#: What :class:`FitOptions` ``layers_per_batch`` takes.
+LAYERS_PER_BATCH = ("one", "all")
 #: A pinned starting baseline: one (H,) vector (input mode), or layer -> (H,) (hidden mode).
 InitBaseline = Union[None, Tensor, Mapping[int, Tensor]]
 
@@ -62,9 +65,15 @@ class FitOptions:
         lr_baseline (float): learning rate of the baselines (0 keeps them fixed).
         lr_lambda (float or sequence of float): the multipliers' rate, one for
                     all or one per layer (L + 1 values, layer 0 first).
-        layers (sequence of int, optional): the layers drawn, uniformly, one per
-                    batch; all when None.
-        max_steps (int, optional): the most steps in all (a cap).
+        layers (sequence of int, optional): the trained layers; all when None.
+        layers_per_batch (str): ``"one"``: one of them drawn, uniformly, per
+                    batch (the authors'); ``"all"``: every one of them on every
+                    batch, each with its own masked pass and all sharing the
+                    batch's capture pass, with one optimiser step on the sum of
+                    their Lagrangians (the full expectation over the layers
+                    instead of a one-layer sample).
+        max_steps (int, optional): the most steps (optimiser steps, one per
+                    batch) in all (a cap).
         seed (int, optional): seeds the probe's initialisation, the gate noise and
                     the layer draw, on a fork of the global RNG (the caller's
                     state is left as found).
@@ -84,6 +93,11 @@ class FitOptions:
                     mirrors the decay for small violations: the KL is held at eps,
                     the gates close more slowly) or ``"ascent"`` (see
                     :meth:`LagrangeMultipliers.optimizer`).
+        lagrangian (str): what the probe descends: ``"plain"``, the Lagrangian
+                    ``L0 + lambda * (KL - eps)``, or ``"normalized"``, the same
+                    divided by ``1 + lambda`` (lambda held fixed in the divisor):
+                    the same stationary points, with a gradient whose scale
+                    stays that of the larger of the two terms whatever lambda.
         until_converged (bool): stop once every trained layer has converged.
         convergence (Convergence, optional): the criterion; ``Convergence()``
                     when None.
@@ -103,6 +117,7 @@ class FitOptions:
     lr_baseline: float = 1e-3
     lr_lambda: Union[float, Sequence[float]] = 1.0
     layers: Optional[Sequence[int]] = None
+    layers_per_batch: str = "one"
     max_steps: Optional[int] = None
     seed: Optional[int] = None
     verbose: bool = True
@@ -111,6 +126,7 @@ class FitOptions:
     eps_valid: Optional[float] = None
     agreement_valid: float = 0.0
     multiplier: str = "damped"
+    lagrangian: str = "plain"
     until_converged: bool = True
     convergence: Optional[Convergence] = None
     init_baseline: InitBaseline = None
@@ -142,6 +158,8 @@ class FitOptions:
             raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {self.multiplier!r}")
         multiplier_rates(self.lr_lambda, num_layers + 1)
         check_choice(self.activations, ("all", "needed"), "activations")
+        check_choice(self.layers_per_batch, LAYERS_PER_BATCH, "layers_per_batch")
+        check_choice(self.lagrangian, ("plain", "normalized"), "lagrangian")
         if self.convergence is not None and not isinstance(self.convergence, Convergence):
             raise TypeError(f"convergence must be a Convergence, got {type(self.convergence).__name__}")
         return layers
@@ -162,17 +180,24 @@ class _FitLoop:
         self.eps = float(options.eps)
         self.rng = random.Random(options.seed)
         criterion = options.convergence or Convergence()
-        self.monitors = {k: LayerMonitor(k, self.eps, criterion) for k in sorted(set(layers))}
+        self.trained = sorted(set(layers))
+        self.monitors = {k: LayerMonitor(k, self.eps, criterion) for k in self.trained}
         self.optimizers: Optional[Tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = None
         self.step = 0
         self.done = False
         self.converged = False
 
-    def after_step(self, layer: int, record: Mapping[str, float], lam: float) -> bool:
-        r"""Counts the step and records it at ``layer``; True when it closed one
-        of that layer's windows."""
+    def draw(self) -> List[int]:
+        r"""The layers trained on the next batch: one drawn uniformly, or all."""
+        if self.options.layers_per_batch == "all":
+            return self.trained
+        return [self.rng.choice(self.layers)]
+
+    def after_step(self, records: Mapping[int, Mapping[str, float]], lams: Mapping[int, float]) -> List[int]:
+        r"""Counts the step and records it at each of its layers; the layers of
+        which it closed a window."""
         self.step += 1
-        closed = self.monitors[layer].record(record["kl"], record["l0"], lam)
+        closed = [k for k, record in records.items() if self.monitors[k].record(record["kl"], record["l0"], lams[k])]
         max_steps = self.options.max_steps
         if max_steps is not None and self.step >= max_steps:
             self.done = True
@@ -258,21 +283,24 @@ def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop)
     sums: Dict[int, Dict[str, float]] = {}
     for batch in batches:
         call = explainer._prepare_batch(batch, None, "dataloader batch")
-        k = loop.rng.choice(loop.layers)
-        states, original = explainer._capture(call, _sites_to_keep(explainer, k, loop))
+        layers = loop.draw()
+        states, original = explainer._capture(call, _sites_to_keep(explainer, max(layers), loop))
         assert original is not None
         if loop.optimizers is None:
             if explainer.probe is None:
                 explainer._build(states, call.mask, all_sum if is_distributed() else None)
             pin_baselines(explainer, loop.options.init_baseline)
             loop.optimizers = build_optimizers(explainer, loop.options)
-        record = training_step(explainer, call, states, original, k, loop)
-        acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
-        for key in ("kl", "l0", "agreement"):
-            acc[key] += record[key]
-        acc["steps"] += 1
+        records = training_step(explainer, call, states, original, layers, loop)
+        for k, record in records.items():
+            acc = sums.setdefault(k, {"kl": 0.0, "l0": 0.0, "agreement": 0.0, "steps": 0})
+            for key in ("kl", "l0", "agreement"):
+                acc[key] += record[key]
+            acc["steps"] += 1
         assert explainer.lambdas is not None
-        if loop.after_step(k, record, float(explainer.lambdas(k).detach())) and hasattr(batches, "set_postfix"):
+        closed = loop.after_step(records, {k: float(explainer.lambdas(k).detach()) for k in records})
+        if closed and hasattr(batches, "set_postfix"):
+            k = closed[-1]
             window = loop.monitors[k].windows[-1]
             batches.set_postfix(layer=k, kept=f"{window.kept:.3f}", kl=f"{window.kl:.4f}",
                                 lam=f"{window.lam:.3g}", status=loop.monitors[k].status())
@@ -284,7 +312,7 @@ def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop)
 def _sites_to_keep(explainer: "DiffMask", layer: int, loop: _FitLoop) -> List[str]:
     r"""The sites whose activations a step keeps: every site (``activations="all"``,
     and the first batch, which builds the probe), or those up to ``hidden.k``, the
-    ones a step at layer k reads or re-uses (``"needed"``)."""
+    ones a step whose deepest layer is k reads or re-uses (``"needed"``)."""
     names = explainer.locator.names
     if loop.options.activations == "all" or explainer.probe is None or loop.optimizers is None:
         return names
@@ -292,14 +320,40 @@ def _sites_to_keep(explainer: "DiffMask", layer: int, loop: _FitLoop) -> List[st
 
 
 def training_step(
-    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int, loop: _FitLoop
-) -> Dict[str, float]:
-    r"""One step of the Lagrangian at ``layer``; the step's mean KL, expected
-    kept share and agreement (over every process's batch)."""
+    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layers: Sequence[int],
+    loop: _FitLoop,
+) -> Dict[int, Dict[str, float]]:
+    r"""One optimiser step on the sum of the Lagrangians of ``layers``; per layer,
+    the step's mean KL, expected kept share and agreement (over every process's
+    batch)."""
     assert explainer.probe is not None and explainer.lambdas is not None and loop.optimizers is not None
     probe_opt, lambda_opt = loop.optimizers
+    probe_opt.zero_grad(set_to_none=True)
+    lambda_opt.zero_grad(set_to_none=True)
     rank, world = rank_and_world()
     sizes = global_batch_sizes(call.ids.shape[0], call.ids.device)
+    records = {}
+    for layer in layers:
+        # one backward per layer: only one layer's masked pass is held in memory
+        loss, records[layer] = _layer_lagrangian(explainer, call, states, original, layer, sizes, loop)
+        loss.backward()
+    if world > 1:  # the gradient of the global batch's mean loss, on every rank
+        average_gradients([*explainer.probe.parameters(), explainer.lambdas.values], sizes[rank] / sum(sizes))
+    probe_opt.step()
+    lambda_opt.step()
+    explainer.lambdas.clamp_()
+    return records
+
+
+def _layer_lagrangian(
+    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int,
+    sizes: Sequence[int], loop: _FitLoop,
+) -> Tuple[Tensor, Dict[str, float]]:
+    r"""``L0 + lambda_k * (mean KL - eps)`` at ``layer`` with freshly sampled
+    gates (``sizes``: every process's batch size), and the step's record of that
+    layer."""
+    assert explainer.probe is not None and explainer.lambdas is not None
+    rank, world = rank_and_world()
     dist = explainer._hard_concrete(explainer._gate_logits(states, layer))
     uniform = shared_uniform(dist.logits.shape, sizes, rank, dist.logits.device) if world > 1 else None
     gates = dist.rsample(uniform=uniform)
@@ -312,18 +366,20 @@ def training_step(
     log_p, log_q = log_probs(original), log_probs(masked)
     kl = example_kl(log_p, log_q)
     penalty = l0_penalty(log_keep, call.mask, explainer.l0)
-    loss = penalty.mean() + explainer.lambdas(layer) * (kl.mean() - loop.eps)
+    lam, violation = explainer.lambdas(layer), kl.mean() - loop.eps
+    if loop.options.lagrangian == "normalized":
+        # the probe descends (L0 + lambda * c) / (1 + lambda): the same stationary
+        # points, but a gradient whose scale does not grow with lambda, so that a
+        # spike of lambda does not leave Adam's second moment hundreds of times
+        # larger than the L0 gradient that must close the gates afterwards; the
+        # multiplier still receives the violation c itself
+        weight = lam.detach()
+        loss = (penalty.mean() + weight * violation) / (1 + weight) + lam * violation.detach()
+    else:
+        loss = penalty.mean() + lam * violation
     _check_finite(loop.step + 1, layer, {"the model's logits": original, "the masked logits": masked,
                                          "the gates": gates, "the loss": loss})
-    probe_opt.zero_grad(set_to_none=True)
-    lambda_opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if world > 1:  # the gradient of the global batch's mean loss, on every rank
-        average_gradients([*explainer.probe.parameters(), explainer.lambdas.values], sizes[rank] / sum(sizes))
-    probe_opt.step()
-    lambda_opt.step()
-    explainer.lambdas.clamp_()
-    return _step_record(kl, log_keep, log_p, log_q, call.mask)
+    return loss, _step_record(kl, log_keep, log_p, log_q, call.mask)
 
 
 def _step_record(kl: Tensor, log_keep: Tensor, log_p: Tensor, log_q: Tensor, mask: Tensor) -> Dict[str, float]:

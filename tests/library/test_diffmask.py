@@ -333,3 +333,55 @@ def test_keeping_only_the_needed_activations_fits_the_same_probe(mode, monkeypat
         assert torch.equal(value, probes["needed"][name]), name
     assert kept["all"] == [4] * 6  # input, hidden.0 .. hidden.2 at every step
     assert kept["needed"][0] == 4 and max(kept["needed"][1:]) <= 4 and min(kept["needed"][1:]) < 4
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_every_layer_per_batch_trains_each_layer_once_a_step_on_one_capture(mode, monkeypatch):
+    dm = DiffMask(tiny_bert(), mode=mode)
+    captures = []
+    capture = dm._capture
+    monkeypatch.setattr(dm, "_capture", lambda call, names=None, **kw: (captures.append(1), capture(call, names, **kw))[1])
+    history = dm.fit(_loader(5), epochs=2, eps=0.05, seed=0, verbose=False, until_converged=False,
+                     layers_per_batch="all", layers=[0, 2])
+    assert len(captures) == 10  # one capture pass a batch, shared by the layers
+    assert {(h["epoch"], h["layer"]): h["steps"] for h in history} == {(e, k): 5 for e in (1, 2) for k in (0, 2)}
+    assert {k: r["steps"] for k, r in dm.convergence.items()} == {0: 10, 2: 10}
+    # every trained layer's multiplier moved (each saw its own violation), the untrained one did not
+    assert dm.lambdas.values[1] == 1.0 and dm.lambdas.values[0] != 1.0 and dm.lambdas.values[2] != 1.0
+
+
+def test_every_layer_per_batch_counts_max_steps_in_batches():
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    history = dm.fit(_loader(6), epochs=5, seed=0, verbose=False, layers_per_batch="all", max_steps=4)
+    assert {h["layer"]: h["steps"] for h in history} == {0: 4, 1: 4, 2: 4}
+    with pytest.raises(ValueError, match="layers_per_batch"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), layers_per_batch="every")
+
+
+def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multiplier_its_violation():
+    import dataclasses
+
+    from captum_diffmask import fitting
+
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)
+    with torch.no_grad():
+        dm.lambdas.values.fill_(3.0)
+    call = dm._prepare_batch(_loader(1, seed=5)[0], None, "batch")
+    states, original = dm._capture(call, dm.locator.names)
+    grads, lambda_grads = {}, {}
+    for kind in ("plain", "normalized"):
+        options = dataclasses.replace(fitting.FitOptions(eps=0.01), lagrangian=kind)
+        loop = fitting._FitLoop(options, [0, 1, 2])
+        dm.probe.zero_grad(set_to_none=True)
+        dm.lambdas.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        loss, record = fitting._layer_lagrangian(dm, call, states, original, 1, [call.ids.shape[0]], loop)
+        loss.backward()
+        grads[kind] = torch.cat([p.grad.flatten() for p in dm.probe.parameters() if p.grad is not None])
+        lambda_grads[kind] = dm.lambdas.values.grad.clone()
+    assert torch.allclose(grads["normalized"], grads["plain"] / 4.0, atol=1e-7)  # 1 + lambda = 4
+    assert torch.equal(lambda_grads["normalized"], lambda_grads["plain"])
+    assert abs(float(lambda_grads["plain"][1]) - (record["kl"] - 0.01)) < 1e-6
+    with pytest.raises(ValueError, match="lagrangian"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), lagrangian="scaled")
