@@ -5,6 +5,7 @@ the methods side by side, speed, and the results."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
@@ -35,6 +36,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     figures_dir = out_dir / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
     lap = _Laps(verbose)
+    load = {"start": os.getloadavg()}  # other processes on the machine slow the wall time
     bench = lap("model, answers and windows", load_bench(config, verbose))
     explainers, fits, keep, answers_masked = fit_and_read(config, bench, seed, verbose, lap)
     scores = lap("analysis (groups, POS)", analyse(config, bench, keep, answers_masked, notes))
@@ -52,25 +54,31 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         figures["pos"] = pos_figure(scores["pos"], bench.layers, figures_dir / "squad_pos.png", MIN_POS_TOKENS)
     lap("figures", None)
     speed = lap("speed", measure_speed(config, bench, explainers, fits, verbose))
+    load["end"] = os.getloadavg()
     return {
         "title": f"SQuAD v1.1 with {bench.model_info['source']} ({bench.layers} layers): DiffMask on inputs and hidden states",
         "seeds": [seed], "model": bench.model_info, "diffmask": fits, **scores,
         "observations": observations(scores), "side_by_side": _side_by_side_record(bench, shown, compared),
-        "speed": speed, "figures": figures, "notes": notes, "stage_seconds": lap.seconds,
+        "speed": speed, "figures": figures, "notes": notes, "stages": lap.seconds,
+        "load_average": load,
     }
 
 
 class _Laps:
-    r"""The wall time of each stage of the run: ``lap(name, value)`` records the
-    time since the previous lap under ``name`` (logged) and returns ``value``."""
+    r"""The wall and CPU time (this process, every thread) of each stage of the
+    run: ``lap(name, value)`` records the time since the previous lap under
+    ``name`` (logged) and returns ``value``. On a shared machine the wall time
+    also counts the other processes; the CPU time is the run's own work."""
 
     def __init__(self, verbose: bool) -> None:
-        self.verbose, self.seconds, self.last = verbose, {}, time.perf_counter()
+        self.verbose, self.seconds = verbose, {}
+        self.last = (time.perf_counter(), time.process_time())
 
     def __call__(self, name: str, value: Any) -> Any:
-        now = time.perf_counter()
-        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
-        log_to_stderr(self.verbose, f"[squad] {name}: {now - self.last:.0f} s")
+        now = (time.perf_counter(), time.process_time())
+        wall, cpu = now[0] - self.last[0], now[1] - self.last[1]
+        self.seconds[name] = {"wall": wall, "cpu": cpu}
+        log_to_stderr(self.verbose, f"[squad] {name}: {wall:.0f} s ({cpu:.0f} s CPU)")
         self.last = now
         return value
 

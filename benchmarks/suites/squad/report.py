@@ -25,7 +25,8 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
              f"torch threads {env.get('threads', '?')}, commit `{env.get('git_commit')}`. Command: "
              f"`{results.get('command', '')}`. Every number below comes from this run.", ""]
     for section in (_model_section, _observations_section, _keep_section, _agreement_section, _gold_section,
-                    _pos_section, _heatmaps_section, _side_by_side_section, _speed_section, _training_section):
+                    _pos_section, _heatmaps_section, _side_by_side_section, _speed_section, _training_section,
+                    _time_section):
         lines += section(results)
     lines += notes_section(results.get("notes") or [])
     lines += configuration_section(results.get("config", {}))
@@ -40,7 +41,8 @@ def _model_section(results: Mapping[str, Any]) -> List[str]:
     m = results["model"]
     split, run, fit = m["split"], m["held_out_run"], m["held_out"]
     history = m.get("history") or []
-    epochs = ", ".join(f"epoch {h['epoch']}: loss {h['train_loss']:.3f}, {fmt_seconds(h['seconds'])}" for h in history)
+    epochs = ", ".join(f"epoch {h['epoch']}: loss {h['train_loss']:.3f}, {fmt_seconds(h['seconds'])}"
+                       + (f" ({fmt_seconds(h['cpu_seconds'])} CPU)" if "cpu_seconds" in h else "") for h in history)
     return ["## The model and the split", "",
             f"{m['source']} ({m['layers']} layers, {m['parameters'] / 1e6:.1f} M parameters) with a new span head, "
             f"fine-tuned on SQuAD v1.1 dev split by article (seed {split['seed']}): **{split['train_articles']} articles "
@@ -222,3 +224,33 @@ def _training_section(results: Mapping[str, Any]) -> List[str]:
              table(["mode", "steps", "windows seen", "training windows", "selected epoch", "within the bound", "fit time"], rows), "",
              *[f"Options, {mode}: `{dm[mode]['options']}`." for mode in MODES], ""]
     return lines + convergence_section({mode: {"runs": [{"seed": results["seeds"][0], **dm[mode]}]} for mode in MODES})
+
+
+def _time_section(results: Mapping[str, Any]) -> List[str]:
+    r"""Where the time went: wall and CPU time per stage, the machine's load,
+    and (full runs) the 90-minute target with the model cached."""
+    stages = results.get("stages") or {}
+    if not stages:
+        return []
+    rows = [[name, fmt_seconds(v["wall"]), fmt_seconds(v["cpu"])] for name, v in stages.items()]
+    wall, cpu = sum(v["wall"] for v in stages.values()), sum(v["cpu"] for v in stages.values())
+    load = results.get("load_average") or {}
+    model = results["model"]
+    total = wall - (0.0 if model["cached"] else model["fine_tune_seconds"])  # the target assumes it cached
+    lines = ["## Where the time went", "",
+             f"Wall and CPU time (this process, every thread) of each stage; the machine's load average (1, 5, 15 "
+             f"min) was {_load(load.get('start'))} at the start and {_load(load.get('end'))} at the end: other "
+             "processes count in the wall time, not in the CPU time.", "",
+             table(["stage", "wall", "CPU"], rows + [["all stages", fmt_seconds(wall), fmt_seconds(cpu)]]), ""]
+    if results.get("mode") == "full":
+        ok = total <= 5400
+        threads = (results.get("environment") or {}).get("threads", "?")
+        lines += [f"Target: the full run within 90 minutes on 2 CPU cores with the model cached: {total / 60:.1f} min "
+                  f"wall on {threads} torch thread(s) ({'the model from the cache' if model['cached'] else 'the fine-tuning of this run left out'}), "
+                  f"{cpu / 60:.1f} min CPU: **{'met' if ok else 'missed'}**.", ""]
+    return lines
+
+
+def _load(values: Any) -> str:
+    r"""A load average triple as text (``n/a`` when not recorded)."""
+    return "n/a" if not values else ", ".join(f"{v:.2f}" for v in values)
