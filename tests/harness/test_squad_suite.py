@@ -206,3 +206,18 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path, monkeypatch):
         assert heading in report
     for path in [results["figures"]["keep"], *results["figures"]["heatmaps"], *results["figures"]["side_by_side"]]:
         assert (tmp_path / "out" / path).is_file()
+
+
+# ------------------------------------------------------------------ report
+def test_the_fit_caveat_counts_converged_and_violated_layers():
+    from benchmarks.suites.squad.report import _fit_caveat
+
+    def record(statuses, feasible):
+        return {"convergence": {str(i): {"status": s} for i, s in enumerate(statuses)}, "steps": 10,
+                "feasible": feasible, "options": {"eps_valid": 3.0}}
+
+    text = _fit_caveat({"diffmask": {"input": record(["converged", "violated", "violated"], True),
+                                     "hidden": record(["converged"] * 3, False)}})[0]
+    assert "input: 1 of 3 layers converged, 2 still above the KL bound on the training batches after 10 steps, " \
+           "validation within" in text
+    assert "hidden: 3 of 3 layers converged after 10 steps, validation outside" in text
