@@ -43,6 +43,7 @@ SUITES: Dict[str, str] = {
     "sst-erasure": "benchmarks.suites.sst_erasure",
     "sst": "benchmarks.suites.sst",
     "faithfulness": "benchmarks.suites.faithfulness",
+    "squad": "benchmarks.suites.squad",
 }
 
 #: How JSON writes what it cannot hold: ``inf`` as the string ``"inf"``, NaN as null.

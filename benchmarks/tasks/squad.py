@@ -95,6 +95,10 @@ class SquadFeatures:
         example_index (Tensor): (N,) the question each window belongs to.
         offsets (list): per window, per token, the (start, end) characters of the
                     token in the context, or None outside the context.
+        question_offsets (list): per window, per token, the (start, end)
+                    characters of the token in the question with its leading
+                    spaces stripped (what the tokenizer read), or None outside
+                    the question.
     """
 
     input_ids: Tensor
@@ -104,9 +108,45 @@ class SquadFeatures:
     end_positions: Tensor
     example_index: Tensor
     offsets: List[List[Optional[Tuple[int, int]]]]
+    question_offsets: List[List[Optional[Tuple[int, int]]]]
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
+
+    def subset(self, rows: Sequence[int]) -> "SquadFeatures":
+        r"""The windows ``rows``, in that order (``example_index`` unchanged: it
+        still names the questions of the list the windows were encoded from)."""
+        index = torch.as_tensor(list(rows), dtype=torch.long)
+        return SquadFeatures(
+            input_ids=self.input_ids[index], attention_mask=self.attention_mask[index],
+            token_type_ids=self.token_type_ids[index], start_positions=self.start_positions[index],
+            end_positions=self.end_positions[index], example_index=self.example_index[index],
+            offsets=[self.offsets[i] for i in index.tolist()],
+            question_offsets=[self.question_offsets[i] for i in index.tolist()])
+
+    def loader(self, batch_size: int, shuffle: bool = False, seed: int = 0, sort_by_length: bool = True
+               ) -> List[Tuple[Tensor, Tensor, Tensor]]:
+        r"""
+        The windows as a re-iterable list of ``(input_ids, attention_mask,
+        token_type_ids)`` batches, each cut to its longest real length: what
+        ``DiffMask.fit`` and every method read.
+
+        Args:
+
+            batch_size (int): windows per batch.
+            shuffle (bool, optional): the batches in an order drawn from ``seed``.
+                        Default: False
+            seed (int, optional): Default: 0
+            sort_by_length (bool, optional): group windows of similar length
+                        (the only grouping; kept for the loaders' common call).
+                        Default: True
+
+        Returns:
+            *list* of tuples of (B, T') tensors.
+        """
+        from .squad_qa import window_batches
+
+        return [(ids, mask, types) for _, ids, mask, types, _, _ in window_batches(self, batch_size, shuffle, seed)]
 
 
 def encode_squad(examples: Sequence[SquadExample], tokenizer: Any, max_length: int = 256, doc_stride: int = 128
@@ -120,11 +160,12 @@ def encode_squad(examples: Sequence[SquadExample], tokenizer: Any, max_length: i
     encoded = tokenizer([e.question.lstrip() for e in examples], [e.context for e in examples],
                         truncation="only_second", max_length=max_length, stride=doc_stride,
                         return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")
-    starts, ends, offsets = [], [], []
+    starts, ends, offsets, question_offsets = [], [], [], []
     for i, example_index in enumerate(encoded["overflow_to_sample_mapping"]):
         sequence_ids = encoded.sequence_ids(i)
         window = [tuple(o) if s == 1 else None for o, s in zip(encoded["offset_mapping"][i], sequence_ids)]
         offsets.append(window)
+        question_offsets.append([tuple(o) if s == 0 else None for o, s in zip(encoded["offset_mapping"][i], sequence_ids)])
         example = examples[example_index]
         first = example.answer_starts[0]
         start, end = _answer_tokens(window, first, first + len(example.answers[0]))
@@ -134,7 +175,7 @@ def encode_squad(examples: Sequence[SquadExample], tokenizer: Any, max_length: i
         input_ids=torch.tensor(encoded["input_ids"]), attention_mask=torch.tensor(encoded["attention_mask"]),
         token_type_ids=torch.tensor(encoded["token_type_ids"]), start_positions=torch.tensor(starts),
         end_positions=torch.tensor(ends), example_index=torch.tensor(encoded["overflow_to_sample_mapping"]),
-        offsets=offsets)
+        offsets=offsets, question_offsets=question_offsets)
 
 
 def _answer_tokens(window: Sequence[Optional[Tuple[int, int]]], first: int, last: int) -> Tuple[int, int]:

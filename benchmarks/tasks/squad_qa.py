@@ -90,7 +90,9 @@ def fine_tune_qa(
 
     Returns:
         *list* of one dict per epoch: ``epoch``, ``train_loss``, ``steps``,
-        ``seconds``. The model is left in eval mode.
+        ``seconds`` (wall) and ``cpu_seconds`` (this process's CPU time, all
+        threads: on a shared machine the wall time also counts the others').
+        The model is left in eval mode.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
@@ -106,7 +108,7 @@ def fine_tune_qa(
         torch.manual_seed(seed)
         model.train()
         for epoch in range(1, epochs + 1):
-            start, loss_sum, seen = time.perf_counter(), 0.0, 0
+            start, cpu, loss_sum, seen = time.perf_counter(), time.process_time(), 0.0, 0
             batches = tqdm(window_batches(train, batch_size, shuffle=True, seed=seed * 100_003 + epoch),
                            total=per_epoch, desc=f"QA fine-tune {epoch}/{epochs}", disable=None if verbose else True,
                            leave=False)
@@ -124,7 +126,7 @@ def fine_tune_qa(
                     break
             batches.close()
             history.append({"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "steps": step,
-                            "seconds": time.perf_counter() - start})
+                            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu})
             if log is not None:
                 log(f"QA fine-tune epoch {epoch}: loss {history[-1]['train_loss']:.4f}, {step} steps, "
                     f"{history[-1]['seconds']:.0f} s")

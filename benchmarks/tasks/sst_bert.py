@@ -12,7 +12,7 @@ with all-MiniLM-L6-v2 in place of BERT-base).
   token belongs to (``word_index``), with length-bucketed batches that cut padding.
 - Words: :func:`word_pooling` turns token scores into word scores;
   :func:`pos_tags` gives every SST word its universal part of speech (the ``pos``
-  extra).
+  extra), :func:`character_pos_tags` every character of free text.
 - Training and scoring: :func:`fine_tune` (AdamW, linear warm-up and decay, the
   epoch with the best dev macro-F1 kept), :func:`evaluate`, :func:`macro_f1`.
 - The attention baseline of the paper's per-layer figures:
@@ -46,6 +46,8 @@ from .sst import batch_order, SSTSentence, unescape_ptb
 
 __all__ = [
     "load_minilm",
+    "load_minilm_as",
+    "keep_first_layers",
     "tiny_bert",
     "EncodedSST",
     "EncodedBatches",
@@ -56,6 +58,7 @@ __all__ = [
     "fine_tune",
     "attention_attributions",
     "pos_tags",
+    "character_pos_tags",
     "SST_EXTRA_HINT",
     "POS_EXTRA_HINT",
 ]
@@ -149,6 +152,25 @@ def load_minilm_as(model_class: Any, seed: Optional[int] = 0, **options: Any) ->
     return model, tokenizer
 
 
+def keep_first_layers(model: nn.Module, num_layers: Optional[int]) -> nn.Module:
+    r"""
+    ``model`` (a Hugging Face BERT with a head: ``model.bert.encoder.layer``)
+    cut in place to its first ``num_layers`` blocks (quick runs); None leaves
+    it whole.
+
+    Raises:
+        ValueError naming ``model.num_layers`` when it is not in 1..L.
+    """
+    if num_layers is None:
+        return model
+    blocks = model.bert.encoder.layer
+    if isinstance(num_layers, bool) or not 1 <= int(num_layers) <= len(blocks):
+        raise ValueError(f"model.num_layers must be in 1..{len(blocks)}, got {num_layers!r}")
+    model.bert.encoder.layer = nn.ModuleList(list(blocks)[: int(num_layers)])
+    model.config.num_hidden_layers = int(num_layers)
+    return model
+
+
 def _vocabulary_pieces(words: Sequence[str]) -> List[str]:
     # What BERT's own normaliser and pre-tokeniser make of the words (lower case,
     # accents stripped, punctuation split off), so that every such unit is one
@@ -171,6 +193,7 @@ def tiny_bert(
     seed: int = 0,
     max_position_embeddings: int = 512,
     spell_unknown: bool = True,
+    model_class: Any = None,
 ) -> Tuple[nn.Module, Any]:
     r"""
     A config-built tiny BERT classifier (hidden 32, 2 layers, 2 heads,
@@ -198,10 +221,13 @@ def tiny_bert(
         max_position_embeddings (int, optional): the longest input. Default: 512
         spell_unknown (bool, optional): add the characters, so that unknown
                     words are spelled out. Default: True
+        model_class (type, optional): the Hugging Face class built on the
+                    config, e.g. ``BertForQuestionAnswering``; None:
+                    ``BertForSequenceClassification``. Default: None
 
     Returns:
-        *tuple* ``(model, tokenizer)``: a ``BertForSequenceClassification`` in eval
-        mode and a ``BertTokenizerFast``.
+        *tuple* ``(model, tokenizer)``: a ``model_class`` in eval mode and a
+        ``BertTokenizerFast``.
     """
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
@@ -225,7 +251,7 @@ def tiny_bert(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = BertForSequenceClassification(config)
+        model = (model_class or BertForSequenceClassification)(config)
     model.eval()
     return model, tokenizer
 
@@ -844,3 +870,33 @@ def pos_tags(sentences: Sequence[SSTSentence], batch_size: int = 256) -> List[Tu
         if len(row) != len(sentence.words):  # spaCy must not re-tokenise a Doc
             raise RuntimeError(f"pos_tags: {len(row)} tags for {len(sentence.words)} words in {sentence.text[:80]!r}")
     return tags
+
+
+def character_pos_tags(texts: Sequence[str], batch_size: int = 64) -> List[List[str]]:
+    r"""
+    The universal part of speech of every character of free text: spaCy's small
+    English pipeline (the ``pos`` extra) tokenises and tags each text, and every
+    character of a spaCy token gets its tag ("" between tokens). For texts cut
+    by another tokenizer (word pieces with character offsets), the tag of a
+    piece is that of its first character.
+
+    Args:
+
+        texts (sequence of str): the texts.
+        batch_size (int, optional): spaCy's batch. Default: 64
+
+    Returns:
+        *list* of ``len(texts[i])`` tags per text.
+
+    Raises:
+        ImportError: spaCy or the pipeline is not installed (the message names the
+                    ``pos`` extra).
+    """
+    nlp = _spacy_pipeline()
+    result = []
+    for text, doc in zip(texts, nlp.pipe(texts, batch_size=batch_size)):
+        tags = [""] * len(text)
+        for token in doc:
+            tags[token.idx : token.idx + len(token.text)] = [token.pos_] * len(token.text)
+        result.append(tags)
+    return result

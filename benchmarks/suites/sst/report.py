@@ -34,7 +34,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines += [f"![heatmap]({p})" for p in results["figures"]["heatmaps"]] + [""]
     lines += _speed_section(results["speed"])
     lines += _training_section(results["diffmask"])
-    lines += _convergence_section(results["diffmask"])
+    lines += convergence_section(results["diffmask"])
     lines += notes_section(results.get("notes") or [])
     lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
     text = "\n".join(lines)
@@ -136,7 +136,7 @@ def _training_section(dm: Mapping[str, Any]) -> List[str]:
             *[f"Options, {mode}: `{dm[mode]['runs'][0]['options']}`." for mode in ("input", "hidden")], ""]
 
 
-def _convergence_section(dm: Mapping[str, Any]) -> List[str]:
+def convergence_section(dm: Mapping[str, Any]) -> List[str]:
     r"""Per fit and layer: the convergence status at the end of the fit and the
     last window's means (``DiffMask.convergence``); empty for runs made before
     fit reported it."""

@@ -1,0 +1,119 @@
+"""The squad suite's DiffMask: fitted on windows of the fine-tuning articles
+(the sst suite's fit, with this task's settings), its keep probabilities on the
+analysed windows, and the answers of the model under its gates."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Tuple
+
+import torch
+from torch import Tensor
+
+from captum_diffmask import DiffMask
+from benchmarks.tasks.squad import best_spans, span_text, squad_scores
+from benchmarks.tasks.squad_qa import window_batches
+
+from ...progress import bar, log_to_stderr
+from ..sst.attributions import per_sentence
+from ..sst.fitting import fit_diffmask
+from .loading import Bench
+
+
+def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verbose: bool) -> Tuple[DiffMask, Dict[str, Any]]:
+    r"""
+    DiffMask in ``mode`` fitted on ``bench.train`` and validated on
+    ``bench.valid`` (:func:`benchmarks.suites.sst.fitting.fit_diffmask`: layers
+    drawn per batch, the sparsest epoch that keeps the bound on the validation
+    windows restored), with ``config["diffmask"]``'s settings.
+
+    Returns:
+        *tuple* ``(explainer, record)``: the record as the sst suite's (history,
+        seconds, selected epoch, options, per-layer convergence) plus
+        ``window_steps`` (windows seen in training).
+    """
+    options = {k: v for k, v in config["diffmask"].items() if k != "validation_windows"}
+    log_to_stderr(verbose, f"[squad] DiffMask {mode}, seed {seed}")
+    explainer, record = fit_diffmask(bench.model, mode, bench.train, bench.valid, {"diffmask": options}, seed, verbose)
+    steps = sum(h.get("steps", 0) for h in record["history"])
+    record["steps"] = steps
+    record["window_steps"] = steps * int(options.get("batch_size", 64))
+    return explainer, record
+
+
+def keep_probabilities(explainer: DiffMask, bench: Bench, verbose: bool) -> List[Tensor]:
+    r"""Per analysed window, its (T, L + 1) keep probabilities at every layer
+    (real tokens only), in row order."""
+    return per_sentence(
+        bench.windows, 16,
+        lambda ids, mask, types: explainer.attribute(ids, additional_forward_args=(mask, types), layer=None),
+        verbose, f"attribute {explainer.mode}", extra=("token_type_ids",))
+
+
+def masked_answers(explainer: DiffMask, bench: Bench, batch_size: int, verbose: bool) -> Dict[int, Dict[str, Any]]:
+    r"""
+    Per layer k, the model's answers under DiffMask's deterministic gates read
+    at k (actual erasure: gated-off inputs or states replaced by the learned
+    baseline), on every analysed question.
+
+    Args:
+
+        explainer (DiffMask): fitted.
+        bench (Bench): the analysed windows and the unmasked answers.
+        batch_size (int): windows per forward pass.
+        verbose (bool): a progress bar.
+
+    Returns:
+        *dict* ``{k: {"answers": {question: text}, "kept": (N,) kept real
+        positions per window}}``.
+    """
+    windows, layers = bench.windows, list(range(explainer.num_layers + 1))
+    low = torch.finfo(torch.float32).min
+    logits = {k: torch.full((2, *windows.input_ids.shape), low) for k in layers}
+    kept = {k: torch.zeros(len(windows)) for k in layers}
+    batches = list(window_batches(windows, batch_size))
+    for rows, ids, mask, types, _, _ in bar(batches, verbose, desc=f"masked answers {explainer.mode}"):
+        for k in layers:
+            gates, masked, _ = explainer.masked_forward(ids, (mask, types), layer=k)
+            logits[k][:, rows, : ids.shape[1]] = masked.detach().float().transpose(0, 1)
+            kept[k][rows] = (gates > 0).float().sum(1)
+    result = {}
+    for k in layers:
+        spans = best_spans(windows, logits[k][0], logits[k][1], len(bench.held_out))
+        answers = {q: span_text(bench.held_out[q], windows, spans[q]) for q in bench.questions}
+        result[k] = {"answers": answers, "kept": kept[k]}
+    return result
+
+
+def agreement(bench: Bench, masked: Mapping[int, Mapping[str, Any]], original: Mapping[int, str]) -> List[Dict[str, Any]]:
+    r"""
+    Per layer: the official exact match and F1 of the masked answers against
+    the model's own (unmasked) answers and against the gold answers, the share
+    of real positions masked, and the same agreement on the questions with more
+    than 95 % of their positions masked.
+
+    Args:
+
+        bench (Bench): the analysed windows and questions.
+        masked (Mapping): :func:`masked_answers`' result.
+        original (Mapping): the unmasked answer per analysed question.
+
+    Returns:
+        *list* of one dict per layer.
+    """
+    lengths = bench.windows.attention_mask.sum(1).float()
+    owner = bench.windows.example_index
+    rows = []
+    for k, entry in sorted(masked.items()):
+        per_question = {q: 1.0 - float(entry["kept"][owner == q].sum() / lengths[owner == q].sum()) for q in bench.questions}
+        against_own = [dataclasses.replace(bench.held_out[q], answers=(original[q],), answer_starts=(0,)) for q in bench.questions]
+        predictions = {bench.held_out[q].id: entry["answers"][q] for q in bench.questions}
+        same = squad_scores(predictions, against_own)
+        gold = squad_scores(predictions, [bench.held_out[q] for q in bench.questions])
+        sparse = [e for e, q in zip(against_own, bench.questions) if per_question[q] > 0.95]
+        sparse_same = squad_scores(predictions, sparse)["exact_match"] if sparse else float("nan")
+        rows.append({"layer": k, "masked_share": 100.0 * (1.0 - float(entry["kept"].sum() / lengths.sum())),
+                     "same_exact_match": same["exact_match"], "same_f1": same["f1"],
+                     "gold_exact_match": gold["exact_match"], "gold_f1": gold["f1"],
+                     "over_95_questions": len(sparse), "over_95_same_exact_match": sparse_same})
+    return rows
