@@ -30,19 +30,19 @@ def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
                  "methods": ["DiffMask", "IntegratedGradients", "Occlusion", "Random"],
                  "method_options": {"DiffMask": {"epochs": 1}}, "diffmask_every_layer": {"epochs": 1}}
     results = run_suite("toy-lm", tmp_path / "out", quick=True, overrides=overrides, verbose=False)
-    assert [r["layer"] for r in results["diffmask_layers"]] == [0, 1, 2]
+    assert [r["layer"] for r in results["diffmask_layers"]] == [0, 1, 2, 3]
     for name in ("DiffMask", "IntegratedGradients", "Occlusion", "Random"):
         record = results["methods"][name]
         assert record["status"] == "ok" and 0 <= record["js"] <= 0.7, (name, record)
     checks = results["models"][0]["ground_truth_check"]
-    assert [c["layer"] for c in checks] == [0, 1, 2]
+    assert [c["layer"] for c in checks] == [0, 1, 2, 3]
     for check in checks:
         assert set(check) == {"layer", "kl_others", "flip_others", "kl_truth", "flip_truth"}
         assert check["kl_others"] >= 0 and check["kl_truth"] >= 0
         assert 0 <= check["flip_others"] <= 1 and 0 <= check["flip_truth"] <= 1
     # each site is replaced where it is read: the embeddings' replacement is not the first block's
     assert checks[0]["kl_truth"] != checks[1]["kl_truth"]
-    assert checks[2]["kl_truth"] == checks[2]["kl_others"] == 0  # the last block: only the reading position counts
+    assert checks[-1]["kl_truth"] == checks[-1]["kl_others"] == 0  # the last block: only the reading position counts
     speed = results["generation_speed"]
     assert set(speed["methods"]) == {"DiffMask", "IntegratedGradients", "Occlusion"}
     assert all(r["ratio_to_forward_step"] > 0 for r in speed["methods"].values())
