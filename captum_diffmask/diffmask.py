@@ -396,13 +396,40 @@ class DiffMask(SiteAttribution):
             [0, 1] (0 at padding; 1 = kept), the logits (B, C) of the model with
             the site mixed as ``z * h + (1 - z) * b``, and its logits unmasked.
         """
-        self._check_fitted()
         if layer is None:
             raise ValueError(f"layer must be given: an int in 0..{self.num_layers}")
-        call = self._prepare(inputs, additional_forward_args, layer)
+        return self.masked_forward_layers(inputs, additional_forward_args, [layer], rule)[layer]
+
+    def masked_forward_layers(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        additional_forward_args: Any = None,
+        layers: Optional[Sequence[int]] = None,
+        rule: str = "threshold",
+    ) -> Dict[int, Tuple[Tensor, Tensor, Tensor]]:
+        r"""
+        :meth:`masked_forward` at several layers, sharing one capture pass.
+
+        Args:
+
+            inputs, additional_forward_args, rule: as :meth:`masked_forward`.
+            layers (sequence of int, optional): the depths 0..L; all when None.
+                        Default: None
+
+        Returns:
+            *dict* ``layer -> (gates, masked_logits, original_logits)``, each as
+            :meth:`masked_forward` returns it.
+        """
+        self._check_fitted()
+        chosen = list(range(self.num_layers + 1)) if layers is None else list(layers)
+        if not chosen:
+            raise ValueError("layers must name at least one layer")
+        for k in chosen:
+            self._site(k)  # the same check, and error, as masked_forward's layer
+        call = self._prepare(inputs, additional_forward_args, chosen[-1])
         with frozen(self.model):
-            gates, masked, original = self._masked_batch(call, [layer], rule)[layer]
-        return gates * call.mask.to(gates.dtype), masked, original
+            masked = self._masked_batch(call, chosen, rule)
+        return {k: (gates * call.mask.to(gates.dtype), logits, original) for k, (gates, logits, original) in masked.items()}
 
     def _masked_batch(
         self, call: PreparedCall, layers: Sequence[int], rule: str

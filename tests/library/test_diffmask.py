@@ -385,3 +385,22 @@ def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multipli
     assert abs(float(lambda_grads["plain"][1]) - (record["kl"] - 0.01)) < 1e-6
     with pytest.raises(ValueError, match="lagrangian"):
         DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), lagrangian="scaled")
+
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_masked_forward_layers_equals_masked_forward_at_each_layer_with_one_capture(mode, monkeypatch):
+    dm = DiffMask(tiny_bert(), mode=mode)
+    dm.fit(_loader(2), epochs=1, seed=0, verbose=False, max_steps=3, lr=0.3)
+    ids, mask = token_batch(seed=5)
+    one_by_one = {k: dm.masked_forward(ids, (mask,), layer=k) for k in range(dm.num_layers + 1)}
+    captures = []
+    capture = dm._capture
+    monkeypatch.setattr(dm, "_capture", lambda *args, **kwargs: captures.append(1) or capture(*args, **kwargs))
+    together = dm.masked_forward_layers(ids, (mask,))
+    assert len(captures) == 1 and sorted(together) == list(range(dm.num_layers + 1))
+    for k, (gates, masked, original) in together.items():
+        assert torch.equal(gates, one_by_one[k][0])
+        assert torch.allclose(masked, one_by_one[k][1], atol=1e-6) and torch.equal(original, one_by_one[k][2])
+    with pytest.raises(ValueError, match="at least one layer"):
+        dm.masked_forward_layers(ids, (mask,), layers=[])

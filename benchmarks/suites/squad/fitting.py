@@ -73,8 +73,7 @@ def masked_answers(explainer: DiffMask, bench: Bench, batch_size: int, verbose: 
     kept = {k: torch.zeros(len(windows)) for k in layers}
     batches = list(window_batches(windows, batch_size))
     for rows, ids, mask, types, _, _ in bar(batches, verbose, desc=f"masked answers {explainer.mode}"):
-        for k in layers:
-            gates, masked, _ = explainer.masked_forward(ids, (mask, types), layer=k)
+        for k, (gates, masked, _) in explainer.masked_forward_layers(ids, (mask, types), layers).items():
             logits[k][:, rows, : ids.shape[1]] = masked.detach().float().transpose(0, 1)
             kept[k][rows] = (gates > 0).float().sum(1)
     result = {}
