@@ -6,7 +6,9 @@ what the sst suite reports).
 The train split is shuffled once (``random.Random(123)``): 500 sentences are held
 out and attributed, 400 are set aside, the remaining 7644 are fitted on. For each
 seed, DiffMask (the sst suite's model and task settings: ``l0="mean"``, eps 0.01
-hidden / 0.02 input, windows of 50 steps) is fitted for ``--epochs`` epochs with
+hidden / 0.02 input, windows of 50 steps, one layer drawn per batch as the sst
+suite ran before fit's default became every layer per batch; ``--fit
+'{"layers_per_batch": "all"}'`` for that) is fitted for ``--epochs`` epochs with
 ``until_converged=False`` and no checkpoint selection; after every epoch the held-out
 sentences are attributed at every layer, with the probe as it is (``raw``) and with
 an exponential moving average of its weights over the steps (``ema``, decay 0.998):
@@ -130,7 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             start = time.perf_counter()
             batches = _OnDevice(fit_on.loader(32, shuffle=True, seed=seed, sort_by_length=True), torch.device("cpu"))
             options = {"eps": eps, "epochs": args.epochs, "until_converged": False,
-                       "convergence": Convergence(window=50), **args.fit}
+                       "convergence": Convergence(window=50), "layers_per_batch": "one", **args.fit}
             explainer.fit(batches, seed=seed, verbose=False, **options)
         finally:
             watch.close()

@@ -256,15 +256,16 @@ class DiffMask(SiteAttribution):
         convergence: Optional[Convergence] = None,
         init_baseline: InitBaseline = None,
         activations: str = "all",
-        layers_per_batch: str = "one",
+        layers_per_batch: str = "all",
         lagrangian: str = "plain",
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
         trained layer has converged, or a cap is reached.
 
-        Each step draws a layer k from ``layers``, samples the gates, replaces the
-        site by ``z * h + (1 - z) * b`` and takes one step on the Lagrangian
+        Each step trains every layer k of ``layers`` on the batch (or one drawn
+        layer, ``layers_per_batch="one"``): it samples the gates, replaces the
+        site by ``z * h + (1 - z) * b`` and descends the Lagrangian
         ``L0 + lambda_k * (mean KL - eps)`` (``docs/guide/diffmask.md``). The fit stops
         once every trained layer has converged (:class:`Convergence`); ``epochs``
         and ``max_steps`` are caps. A layer left unconverged (the cap reached, the
@@ -284,7 +285,8 @@ class DiffMask(SiteAttribution):
                         options of the fit, each documented in
                         :class:`~captum_diffmask.fitting.FitOptions` (defaults: 100
                         epochs, eps 0.1, Adam at lr 3e-3, baselines at 1e-3, the
-                        damped multiplier at rate 1, run to convergence).
+                        damped multiplier at rate 1, every layer on every batch, run to
+                        convergence).
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it: the means of

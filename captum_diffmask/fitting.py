@@ -2,8 +2,8 @@
 epochs until convergence, and the checkpoint selection on held-out batches.
 
 One step: a capture pass without gradients (every site and the original
-logits), the layers trained on the batch (one drawn from the trained layers, or
-all of them, ``layers_per_batch``), for each of them gates sampled from the
+logits), the layers trained on the batch (all of the trained layers, or one
+drawn from them, ``layers_per_batch``), for each of them gates sampled from the
 probe, a pass with the site replaced by ``z * h + (1 - z) * b`` and the
 Lagrangian ``L0 + lambda_k * (mean KL - eps)``: the probe and baselines descend
 on the sum, each ``lambda_k`` moves by the multiplier rule and is clamped.
@@ -66,12 +66,14 @@ class FitOptions:
         lr_lambda (float or sequence of float): the multipliers' rate, one for
                     all or one per layer (L + 1 values, layer 0 first).
         layers (sequence of int, optional): the trained layers; all when None.
-        layers_per_batch (str): ``"one"``: one of them drawn, uniformly, per
-                    batch (the authors'); ``"all"``: every one of them on every
-                    batch, each with its own masked pass and all sharing the
-                    batch's capture pass, with one optimiser step on the sum of
-                    their Lagrangians (the full expectation over the layers
-                    instead of a one-layer sample).
+        layers_per_batch (str): ``"all"`` (default): every one of them on
+                    every batch, each with its own masked pass and all sharing
+                    the batch's capture pass, with one optimiser step on the sum
+                    of their Lagrangians (the full expectation over the layers
+                    instead of a one-layer sample); ``"one"``: one of them drawn,
+                    uniformly, per batch (the authors'; an epoch then costs about
+                    one layer's step per batch, and each layer gets 1 / len(layers)
+                    of the steps).
         max_steps (int, optional): the most steps (optimiser steps, one per
                     batch) in all (a cap).
         seed (int, optional): seeds the probe's initialisation, the gate noise and
@@ -117,7 +119,7 @@ class FitOptions:
     lr_baseline: float = 1e-3
     lr_lambda: Union[float, Sequence[float]] = 1.0
     layers: Optional[Sequence[int]] = None
-    layers_per_batch: str = "one"
+    layers_per_batch: str = "all"
     max_steps: Optional[int] = None
     seed: Optional[int] = None
     verbose: bool = True

@@ -69,7 +69,9 @@ DEFAULTS: Dict[str, Any] = {
         "Random": {},
     },
     # DiffMask fitted on every layer at once (first seed), for the per-layer view
-    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 10},
+    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 10,
+                             # the committed report's draw (fit's default is now every layer per batch)
+                             "layers_per_batch": "one"},
     "eval_examples": 500,
     "chunk": 250,
     # the cost per generated token: prompts of the held-out set, continued greedily

@@ -72,6 +72,20 @@ def test_subset_spreads_over_the_list():
     assert suite.subset(items, None) is items
 
 
+def test_validation_split_sets_train_sentences_aside():
+    train = [SSTSentence((f"t{i}",), 0, (0,)) for i in range(10)]
+    dev = [SSTSentence((f"d{i}",), 0, (0,)) for i in range(6)]
+    fit_on, valid = suite.validation_split({"validation_sentences": 4}, train, dev)
+    assert [s.words[0] for s in valid] == ["t0", "t3", "t6", "t9"]
+    assert [s.words[0] for s in fit_on] == ["t1", "t2", "t4", "t5", "t7", "t8"]
+    fit_on, valid = suite.validation_split({"validation_sentences": 3, "validation_from": "dev"}, train, dev)
+    assert fit_on is train and [s.words[0] for s in valid] == ["d0", "d2", "d5"]
+    with pytest.raises(ValueError, match="validation_from"):
+        suite.validation_split({"validation_sentences": 3, "validation_from": "test"}, train, dev)
+    with pytest.raises(ValueError, match="validation_sentences"):
+        suite.validation_split({"validation_sentences": None}, train, dev)
+
+
 # ----------------------------------------------------------------- a tiny run
 @pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
 def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
@@ -91,14 +105,18 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert results["methods"][name]["status"] == "ok", results["methods"][name]
         assert name in results["cls_share"]
     assert "DiffMask (hidden)" in results["cls_share"]
-    # fit's optimisation defaults (no per-task lr or lr_lambda), the suite's
-    # convergence window, and a per-layer convergence report of every fit
+    # fit's optimisation defaults (no per-task lr or lr_lambda, fit's convergence
+    # window, every layer on every batch) and a per-layer convergence report of every fit
     for mode in ("input", "hidden"):
         for run in results["diffmask"][mode]["runs"]:
             assert "lr" not in run["options"] and "lr_lambda" not in run["options"]
-            assert run["options"]["convergence"] == {"window": 50}
+            assert run["options"]["convergence"] is None and run["layers_per_batch"] == L + 1
             assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
             assert all(r["status"] in STATUSES for r in run["convergence"].values())
+    # the checkpoint is selected on train sentences set aside from the fit
+    model = results["model"]
+    assert model["validation_from"] == "train" and model["validation_sentences"] == 24
+    assert model["fit_sentences"] + model["validation_sentences"] == model["train_sentences"] == 96
     speed = results["speed"]
     assert speed["ratio_to_forward"]["forward"] == pytest.approx(1.0)
     assert {"DiffMask input", "DiffMask hidden"} <= set(speed["per_sentence_seconds"])

@@ -312,10 +312,11 @@ def test_fit_stops_once_every_layer_has_converged_and_reports_each(monkeypatch):
     assert all(r["converged"] and r["steps"] >= 6 for r in dm.convergence.values())
     assert set(dm.convergence) == {0, 1, 2}
     assert history[-1]["status"] == "converged"
-    # until_converged=False runs every epoch
+    # until_converged=False runs every epoch: 3 epochs of 6 batches, each
+    # training the 3 layers (every layer on every batch, the default)
     dm2 = DiffMask(tiny_bert(), mode="hidden")
     history2 = dm2.fit(_loader(6), epochs=3, eps=0.1, seed=0, verbose=False, convergence=loose, until_converged=False)
-    assert sum(h["steps"] for h in history2) == 18
+    assert sum(h["steps"] for h in history2) == 18 * 3
 
 
 @pytest.mark.parametrize("mode", ["input", "hidden"])
@@ -327,7 +328,9 @@ def test_keeping_only_the_needed_activations_fits_the_same_probe(mode, monkeypat
         seen = []
         capture = dm._capture
         monkeypatch.setattr(dm, "_capture", lambda call, names=None, **kw: (seen.append(len(list(names))), capture(call, names, **kw))[1])
-        dm.fit(_loader(6), epochs=1, seed=0, until_converged=False, verbose=False, activations=activations)
+        # one layer drawn per batch: a step at a shallow layer needs fewer sites
+        dm.fit(_loader(6), epochs=1, seed=0, until_converged=False, verbose=False, activations=activations,
+               layers_per_batch="one")
         probes[activations], kept[activations] = dm.probe.state_dict(), seen
     for name, value in probes["all"].items():
         assert torch.equal(value, probes["needed"][name]), name

@@ -46,6 +46,8 @@ DEFAULTS: Dict[str, Any] = {
         # 0.5 s in hidden mode on one thread)
         "batch_size": 8, "eps": 1.0, "eps_valid": 3.0, "agreement_valid": 0.0, "validation_windows": 128,
         "epochs": 1, "input": {"max_steps": 1000}, "hidden": {"max_steps": 1000},
+        # the committed report's draw (fit's default is now every layer per batch)
+        "layers_per_batch": "one",
     },
     "method_options": {
         # the authors' QA settings (reference study 1.10): IG 500 steps (target:

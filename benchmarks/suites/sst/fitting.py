@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from captum_diffmask import Convergence, DiffMask
+from captum_diffmask.fitting import FitOptions
 from captum_diffmask.forward import model_device
 from benchmarks.tasks.sst_bert import EncodedSST
 
@@ -39,7 +40,7 @@ def fit_diffmask(
     r"""DiffMask in ``mode`` fitted on ``train`` with every layer drawn per batch,
     the sparsest epoch that keeps the constraint on ``valid`` restored; the
     batches go to the model's device."""
-    options = {k: v for k, v in config["diffmask"].items() if k not in ("input", "hidden", "validation_sentences")}
+    options = {k: v for k, v in config["diffmask"].items() if k not in ("input", "hidden", "validation_sentences", "validation_from")}
     options.update(config["diffmask"].get(mode, {}))
     batch_size = int(options.pop("batch_size", 64))
     last_rate = options.pop("lr_lambda_last", None)
@@ -71,6 +72,7 @@ def fit_diffmask(
         "feasible": any(h.get("selected") for h in history) and _feasible(history, selected, options),
         "options": {**init, **options, "batch_size": batch_size, "convergence": criterion},
         "convergence": {str(k): report for k, report in explainer.convergence.items()},
+        "layers_per_batch": len(explainer.convergence) if options.get("layers_per_batch", FitOptions.layers_per_batch) == "all" else 1,
     }
 
 

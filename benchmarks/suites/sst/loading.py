@@ -73,6 +73,37 @@ def subset(sentences: List[SSTSentence], limit: Optional[int]) -> List[SSTSenten
     return [sentences[i] for i in picks.tolist()]
 
 
+def validation_split(
+    diffmask: Mapping[str, Any], train: List[SSTSentence], dev: List[SSTSentence]
+) -> Tuple[List[SSTSentence], List[SSTSentence]]:
+    r"""
+    The sentences DiffMask is fitted on and those its checkpoint is selected on.
+
+    Args:
+
+        diffmask (Mapping): the suite's ``diffmask`` settings: ``validation_sentences``
+                    (how many, spread evenly) and ``validation_from``: ``"train"``
+                    (default; set aside from the fit's sentences, so the selection
+                    never reads a sentence the report scores) or ``"dev"`` (the
+                    suite's earlier choice; the fit keeps every train sentence).
+        train, dev (list of SSTSentence): the splits.
+
+    Returns:
+        *tuple* of the fit's sentences and the validation sentences.
+    """
+    source = diffmask.get("validation_from", "train")
+    if source not in ("train", "dev"):
+        raise ValueError(f"validation_from must be 'train' or 'dev', got {source!r}")
+    if source == "dev":
+        return train, subset(dev, diffmask.get("validation_sentences"))
+    limit = diffmask.get("validation_sentences")
+    if limit is None or int(limit) >= len(train):
+        raise ValueError(f"validation_sentences must be fewer than the {len(train)} train sentences "
+                         f"with validation_from='train', got {limit!r}")
+    held = set(id(s) for s in subset(train, limit))
+    return [s for s in train if id(s) not in held], [s for s in train if id(s) in held]
+
+
 @dataclass
 class Bench:
     r"""The model and the encoded sentences of one run.
@@ -81,8 +112,10 @@ class Bench:
         model (nn.Module): the fine-tuned classifier, in eval mode.
         tokenizer (Any): its tokenizer.
         model_info (dict): the model's record in the results.
-        train (EncodedSST): the training sentences.
-        valid (EncodedSST): the dev sentences DiffMask's fit validates on.
+        train (EncodedSST): the sentences DiffMask is fitted on (the train
+                    split less the validation sentences when those come from it).
+        valid (EncodedSST): the sentences DiffMask's fit validates on
+                    (:func:`validation_split`).
         evaluated (EncodedSST): the sentences of the evaluated split.
     """
 
@@ -118,13 +151,15 @@ def load_bench(config: Mapping[str, Any], verbose: bool) -> Bench:
     eval_sentences = subset(dev_sentences if split == "dev" else read_sst("test", data_dir), config.get("eval_sentences"))
     model, tokenizer, model_info = load_model(config, train_sentences, dev_sentences, verbose)
     max_length = int(config["model"].get("max_length", 128))
-    train = sst_bert.encode_sst(train_sentences, tokenizer, max_length)
+    fit_sentences, valid_sentences = validation_split(config["diffmask"], train_sentences, dev_sentences)
+    train = sst_bert.encode_sst(fit_sentences, tokenizer, max_length)
     dev = sst_bert.encode_sst(dev_sentences, tokenizer, max_length)
     evaluated = sst_bert.encode_sst(eval_sentences, tokenizer, max_length)
-    valid = dev.subset(torch.as_tensor([dev_sentences.index(s) for s in subset(dev_sentences, config["diffmask"].get("validation_sentences"))]))
+    valid = sst_bert.encode_sst(valid_sentences, tokenizer, max_length)
     dev_scores = sst_bert.evaluate(model, dev)
     model_info.update({"dev_accuracy": 100.0 * dev_scores["accuracy"], "dev_macro_f1": 100.0 * dev_scores["macro_f1"],
-                       "train_sentences": len(train), "evaluated_sentences": len(evaluated)})
+                       "train_sentences": len(train_sentences), "fit_sentences": len(train), "validation_sentences": len(valid),
+                       "validation_from": config["diffmask"].get("validation_from", "train"), "evaluated_sentences": len(evaluated)})
     log_to_stderr(verbose, f"[sst] model: dev accuracy {model_info['dev_accuracy']:.2f}, "
                            f"macro-F1 {model_info['dev_macro_f1']:.2f} ({'cached' if model_info['cached'] else 'fine-tuned'})")
     return Bench(model, tokenizer, model_info, train, valid, evaluated)

@@ -129,10 +129,15 @@ def _seconds_per_sentence(
 
 
 def _training(diffmask: Mapping[str, Any], finetune_epoch: float) -> Dict[str, Dict[str, float]]:
-    r"""Per mode: DiffMask's mean training epoch over the seeds and its ratio to one fine-tuning epoch."""
+    r"""Per mode: DiffMask's mean training epoch over the seeds, the layers it
+    trained per batch, and the ratio to one fine-tuning epoch of an epoch that
+    trains one layer per batch (the paper's epoch: the epoch's time divided by
+    the layers per batch)."""
     training = {}
     for mode in ("input", "hidden"):
         runs = diffmask.get(mode, {}).get("runs", [])
         epoch = statistics.mean(r["mean_epoch_seconds"] for r in runs) if runs else math.nan
-        training[mode] = {"epoch_seconds": epoch, "ratio_to_finetune_epoch": epoch / finetune_epoch}
+        per_batch = int(runs[0].get("layers_per_batch", 1)) if runs else 1
+        training[mode] = {"epoch_seconds": epoch, "layers_per_batch": per_batch,
+                          "ratio_to_finetune_epoch": epoch / per_batch / finetune_epoch}
     return training
