@@ -14,8 +14,10 @@ through :func:`captum_diffmask.attribute_generation`) and the figures.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
 import traceback
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -69,9 +71,9 @@ DEFAULTS: Dict[str, Any] = {
         "Random": {},
     },
     # DiffMask fitted on every layer at once (first seed), for the per-layer view
-    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 10,
-                             # the committed report's draw (fit's default is now every layer per batch)
-                             "layers_per_batch": "one"},
+    # (every layer trained on every batch, fit's default: 3 epochs give each layer
+    # the steps of 3 epochs)
+    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 3},
     "eval_examples": 500,
     "chunk": 250,
     # the cost per generated token: prompts of the held-out set, continued greedily
@@ -81,12 +83,19 @@ DEFAULTS: Dict[str, Any] = {
     "figures": True,
     "cache": True,
     "threads": 1,
+    # processes for the seeds: this one runs the first seed and its extras, the
+    # others (one thread each) the remaining seeds; 1 runs them one after another
+    "workers": 2,
 }
 
 QUICK: Dict[str, Any] = {
     "seeds": [0],
+    # a smaller training set and fewer epochs for the decoder (it is trained in
+    # the run on a fresh machine): a smoke run, not the targets' decoder
+    "data": {"num_examples": 12_000},
+    "model": {"epochs": 8},
     "eval_examples": 100,
-    "diffmask_every_layer": {"epochs": 3},
+    "diffmask_every_layer": {"epochs": 1},
     "method_options": {
         "DiffMask": {"epochs": 4},
         "IntegratedGradients": {"n_steps": 20},
@@ -202,20 +211,47 @@ def _one_seed(config: Mapping[str, Any], seed: int, verbose: bool
     return info, records, {"prepared": prepared, "held_out": held_out, "train": train}, model, valid
 
 
+def _seed_records(config: Mapping[str, Any], seed: int, verbose: bool
+                  ) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
+    r"""One seed in a worker process, on one thread: (model info, records per method)."""
+    torch.set_num_threads(1)
+    info, records, _, _, _ = _one_seed(config, seed, verbose)
+    return info, records
+
+
+def _start_workers(config: Mapping[str, Any], seeds: List[int], verbose: bool
+                   ) -> Tuple[Optional[ProcessPoolExecutor], List[Future]]:
+    r"""Submits ``seeds`` to ``workers - 1`` processes (spawned: no state of this
+    one is inherited); none when ``workers`` is 1 or nothing is left to share."""
+    workers = int(config.get("workers", 1))
+    if workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {config.get('workers')!r}")
+    if workers == 1 or not seeds:
+        return None, []
+    pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(seeds)),
+                               mp_context=multiprocessing.get_context("spawn"))
+    return pool, [pool.submit(_seed_records, dict(config), seed, verbose) for seed in seeds]
+
+
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
-    r"""Runs the toy-lm suite with ``config`` (see :data:`DEFAULTS`)."""
+    r"""Runs the toy-lm suite with ``config`` (see :data:`DEFAULTS`): the first
+    seed and its extras here, the other seeds in ``workers - 1`` processes beside
+    it (the same numbers as one after another: every seed's work is seeded by the
+    seed alone)."""
     names = list(config["methods"])
-    per_seed: Dict[str, List[Dict[str, Any]]] = {name: [] for name in names}
-    models: List[Dict[str, Any]] = []
-    extras: Dict[str, Any] = {}
-    for index, seed in enumerate(bar(list(config["seeds"]), verbose, desc="seeds")):
-        info, records, methods, model, valid = _one_seed(config, seed, verbose)
-        models.append(info)
-        for name in names:
-            per_seed[name].append(records[name])
-        if index == 0:
-            extras = first_seed_extras(config, model, methods["train"], valid, methods["prepared"],
-                                       methods["held_out"], out_dir, verbose)
+    seeds = list(config["seeds"])
+    pool, futures = _start_workers(config, seeds[1:], verbose)
+    try:
+        info, records, methods, model, valid = _one_seed(config, seeds[0], verbose)
+        extras = first_seed_extras(config, model, methods["train"], valid, methods["prepared"],
+                                   methods["held_out"], out_dir, verbose)
+        rest = ([future.result() for future in futures] if pool is not None
+                else [_one_seed(config, seed, verbose)[:2] for seed in bar(seeds[1:], verbose, desc="seeds")])
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    models = [info] + [r[0] for r in rest]
+    per_seed = {name: [records[name]] + [r[1][name] for r in rest] for name in names}
     options = config.get("method_options", {})
     methods = {name: aggregate(per_seed[name], None, options.get(name, {})) for name in names}
     gru = _gru_reference(config)
@@ -283,6 +319,9 @@ def notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
         f"Decoders of {config['model']['layers']} blocks, {config['model']['hidden']} wide, "
         f"{config['model']['heads']} heads, seeds {list(config['seeds'])}; why this depth and these seeds: "
         "`docs/reproduction/benchmarks.md`, the toy-lm suite.",
+        f"Seeds run in {min(int(config.get('workers', 1)), len(config['seeds']))} process(es) side by side, "
+        f"{config.get('threads') or 'all'} torch thread(s) each (`workers`); the first seed's process also runs "
+        "the every-layer fit, the cost per generated token and the figures.",
     ]
     for record in results["methods"].get("DiffMask", {}).get("per_seed", []):
         last = record.get("fit_last")
@@ -291,8 +330,9 @@ def notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
                        f"{config['method_options']['DiffMask'].get('eps')}), gates open {last['l0']:.3f}, "
                        f"convergence: {last.get('status', 'n/a')} ({record.get('fit_steps', '?')} steps).")
     if config.get("quick"):
-        out.append("Quick mode: one seed, 100 held-out prompts and fewer optimisation steps; the targets are stated "
-                   "for the full run (`python -m benchmarks run toy-lm`).")
+        out.append(f"Quick mode: one seed, a decoder trained on {config['data']['num_examples']} examples for at most "
+                   f"{config['model']['epochs']} epochs, {config['eval_examples']} held-out prompts and fewer "
+                   "optimisation steps; the targets are stated for the full run (`python -m benchmarks run toy-lm`).")
     return out
 
 

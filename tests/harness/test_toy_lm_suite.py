@@ -54,3 +54,16 @@ def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
         assert heading in report
     assert (tmp_path / "out" / "figures" / "toy_lm_generation.html").read_text().startswith("<!DOCTYPE html>")
     assert json.loads((tmp_path / "out" / "results.json").read_text())["suite"] == "toy-lm"
+
+
+def test_seeds_in_worker_processes_give_the_numbers_of_one_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    overrides = {"data": {"num_examples": 600}, "model": {"epochs": 1}, "eval_examples": 20, "seeds": [0, 1],
+                 "methods": ["DiffMask", "Occlusion"], "method_options": {"DiffMask": {"epochs": 1}},
+                 "diffmask_every_layer": {"epochs": 1}, "figures": False}
+    together = run_suite("toy-lm", tmp_path / "a", quick=True, overrides={**overrides, "workers": 1}, verbose=False)
+    apart = run_suite("toy-lm", tmp_path / "b", quick=True, overrides={**overrides, "workers": 2}, verbose=False)
+    for name in ("DiffMask", "Occlusion"):
+        js = [[r["js"] for r in results["methods"][name]["per_seed"]] for results in (together, apart)]
+        assert js[0] == js[1] and len(js[0]) == 2, (name, js)
+    assert [m["seed"] for m in apart["models"]] == [0, 1]
