@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .squad import best_spans, span_text, squad_scores, SquadExample, SquadFeatures
 from .sst_bert import _bert_adamw, _warmup_then_decay, load_minilm_as
+from captum_diffmask.forward import model_device
 
 
 def load_minilm_qa(seed: Optional[int] = 0) -> Tuple[nn.Module, Any]:
@@ -139,16 +140,18 @@ def fine_tune_qa(
 @torch.no_grad()
 def span_logits(model: nn.Module, features: SquadFeatures, batch_size: int = 64) -> Tuple[Tensor, Tensor]:
     r"""The model's (N, max_length) start and end logits of every window
-    (padding at the dtype's lowest value)."""
+    (padding at the dtype's lowest value), on the CPU; the batches run on the
+    model's device."""
     low = torch.finfo(torch.float32).min
     starts = torch.full(features.input_ids.shape, low)
     ends = torch.full(features.input_ids.shape, low)
     model.eval()
+    device = model_device(model)
     for rows, ids, mask, types, _, _ in window_batches(features, batch_size):
-        out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        out = model(input_ids=ids.to(device), attention_mask=mask.to(device), token_type_ids=types.to(device))
         width = ids.shape[1]
-        starts[rows, :width] = out.start_logits.float().masked_fill(mask == 0, low)
-        ends[rows, :width] = out.end_logits.float().masked_fill(mask == 0, low)
+        starts[rows, :width] = out.start_logits.float().cpu().masked_fill(mask == 0, low)
+        ends[rows, :width] = out.end_logits.float().cpu().masked_fill(mask == 0, low)
     return starts, ends
 
 

@@ -221,3 +221,20 @@ def test_the_fit_caveat_counts_converged_and_violated_layers():
     assert "input: 1 of 3 layers converged, 2 still above the KL bound on the training batches after 10 steps, " \
            "validation within" in text
     assert "hidden: 3 of 3 layers converged after 10 steps, validation outside" in text
+
+
+def test_squad_convergence_reports_each_chunk_of_every_layer(tmp_path, monkeypatch):
+    from benchmarks import squad_convergence
+
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    tiny = {"train_questions": None, "scored_questions": None, "analysis_questions": None,
+            "model": {"source": "tiny", "num_layers": None, "max_length": 32, "doc_stride": 8, "epochs": 1,
+                      "lr": 1e-2, "batch_size": 8},
+            "diffmask": {"validation_windows": 4, "batch_size": 2}}
+    out = tmp_path / "convergence.json"
+    assert squad_convergence.main(["--chunk", "3", "--epochs", "2", "--modes", "input", "--out", str(out),
+                                   "--data", str(_squad_file(tmp_path / "squad.json")), "--set", json.dumps(tiny)]) == 0
+    result = json.loads(out.read_text())["input"]
+    assert [(h["epoch"], h["layer"]) for h in result["history"]] == [(e, k) for e in (1, 2) for k in range(3)]
+    assert all(h["steps"] == 3 for h in result["history"])  # every layer on each of the chunk's batches
+    assert {k: r["steps"] for k, r in result["convergence"].items()} == {"0": 6, "1": 6, "2": 6}
