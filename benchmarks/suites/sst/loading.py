@@ -100,8 +100,8 @@ def validation_split(
     if limit is None or int(limit) >= len(train):
         raise ValueError(f"validation_sentences must be fewer than the {len(train)} train sentences "
                          f"with validation_from='train', got {limit!r}")
-    held = set(id(s) for s in subset(train, limit))
-    return [s for s in train if id(s) not in held], [s for s in train if id(s) in held]
+    held = set(subset(list(range(len(train))), limit))
+    return [s for i, s in enumerate(train) if i not in held], [s for i, s in enumerate(train) if i in held]
 
 
 @dataclass
