@@ -4,7 +4,8 @@ A sweep of amortised DiffMask settings on the sst suite's fine-tuned model.
 Each run of the sweep fits DiffMask in one mode with some options changed from
 the suite's (:data:`benchmarks.suites.sst.DEFAULTS`), for one or more seeds, and
 reports what the suite's targets are about: the share of tokens / states masked
-and the macro-F1 of the masked model per layer (on all of dev), the spread of
+and the macro-F1 of the masked model per layer (on all of dev, or on train
+sentences the fit does not see with ``"score_on": "train"``), the spread of
 the attributions across seeds, and the validation sparsity after every epoch
 (does more training still help?). The fitting, the faithfulness and the
 stability are the suite's own functions, so a sweep measures what the suite
@@ -16,7 +17,9 @@ Usage::
 
 ``SWEEP.json``::
 
-    {"base": {...},        # optional: merged into the suite's DEFAULTS (the
+    {"score_on": "dev",    # optional: "train" scores on train sentences set aside
+                           # (see _splits): for choosing settings without dev
+     "base": {...},        # optional: merged into the suite's DEFAULTS (the
                            # committed sweeps pin the suite's recipe when they ran:
                            # fit's earlier optimisation, LEGACY_FIT, with the
                            # suite's lr, lr_lambda and epochs of then)
@@ -35,7 +38,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -63,7 +66,7 @@ def run_one(
     model: torch.nn.Module,
     train: sst_bert.EncodedSST,
     valid: sst_bert.EncodedSST,
-    dev: sst_bert.EncodedSST,
+    scored: sst_bert.EncodedSST,
     verbose: bool,
 ) -> Dict[str, Any]:
     r"""Fits and scores one run of the sweep for each of its seeds.
@@ -86,7 +89,7 @@ def run_one(
     for seed in seeds:
         explainer, info = suite.fit_diffmask(model, mode, train, valid, config, seed, verbose)
         options = info["options"]
-        scores = suite.faithfulness(explainer, dev, 128, verbose)
+        scores = suite.faithfulness(explainer, scored, 128, verbose)
         history = info["history"]
         epochs = sorted({h["epoch"] for h in history})
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
@@ -109,11 +112,42 @@ def run_one(
             ],
         })
         attributions.append(suite.per_sentence(
-            dev, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), device=device))
+            scored, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), device=device))
     spread = suite.stability(attributions)
     return {"name": run.get("name", mode), "mode": mode, "options": options,
             "train_sentences": len(train), "stability": None if spread is None else spread["mean_std"],
             "seeds": per_seed}
+
+
+def _splits(
+    spec: Mapping[str, Any], config: Mapping[str, Any], train: List[Any], dev: List[Any], tokenizer: Any, max_length: int
+) -> Tuple[List[Any], sst_bert.EncodedSST, sst_bert.EncodedSST]:
+    r"""The sentences a sweep fits on, validates on and scores on.
+
+    ``score_on`` ``"dev"`` (the committed sweeps): every train sentence is fitted
+    on; validation is ``validation_sentences`` of dev and the scores are on all of
+    dev. ``"train"`` (for choosing the suite's settings without reading dev): the
+    suite's validation sentences are set aside from train as the suite does
+    (:func:`~benchmarks.suites.sst.validation_split`), then ``score_sentences``
+    (default 1000) more train sentences, spread evenly, that the fit does not see
+    and the scores are taken on.
+
+    Returns:
+        *tuple* of the fit's sentences (before a run's ``train_sentences`` limit),
+        the encoded validation sentences and the encoded scored sentences.
+    """
+    score_on = spec.get("score_on", "dev")
+    if score_on == "dev":
+        encoded_dev = sst_bert.encode_sst(dev, tokenizer, max_length)
+        rows = [dev.index(s) for s in suite.subset(dev, config["diffmask"].get("validation_sentences"))]
+        return train, encoded_dev.subset(torch.as_tensor(rows)), encoded_dev
+    if score_on != "train":
+        raise ValueError(f"score_on must be 'dev' or 'train', got {score_on!r}")
+    fit, valid = suite.validation_split({**config["diffmask"], "validation_from": "train"}, train, dev)
+    fit, scored = suite.validation_split(
+        {"validation_sentences": int(spec.get("score_sentences", 1000)), "validation_from": "train"}, fit, dev)
+    encode = lambda sentences: sst_bert.encode_sst(sentences, tokenizer, max_length)  # noqa: E731
+    return fit, encode(valid), encode(scored)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -129,6 +163,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs = spec.get("runs") if isinstance(spec, dict) else None
     if not runs:
         parser.error(f"sweep: {args.sweep} has no 'runs' list")
+    if spec.get("score_on", "dev") not in ("dev", "train"):
+        parser.error(f"sweep: score_on must be 'dev' or 'train', got {spec['score_on']!r}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     base = dict(spec.get("base") or {})
@@ -143,17 +179,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                                            not args.quiet)
     model.to(args.device)
     max_length = int(shared["model"].get("max_length", 128))
-    dev = sst_bert.encode_sst(dev_sentences, tokenizer, max_length)
-    valid_rows = [dev_sentences.index(s) for s in suite.subset(dev_sentences, shared["diffmask"].get("validation_sentences"))]
-    valid = dev.subset(torch.as_tensor(valid_rows))
+    fit_sentences, valid, scored = _splits(spec, shared, train_all, dev_sentences, tokenizer, max_length)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for run, config in zip(runs, configs):
         start = time.perf_counter()
         limit = run.get("train_sentences", shared.get("train_sentences"))
-        train = sst_bert.encode_sst(suite.subset(train_all, limit), tokenizer, max_length)
-        result = run_one(run, config, model, train, valid, dev, not args.quiet)
-        result.update({"seconds": time.perf_counter() - start, "device": str(args.device)})
+        train = sst_bert.encode_sst(suite.subset(fit_sentences, limit), tokenizer, max_length)
+        result = run_one(run, config, model, train, valid, scored, not args.quiet)
+        result.update({"seconds": time.perf_counter() - start, "device": str(args.device),
+                       "scored_on": spec.get("score_on", "dev"), "scored_sentences": len(scored)})
         with out.open("a", encoding="utf-8") as f:
             f.write(json.dumps(to_jsonable(result)) + "\n")
         summary = ", ".join(f"seed {s['seed']}: {s['mean_masked']:.1f} % masked, F1 {s['mean_f1']:.2f} "

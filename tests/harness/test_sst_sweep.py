@@ -58,6 +58,25 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             assert seed["steps_per_layer"] > 0
 
 
+@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+def test_sweep_scored_on_train_sentences(tmp_path):
+    spec = {"score_on": "train", "score_sentences": 40, "base": BASE,
+            "runs": [{"name": "hidden-1", "mode": "hidden", "diffmask": {"epochs": 1}}]}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "runs.jsonl"
+    assert sst_sweep.main([str(path), "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    (result,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert result["scored_on"] == "train" and result["scored_sentences"] == 40
+    assert result["train_sentences"] == BASE["train_sentences"]
+    seed = result["seeds"][0]
+    assert all(0.0 <= r["f1"] <= 100.0 for r in seed["per_layer"]) and len(seed["valid_by_epoch"]) == 1
+    spec["score_on"] = "test"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(SystemExit):
+        sst_sweep.main([str(path), "--out", str(out), "--quiet"])
+
+
 def _sst_sweeps():
     # the sweeps of benchmarks.sst_sweep (a list of runs); the others are other harnesses'
     paths = sorted((Path(__file__).parents[2] / "benchmarks" / "sweeps").glob("*.json"))
@@ -81,3 +100,21 @@ def test_committed_sweeps_name_known_options(path):
         sst_sweep.sweep_config(spec.get("base"), run)  # raises on a bad mode
         unknown = set(run.get("diffmask", {})) - known
         assert not unknown, (run["name"], unknown)
+
+
+def test_splits_on_train_never_fit_validate_and_score_the_same_sentence(monkeypatch):
+    train, dev = [f"train {i}" for i in range(50)], [f"dev {i}" for i in range(20)]
+    class Encoded(list):  # stands for EncodedSST: _splits only encodes and takes rows
+        def subset(self, rows):
+            return Encoded(self[i] for i in rows.tolist())
+
+    monkeypatch.setattr(sst_sweep.sst_bert, "encode_sst", lambda sentences, tokenizer, length: Encoded(sentences))
+    config = suite.DEFAULTS | {"diffmask": {**suite.DEFAULTS["diffmask"], "validation_sentences": 8}}
+    fit, valid, scored = sst_sweep._splits({"score_on": "train", "score_sentences": 12}, config, train, dev, None, 16)
+    assert (len(fit), len(valid), len(scored)) == (30, 8, 12)
+    assert set(fit) | set(valid) | set(scored) == set(train)  # a partition of train: dev is never read
+    assert len(set(fit) | set(valid) | set(scored)) == len(fit) + len(valid) + len(scored)
+    fit_dev, valid_dev, scored_dev = sst_sweep._splits({}, config, train, dev, None, 16)
+    assert fit_dev == train and len(scored_dev) == 20 and len(valid_dev) == 8  # the committed sweeps' split
+    with pytest.raises(ValueError, match="score_on must be"):
+        sst_sweep._splits({"score_on": "test"}, config, train, dev, None, 16)
