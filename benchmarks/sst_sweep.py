@@ -25,6 +25,7 @@ Usage::
                            # suite's lr, lr_lambda and epochs of then)
      "runs": [{"name": "hidden-16-epochs", "mode": "hidden", "seeds": [0, 1],
                "train_sentences": null,          # optional: a spread subset
+               "readout": "threshold",           # optional: or "louizos" (the scores' gates)
                "diffmask": {"epochs": 16}}]}     # the mode's options changed
 
 One JSON line per run is appended to ``--out``, and a summary line printed.
@@ -56,6 +57,8 @@ def sweep_config(base: Optional[Mapping[str, Any]], run: Mapping[str, Any]) -> D
     mode = run.get("mode")
     if mode not in ("input", "hidden"):
         raise ValueError(f"runs: mode must be 'input' or 'hidden', got {mode!r} (run {run.get('name')!r})")
+    if run.get("readout", "threshold") not in ("threshold", "louizos"):
+        raise ValueError(f"runs: readout must be 'threshold' or 'louizos', got {run['readout']!r} (run {run.get('name')!r})")
     config = merge(suite.DEFAULTS, base)
     return merge(config, {"diffmask": {mode: dict(run.get("diffmask", {}))}})
 
@@ -89,7 +92,7 @@ def run_one(
     for seed in seeds:
         explainer, info = suite.fit_diffmask(model, mode, train, valid, config, seed, verbose)
         options = info["options"]
-        scores = suite.faithfulness(explainer, scored, 128, verbose)
+        scores = suite.faithfulness(explainer, scored, 128, verbose, rule=run.get("readout", "threshold"))
         history = info["history"]
         epochs = sorted({h["epoch"] for h in history})
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
@@ -114,7 +117,7 @@ def run_one(
         attributions.append(suite.per_sentence(
             scored, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), device=device))
     spread = suite.stability(attributions)
-    return {"name": run.get("name", mode), "mode": mode, "options": options,
+    return {"name": run.get("name", mode), "mode": mode, "options": options, "readout": run.get("readout", "threshold"),
             "train_sentences": len(train), "stability": None if spread is None else spread["mean_std"],
             "seeds": per_seed}
 

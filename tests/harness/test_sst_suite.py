@@ -139,3 +139,26 @@ def test_bad_configuration_names_the_key(tmp_path):
         suite.run({**suite.DEFAULTS, "methods": ["Nope"]}, tmp_path, verbose=False)
     with pytest.raises(ValueError, match="split"):
         suite.run({**suite.DEFAULTS, "split": "validation"}, tmp_path, verbose=False)
+
+
+def test_faithfulness_scores_the_gates_of_the_chosen_readout():
+    from benchmarks.tasks.sst_bert import EncodedSST
+
+    class Gated:  # stands for DiffMask: the threshold read-out keeps everything, louizos nothing
+        mode, num_layers, model = "hidden", 1, torch.nn.Linear(1, 1)
+
+        def masked_forward(self, ids, args, layer, rule="threshold"):
+            original = torch.nn.functional.one_hot(ids[:, 0] % 5, 5).float()
+            if rule == "threshold":
+                return args[0].float(), original, original  # every real position kept, 0 at padding
+            return torch.zeros(ids.shape, dtype=torch.float), original.roll(1, dims=-1), original
+
+    ids = torch.tensor([[0, 1, 2], [1, 2, 0], [2, 0, 0], [3, 4, 0]])
+    data = EncodedSST(ids, (ids > 0).long() | torch.tensor([[1, 0, 0]]), ids[:, 0] % 5, torch.zeros_like(ids))
+    kept = suite.faithfulness(Gated(), data, 2, False)
+    gone = suite.faithfulness(Gated(), data, 2, False, rule="louizos")
+    assert [r["masked_share"] for r in kept["per_layer"]] == [0.0, 0.0]
+    assert [r["agreement"] for r in kept["per_layer"]] == [100.0, 100.0]
+    assert [r["masked_share"] for r in gone["per_layer"]] == [100.0, 100.0]
+    assert [r["agreement"] for r in gone["per_layer"]] == [0.0, 0.0]
+    assert kept["unmasked"] == gone["unmasked"] and kept["per_layer"][0]["macro_f1"] == kept["unmasked"]["macro_f1"]

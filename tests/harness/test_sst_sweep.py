@@ -30,6 +30,8 @@ def test_sweep_config_overrides_the_mode_options_only():
     assert config["model"]["source"] == "tiny"  # the base merged in
     with pytest.raises(ValueError, match="runs: mode must be"):
         sst_sweep.sweep_config(BASE, {"name": "x", "mode": "both"})
+    with pytest.raises(ValueError, match="runs: readout must be"):
+        sst_sweep.sweep_config(BASE, {"name": "x", "mode": "input", "readout": "expected"})
 
 
 @pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
@@ -61,13 +63,13 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
 @pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
 def test_sweep_scored_on_train_sentences(tmp_path):
     spec = {"score_on": "train", "score_sentences": 40, "base": BASE,
-            "runs": [{"name": "hidden-1", "mode": "hidden", "diffmask": {"epochs": 1}}]}
+            "runs": [{"name": "hidden-1", "mode": "hidden", "readout": "louizos", "diffmask": {"epochs": 1}}]}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(spec))
     out = tmp_path / "runs.jsonl"
     assert sst_sweep.main([str(path), "--out", str(out), "--quiet", "--threads", "1"]) == 0
     (result,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert result["scored_on"] == "train" and result["scored_sentences"] == 40
+    assert result["scored_on"] == "train" and result["scored_sentences"] == 40 and result["readout"] == "louizos"
     assert result["train_sentences"] == BASE["train_sentences"]
     seed = result["seeds"][0]
     assert all(0.0 <= r["f1"] <= 100.0 for r in seed["per_layer"]) and len(seed["valid_by_epoch"]) == 1

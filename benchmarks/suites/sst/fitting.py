@@ -82,10 +82,13 @@ def _feasible(history: List[Dict[str, Any]], epoch: Optional[int], options: Mapp
     return bool(rows) and all(h["valid_kl"] <= bound and h["valid_agreement"] >= options.get("agreement_valid", 0.0) for h in rows)
 
 
-def faithfulness(explainer: DiffMask, data: EncodedSST, batch_size: int, verbose: bool) -> Dict[str, Any]:
+def faithfulness(
+    explainer: DiffMask, data: EncodedSST, batch_size: int, verbose: bool, rule: str = "threshold"
+) -> Dict[str, Any]:
     r"""Per layer: macro-F1 / accuracy of the model under DiffMask's deterministic
-    gates, the share of real positions masked, and the agreement with the
-    unmasked prediction. Batches go to the model's device."""
+    gates (``rule``, as :meth:`DiffMask.masked_forward`: ``"threshold"``, the
+    suite's, or ``"louizos"``), the share of real positions masked (gate 0), and
+    the agreement with the unmasked prediction. Batches go to the model's device."""
     device = model_device(explainer.model)
     layers = list(range(explainer.num_layers + 1))
     lengths = data.attention_mask.sum(1)
@@ -98,7 +101,7 @@ def faithfulness(explainer: DiffMask, data: EncodedSST, batch_size: int, verbose
         longest = int(lengths[rows].max())
         ids, mask = data.input_ids[rows, :longest].to(device), data.attention_mask[rows, :longest].to(device)
         for k in layers:
-            gates, masked, original = explainer.masked_forward(ids, (mask,), layer=k)
+            gates, masked, original = explainer.masked_forward(ids, (mask,), layer=k, rule=rule)
             masked_pred[k][rows] = masked.argmax(-1).cpu()
             plain[rows] = original.argmax(-1).cpu()
             kept[k] += float((gates > 0).float().sum())
