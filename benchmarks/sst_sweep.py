@@ -51,14 +51,19 @@ from .runner import merge, to_jsonable
 from .suites import sst as suite
 
 
+#: Where a sweep's runs are scored (see :func:`_splits`) and the gates they are scored with.
+SCORE_ON = ("dev", "train")
+READOUTS = ("threshold", "louizos")
+
+
 def sweep_config(base: Optional[Mapping[str, Any]], run: Mapping[str, Any]) -> Dict[str, Any]:
     r"""The suite's DEFAULTS with ``base`` merged in, then ``run["diffmask"]``
     merged into the options of ``run["mode"]`` (they win over the shared ones)."""
     mode = run.get("mode")
     if mode not in ("input", "hidden"):
         raise ValueError(f"runs: mode must be 'input' or 'hidden', got {mode!r} (run {run.get('name')!r})")
-    if run.get("readout", "threshold") not in ("threshold", "louizos"):
-        raise ValueError(f"runs: readout must be 'threshold' or 'louizos', got {run['readout']!r} (run {run.get('name')!r})")
+    if run.get("readout", READOUTS[0]) not in READOUTS:
+        raise ValueError(f"runs: readout must be one of {READOUTS}, got {run['readout']!r} (run {run.get('name')!r})")
     config = merge(suite.DEFAULTS, base)
     return merge(config, {"diffmask": {mode: dict(run.get("diffmask", {}))}})
 
@@ -144,8 +149,8 @@ def _splits(
         encoded_dev = sst_bert.encode_sst(dev, tokenizer, max_length)
         rows = [dev.index(s) for s in suite.subset(dev, config["diffmask"].get("validation_sentences"))]
         return train, encoded_dev.subset(torch.as_tensor(rows)), encoded_dev
-    if score_on != "train":
-        raise ValueError(f"score_on must be 'dev' or 'train', got {score_on!r}")
+    if score_on not in SCORE_ON:
+        raise ValueError(f"score_on must be one of {SCORE_ON}, got {score_on!r}")
     fit, valid = suite.validation_split({**config["diffmask"], "validation_from": "train"}, train, dev)
     fit, scored = suite.validation_split(
         {"validation_sentences": int(spec.get("score_sentences", 1000)), "validation_from": "train"}, fit, dev)
@@ -166,8 +171,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs = spec.get("runs") if isinstance(spec, dict) else None
     if not runs:
         parser.error(f"sweep: {args.sweep} has no 'runs' list")
-    if spec.get("score_on", "dev") not in ("dev", "train"):
-        parser.error(f"sweep: score_on must be 'dev' or 'train', got {spec['score_on']!r}")
+    if spec.get("score_on", "dev") not in SCORE_ON:
+        parser.error(f"sweep: score_on must be one of {SCORE_ON}, got {spec['score_on']!r}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     base = dict(spec.get("base") or {})
