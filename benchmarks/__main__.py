@@ -82,8 +82,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "list":
         _list()
         return 0
-    from .runner import rewrite_report, run_suite
+    from .runner import limit_onednn_cache, rewrite_report, run_suite
 
+    limit_onednn_cache()
     if args.command == "report":
         try:
             print(rewrite_report(args.json))

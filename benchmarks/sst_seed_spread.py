@@ -40,7 +40,7 @@ import torch
 import captum_diffmask.fitting as fitting
 from captum_diffmask import Convergence, DiffMask
 from benchmarks.suites import sst as suite
-from benchmarks.suites.sst.fitting import _OnDevice
+from benchmarks.suites.sst.fitting import OnDevice
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
 
@@ -130,7 +130,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch.manual_seed(seed)
             explainer = DiffMask(model, mode=args.mode, l0="mean")
             start = time.perf_counter()
-            batches = _OnDevice(fit_on.loader(32, shuffle=True, seed=seed, sort_by_length=True), torch.device("cpu"))
+            batches = OnDevice(fit_on.loader(32, shuffle=True, seed=seed, sort_by_length=True), torch.device("cpu"))
             options = {"eps": eps, "epochs": args.epochs, "until_converged": False,
                        "convergence": Convergence(window=50), "layers_per_batch": "one", **args.fit}
             explainer.fit(batches, seed=seed, verbose=False, **options)

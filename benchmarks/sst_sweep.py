@@ -47,7 +47,8 @@ from captum_diffmask.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
 
-from .runner import merge, to_jsonable
+from .report import fmt, table
+from .runner import limit_onednn_cache, merge, to_jsonable
 from .suites import sst as suite
 
 
@@ -94,17 +95,26 @@ def run_one(
     device = model_device(model)
     attributions, per_seed = [], []
     options: Dict[str, Any] = {}
+    forward = _forward_seconds(model, train, int(config["diffmask"].get("batch_size", 64)), device)
     for seed in seeds:
         explainer, info = suite.fit_diffmask(model, mode, train, valid, config, seed, verbose)
         options = info["options"]
         scores = suite.faithfulness(explainer, scored, 128, verbose, rule=run.get("readout", "threshold"))
+        divergence = explainer.evaluate(suite.OnDevice(scored.loader(128, shuffle=False, sort_by_length=True), device),
+                                        rule=run.get("readout", "threshold"))
         history = info["history"]
         epochs = sorted({h["epoch"] for h in history})
+        last = {h["layer"]: h for h in history if h["epoch"] == epochs[-1]}
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
-                      "agreement": round(r["agreement"], 2)} for r in scores["per_layer"]]
+                      "agreement": round(r["agreement"], 2), "kl": divergence[r["layer"]]["kl"],
+                      **_fit_state(explainer.convergence.get(r["layer"]), last.get(r["layer"]))}
+                     for r in scores["per_layer"]]
         per_seed.append({
             "seed": seed,
             "fit_seconds": round(info["seconds"], 1),
+            "steps": info["steps"], "step_seconds": info["seconds"] / max(info["steps"], 1),
+            "step_over_forward": info["seconds"] / max(info["steps"], 1) / forward,
+            "peak_rss_gb": info["peak_rss_gb"],
             "selected_epoch": info["selected_epoch"],
             "feasible": info["feasible"],
             "steps_per_layer": sum(h["steps"] for h in history) / (explainer.num_layers + 1),
@@ -125,6 +135,33 @@ def run_one(
     return {"name": run.get("name", mode), "mode": mode, "options": options, "readout": run.get("readout", "threshold"),
             "train_sentences": len(train), "stability": None if spread is None else spread["mean_std"],
             "seeds": per_seed}
+
+
+def _fit_state(report: Optional[Mapping[str, Any]], last: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    r"""A layer's end of fit: its convergence status and steps, and the last
+    epoch's training means of the sampled gates' KL and the deployed read-out's."""
+    if report is None:
+        return {"status": "not trained"}
+    state = {"status": report["status"], "steps": report["steps"]}
+    if last is not None:
+        state.update({"train_kl": last["kl"], "train_kl_deployed": last.get("kl_deployed"), "lambda": last["lambda"]})
+    return state
+
+
+def _forward_seconds(model: torch.nn.Module, data: sst_bert.EncodedSST, batch_size: int, device: torch.device,
+                     batches: int = 12) -> float:
+    r"""The median seconds of one plain forward pass (float32, no gradients) of a
+    fit batch: the unit of a fit step's cost."""
+    times = []
+    with torch.no_grad():
+        for i, (ids, mask) in enumerate(data.batches(batch_size, shuffle=True, seed=0, sort_by_length=True)):
+            if i > batches:
+                break
+            start = time.perf_counter()
+            model(input_ids=ids.to(device), attention_mask=mask.to(device))
+            if i > 0:  # the first call warms up
+                times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def _splits(
@@ -158,6 +195,58 @@ def _splits(
     return fit, encode(valid), encode(scored)
 
 
+def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
+    r"""
+    The sweep's runs as a report: per run, seed and layer the fit's verdict,
+    the last epoch's training KL of the sampled and of the deployed gates, the
+    deterministic read-out's KL on the scored sentences against ``eps x 1.25``,
+    the masked share and the macro-F1 change; a summary of the verdicts and the
+    cost (a step against one forward pass, peak resident memory).
+
+    Args:
+
+        results (list of dict): :func:`run_one`'s records, with the sweep's
+                    ``seconds``, ``scored_on`` and ``scored_sentences``.
+        command (str): the command that made them, for the header.
+
+    Returns:
+        *str*: markdown.
+    """
+    lines = ["# DiffMask's fit on SST, measured on held-out train sentences", "",
+             f"Command: `{command}`. The sst suite's fine-tuned MiniLM; every number is on train sentences "
+             "(the fit's, and held-out ones it does not see); no dev sentence is read.", ""]
+    probes, settled, within = 0, 0, 0
+    for result in results:
+        eps = float(result["options"].get("eps", 0.1))
+        lines += [f"## {result['name']} ({result['mode']} mode, eps {eps:g})", "",
+                  f"Scored on {result.get('scored_sentences', '?')} held-out {result.get('scored_on', '?')} "
+                  f"sentences. Options: `{ {k: v for k, v in result['options'].items() if k != 'convergence'} }`.", ""]
+        for seed in result["seeds"]:
+            rows = []
+            for r in seed["per_layer"]:
+                if r.get("status") == "not trained":
+                    continue
+                probes += 1
+                ok = r["kl"] <= 1.25 * eps
+                if r["status"] in ("converged", "needed"):
+                    settled += 1
+                    within += int(ok)
+                rows.append([r["layer"], f"**{r['status']}**", r.get("steps", ""), fmt(r.get("train_kl"), 4),
+                             fmt(r.get("train_kl_deployed"), 4), f"{fmt(r['kl'], 4)} {'ok' if ok else 'over'}",
+                             f"{r['masked']:.1f}", f"{r['f1'] - seed['unmasked_f1']:+.2f}", f"{r['agreement']:.1f}"])
+            lines += [f"Seed {seed['seed']}: {seed['steps']} steps in {seed['fit_seconds'] / 60:.1f} min "
+                      f"({seed['step_seconds']:.2f} s a step, {seed['step_over_forward']:.1f}x one forward pass of a "
+                      f"batch), peak resident memory {seed['peak_rss_gb']:.2f} GB; unmasked macro-F1 "
+                      f"{seed['unmasked_f1']:.2f}.", "",
+                      table(["layer", "verdict", "steps", "train KL (sampled)", "train KL (deployed)",
+                             f"held-out KL (<= {1.25 * eps:g})", "masked %", "macro-F1 change", "same prediction %"],
+                            rows), ""]
+    lines[4:4] = [f"**{settled} of {probes} probes** ended with a verdict (converged, or needed: every gate open "
+                  f"because closing the least-needed positions breaks the constraint); {within} of those keep the "
+                  "deterministic read-out's held-out KL within eps x 1.25.", ""]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sst_sweep", description=__doc__.split("\n\n")[1])
     parser.add_argument("sweep", help="the sweep's JSON file (see the module docstring)")
@@ -166,7 +255,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--data-dir", default=None, help="directory holding sst/ (default: as the suite)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--markdown", default=None, help="also write this invocation's runs as a markdown report here")
     args = parser.parse_args(argv)
+    limit_onednn_cache()
     spec = json.loads(Path(args.sweep).read_text())
     runs = spec.get("runs") if isinstance(spec, dict) else None
     if not runs:
@@ -190,6 +281,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     fit_sentences, valid, scored = _splits(spec, shared, train_all, dev_sentences, tokenizer, max_length)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    done = []
     for run, config in zip(runs, configs):
         start = time.perf_counter()
         limit = run.get("train_sentences", shared.get("train_sentences"))
@@ -199,6 +291,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                        "scored_on": spec.get("score_on", "dev"), "scored_sentences": len(scored)})
         with out.open("a", encoding="utf-8") as f:
             f.write(json.dumps(to_jsonable(result)) + "\n")
+        done.append(to_jsonable(result))
+        if args.markdown:  # rewritten after every run: a long sweep's report grows as it goes
+            command = "python -m benchmarks.sst_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
+            Path(args.markdown).write_text(convergence_markdown(done, command), encoding="utf-8")
         summary = ", ".join(f"seed {s['seed']}: {s['mean_masked']:.1f} % masked, F1 {s['mean_f1']:.2f} "
                             f"(unmasked {s['unmasked_f1']:.2f})" for s in result["seeds"])
         spread = "" if result["stability"] is None else f"; std across seeds {result['stability']:.4f}"

@@ -9,12 +9,17 @@ of the kept share, the multiplier and the KL are compared window to window.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
-#: A layer's states at the end of a fit; only ``"converged"`` needs no warning.
-STATUSES = ("converged", "unsettled", "violated", "open", "closed")
+#: A layer's states at the end of a fit.
+STATUSES = ("converged", "needed", "unsettled", "violated", "open", "closed")
+#: The statuses that end a layer's fit with a verdict (no warning): the gates
+#: settled within the constraint, or every gate open because the output needs
+#: the positions (see :class:`Convergence`).
+SETTLED = ("converged", "needed")
 
 
 class DiffMaskConvergenceWarning(UserWarning):
@@ -31,19 +36,35 @@ class Convergence:
 
     - the mean kept share (expected share of real positions whose gate is open)
       moved by at most ``tol_kept`` from window to window and from the first of
-      these windows to the last;
+      these windows to the last, plus ``noise`` standard errors of the
+      difference (batches differ: on SST with batches of 32 two windows of a
+      settled probe differ by ~0.01 from the batches alone);
     - the mean multiplier moved by at most ``tol_lambda * max(lambda,
       lambda_floor)``, in the same way (below ``lambda_floor`` a multiplier is
       small: its window means swing with the sampled gates, e.g. 0 to 1.7 on the
       toy task while the kept share and the attributions stay put);
-    - the last window's mean KL is at most ``eps * (1 + tol_kl)``;
-    - the gates are neither all open (kept share >= ``open_share``) nor all
-      closed (kept share <= ``closed_share``: a collapse, or a layer the output
-      does not read). All open is never taken for convergence: with the
-      constraint slack the gates have not started to close; with the KL near
-      eps the fit may be stuck there (the KL of the few gates it samples closed
-      holds the multiplier up) or the output may need every position, and the
-      two look the same from inside the fit.
+    - the constraint's mean over these windows (steps weighted) is at most
+      ``eps * (1 + tol_kl)``;
+    - the gates are not all closed (kept share <= ``closed_share``: a
+      collapse, or a layer the output does not read).
+
+    All open (kept share >= ``open_share``) is a verdict of its own,
+    ``"needed"``, when it is measured to be the answer: while a layer's gates
+    are all open, every step also closes the ``1 - open_share`` share of the
+    batch's real positions that the probe ranks least needed (deterministic
+    gates) and records the KL. When that closure breaks the constraint
+    (window mean above ``eps * (1 + tol_kl)``), the gates have been all open
+    for ``needed_windows`` windows (time for the probe to learn its ranking)
+    and the layer has settled, no gate the probe can tell apart can close:
+    the output needs the positions (e.g. the embeddings of a toy sequence
+    before the query is read: on the toy task, input mode, vote 0 stays open
+    with its own multiplier at its floor, held by the later layers whose
+    gates it is a factor of). Otherwise the layer is ``"open"``: the gates
+    could close and have not, or have not been open long enough to tell.
+
+    A fit stops at the latest after ``max_windows`` windows of steps at each
+    layer (``budget``), so that a fit that cannot converge ends in bounded time
+    and says so.
 
     Args:
 
@@ -61,6 +82,20 @@ class Convergence:
                     Default: 0.95
         closed_share (float, optional): kept share counted as "all closed".
                     Default: 0.01
+        max_windows (int, optional): the windows of steps per layer after
+                    which a fit stops unconverged, when no cap is given.
+                    Default: 40
+        needed_windows (int, optional): the windows a layer's gates must have
+                    been all open before ``"needed"`` can be said: a probe needs
+                    some hundred steps to learn which positions it may close
+                    (on the toy task's input mode gates start closing after
+                    ~400, and one fit on the toy grid only after ~1 000), and until
+                    then its ranking is a guess. Default: 20
+        noise (float, optional): how many standard errors of the difference
+                    of two window means (from the steps' spread within each
+                    window) a change may add to ``tol_kept`` and to the
+                    multiplier's tolerance; 0 compares the means alone.
+                    Default: 2.0
     """
 
     window: int = 100
@@ -71,25 +106,47 @@ class Convergence:
     tol_kl: float = 0.25
     open_share: float = 0.95
     closed_share: float = 0.01
+    max_windows: int = 40
+    noise: float = 2.0
+    needed_windows: int = 20
+
+    @property
+    def min_steps(self) -> int:
+        r"""The fewest steps at a layer that can end converged: ``patience + 1`` windows."""
+        return self.window * (self.patience + 1)
+
+    @property
+    def budget(self) -> int:
+        r"""The steps at a layer after which a fit with no cap of its own stops."""
+        return self.window * self.max_windows
 
     def __post_init__(self) -> None:
-        for name in ("window", "patience"):
+        if isinstance(self.max_windows, bool) or not isinstance(self.max_windows, int) or self.max_windows <= self.patience:
+            raise ValueError(f"convergence.max_windows must be an int > patience ({self.patience}), "
+                             f"got {self.max_windows!r}")
+        for name in ("window", "patience", "needed_windows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"convergence.{name} must be an int >= 1, got {value!r}")
-        for name in ("tol_kept", "tol_lambda", "lambda_floor", "tol_kl", "open_share", "closed_share"):
+        for name in ("tol_kept", "tol_lambda", "lambda_floor", "tol_kl", "open_share", "closed_share", "noise"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"convergence.{name} must be >= 0, got {getattr(self, name)!r}")
 
 
 @dataclass
 class Window:
-    r"""Means over one window of a layer's steps."""
+    r"""Means over one window of a layer's steps; ``closure``: the mean KL with
+    the least-needed positions closed, over the steps that measured it (None
+    when none did); ``kept_sd``, ``lam_sd``: the spread of the steps' kept
+    share and multiplier within the window."""
 
     kl: float
     kept: float
     lam: float
     steps: int
+    closure: Optional[float] = None
+    kept_sd: float = 0.0
+    lam_sd: float = 0.0
 
 
 class LayerMonitor:
@@ -108,21 +165,42 @@ class LayerMonitor:
         self.windows: List[Window] = []
         self.steps = 0
         self._sums = [0.0, 0.0, 0.0]
+        self._squares = [0.0, 0.0]  # of the kept share and the multiplier
         self._count = 0
+        self._closure = [0.0, 0]  # sum and count of the steps that measured it
 
-    def record(self, kl: float, kept: float, lam: float) -> bool:
-        r"""Adds one step (mean KL, kept share, multiplier after the step);
-        True when it closed a window."""
+    def record(self, kl: float, kept: float, lam: float, closure: Optional[float] = None) -> bool:
+        r"""Adds one step (the constraint's value, kept share, multiplier after
+        the step and, when measured, the KL with the least-needed positions
+        closed); True when it closed a window."""
         self.steps += 1
         self._count += 1
         for i, value in enumerate((kl, kept, lam)):
             self._sums[i] += value
+        self._squares[0] += kept * kept
+        self._squares[1] += lam * lam
+        if closure is not None:
+            self._closure[0] += float(closure)
+            self._closure[1] += 1
         if self._count < self.criterion.window:
             return False
-        n = self._count
-        self.windows.append(Window(self._sums[0] / n, self._sums[1] / n, self._sums[2] / n, n))
-        self._sums, self._count = [0.0, 0.0, 0.0], 0
+        self.windows.append(self._current())
+        self._sums, self._squares, self._count, self._closure = [0.0, 0.0, 0.0], [0.0, 0.0], 0, [0.0, 0]
         return True
+
+    def _current(self) -> Window:
+        n, (total, measured) = self._count, self._closure
+        closure = total / measured if measured else None
+        means = [value / n for value in self._sums]
+        spreads = [math.sqrt(max(square / n - mean * mean, 0.0)) for square, mean in zip(self._squares, means[1:])]
+        return Window(means[0], means[1], means[2], n, closure, spreads[0], spreads[1])
+
+    def measures_closure(self) -> bool:
+        r"""Whether the next step should measure the closure of the least-needed
+        positions: while the layer's gates are all open (by the last closed
+        window's kept share; not in the first window, while the gates have
+        only started from open)."""
+        return bool(self.windows) and self.windows[-1].kept >= self.criterion.open_share
 
     def _settled(self) -> bool:
         c = self.criterion
@@ -130,14 +208,24 @@ class LayerMonitor:
         if len(recent) < c.patience + 1:
             return False
         # window to window, and across the whole span: a slow drift that stays
-        # under the tolerance at every window still adds up
+        # under the tolerance at every window still adds up. A change within
+        # `noise` standard errors of the difference of two window means is the
+        # batches' noise (one batch keeps more than another), not a trend.
         pairs = list(zip(recent, recent[1:])) + [(recent[0], recent[-1])]
         for before, after in pairs:
-            if abs(after.kept - before.kept) > c.tol_kept:
+            if abs(after.kept - before.kept) > c.tol_kept + c.noise * _standard_error(before, after, "kept_sd"):
                 return False
-            if abs(after.lam - before.lam) > c.tol_lambda * max(after.lam, before.lam, c.lambda_floor):
+            scale = c.tol_lambda * max(after.lam, before.lam, c.lambda_floor)
+            if abs(after.lam - before.lam) > scale + c.noise * _standard_error(before, after, "lam_sd"):
                 return False
         return True
+
+    def _recent_kl(self) -> float:
+        r"""The constraint's mean over the windows the settling is judged on
+        (the last ``patience + 1``; fewer while there are fewer), weighted by
+        their steps: one window's mean swings with a few costly batches."""
+        recent = self.windows[-(self.criterion.patience + 1):] or [self._current()]
+        return sum(w.kl * w.steps for w in recent) / sum(w.steps for w in recent)
 
     def status(self) -> str:
         r"""One of :data:`STATUSES`, judged on the closed windows (an
@@ -148,21 +236,34 @@ class LayerMonitor:
         c = self.criterion
         if last.kept <= c.closed_share:
             return "closed"
-        if last.kl > self.eps * (1 + c.tol_kl):
+        if self._recent_kl() > self.eps * (1 + c.tol_kl):
             return "violated"
-        # all open is never "converged", even with the KL near eps: a fit stuck
-        # with every gate open (the KL from its few sampled closures holding the
-        # multiplier up) looks the same as a model that needs every position
         if last.kept >= c.open_share:
+            # all open is a verdict only when closing the positions the probe
+            # ranks least needed is measured to break the constraint
+            if self._needs_everything(last) and self._settled():
+                return "needed"
             return "open"
         return "converged" if self._settled() else "unsettled"
+
+    def _needs_everything(self, window: Window) -> bool:
+        r"""Closing the least-needed positions breaks the constraint, and the
+        gates have been all open for ``needed_windows`` windows (before, the
+        probe's ranking may be untrained, and closing its "least needed"
+        positions closes random ones)."""
+        c = self.criterion
+        recent = self.windows[-c.needed_windows:]
+        return (self._closure_breaks(window) and len(recent) == c.needed_windows
+                and all(w.kept >= c.open_share for w in recent))
+
+    def _closure_breaks(self, window: Window) -> bool:
+        return window.closure is not None and window.closure > self.eps * (1 + self.criterion.tol_kl)
 
     def _last(self) -> Optional[Window]:
         if self.windows:
             return self.windows[-1]
         if self._count:
-            n = self._count
-            return Window(self._sums[0] / n, self._sums[1] / n, self._sums[2] / n, n)
+            return self._current()
         return None
 
     def report(self) -> Dict[str, object]:
@@ -172,7 +273,7 @@ class LayerMonitor:
         windows = [asdict(w) for w in self.windows[-2:]]
         if not self.windows and self._last() is not None:
             windows = [asdict(self._last())]  # type: ignore[arg-type]
-        return {"layer": self.layer, "status": status, "converged": status == "converged",
+        return {"layer": self.layer, "status": status, "converged": status in SETTLED,
                 "steps": self.steps, "windows": windows}
 
     def advice(self) -> str:
@@ -188,6 +289,17 @@ class LayerMonitor:
                     "eps, the output does not need this layer's positions")
         elif status == "violated":
             what = "the constraint is still violated: raise the cap (epochs, max_steps) or eps"
+        elif status == "open" and last.closure is not None:
+            share = f"{1 - self.criterion.open_share:.0%}"
+            if self._closure_breaks(last):
+                what = (f"the gates are all open and closing the {share} of positions the probe ranks least needed "
+                        f"breaks the constraint (KL {last.closure:.4f}): the output looks to need every position, "
+                        f"but the layer has not settled, or not been all open for {self.criterion.needed_windows} "
+                        "windows (an untrained ranking); raise the cap (epochs, max_steps)")
+            else:
+                what = (f"the gates are all open, but closing the {share} of positions the probe ranks least "
+                        f"needed keeps the constraint (KL {last.closure:.4f}): they could close and have not "
+                        "(stuck open); raise the cap (epochs, max_steps), or lr, or lower init_bias")
         elif status == "open" and last.kl < self.eps * (1 - self.criterion.tol_kl):
             what = ("the gates are still all open while the constraint is slack: the fit has not "
                     "started to close them; raise the cap (epochs, max_steps), or lr, or lower init_bias")
@@ -206,11 +318,16 @@ class LayerMonitor:
         return f"layer {self.layer}: {what}; {figures}"
 
 
+def _standard_error(a: Window, b: Window, spread: str) -> float:
+    r"""The standard error of the difference of two window means."""
+    return math.sqrt(getattr(a, spread) ** 2 / a.steps + getattr(b, spread) ** 2 / b.steps)
+
+
 def warn_unconverged(monitors: Dict[int, LayerMonitor], stopped_by: str = "its cap", stacklevel: int = 3) -> None:
     r"""One :class:`DiffMaskConvergenceWarning` naming what stopped the fit
     (``stopped_by``, e.g. ``"the cap max_steps=150"``) and every layer that has
     not converged, with its figures and what to try; nothing when all have."""
-    lines = [m.advice() for _, m in sorted(monitors.items()) if m.status() != "converged"]
+    lines = [m.advice() for _, m in sorted(monitors.items()) if m.status() not in SETTLED]
     if lines:
         warnings.warn(f"DiffMask.fit stopped at {stopped_by} before every layer converged:\n  " + "\n  ".join(lines),
                       DiffMaskConvergenceWarning, stacklevel=stacklevel)

@@ -70,6 +70,31 @@ class HardConcrete:
         self.high = float(high)
         self.eps = float(eps)
 
+    @classmethod
+    def with_prob_nonzero(
+        cls, log_prob_nonzero: Tensor, temperature: float = DIFFMASK_DEFAULTS[0],
+        stretch: Tuple[float, float] = DIFFMASK_DEFAULTS[1:],
+    ) -> "HardConcrete":
+        r"""
+        The Hard Concrete whose ``P(z != 0)`` is ``exp(log_prob_nonzero)``: e.g.
+        one gate with the probability that several independent gates are all
+        non-zero (the sum of their :meth:`log_prob_nonzero`).
+
+        Args:
+
+            log_prob_nonzero (Tensor): ``log P(z != 0)``, any shape, <= 0.
+            temperature, stretch: as in the constructor.
+
+        Returns:
+            *HardConcrete* with ``logits = log(p / (1 - p)) - offset``,
+            differentiable with respect to ``log_prob_nonzero``.
+        """
+        # p within float32's reach of 1 (a logit of ~16): log(1 - p) stays finite
+        log_p = log_prob_nonzero.float().clamp(max=-1e-7)
+        odds = log_p - torch.log(-torch.expm1(log_p))
+        offset = -float(temperature) * math.log(-float(stretch[0]) / float(stretch[1]))
+        return cls(odds - offset, temperature, stretch)
+
     @property
     def offset(self) -> float:
         r"""``-temperature * log(-l / r)``: logits + offset is the logit of P(z != 0)."""

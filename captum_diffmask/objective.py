@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
+from .lookahead import Lookahead
+
 
 def log_probs(logits: Tensor) -> Tensor:
     r"""
@@ -125,7 +127,10 @@ def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -
 
 
 #: The multiplier updates :meth:`LagrangeMultipliers.optimizer` knows.
-MULTIPLIER_RULES = ("balanced", "damped", "ascent")
+GRADIENT_RULES = ("balanced", "damped", "ascent", "rmsprop")
+#: Every multiplier rule of a fit: those above, and ``"pi"``
+#: (:class:`~captum_diffmask.controller.PIMultiplierControl`).
+MULTIPLIER_RULES = ("pi",) + GRADIENT_RULES
 #: The damped rule's largest log-decay of a multiplier a step.
 DEFAULT_DECAY = 0.05
 
@@ -180,6 +185,9 @@ class LagrangeMultipliers(nn.Module):
           the violation and makes lambda jump between 0 and large values.)
           The rise is absolute and the fall relative, so they balance only near
           ``lambda = lr * eps / decay``; above it the KL settles above eps.
+        - ``"rmsprop"``: the DiffMask authors' (their appendix tables): RMSprop
+          ascent wrapped in Lookahead (k 6, alpha 0.5); it moves lambda by
+          about ``lr`` a step whatever the violation. One rate only.
         - ``"balanced"``: as ``"damped"``, but a violated step raises lambda by
           at least the factor that the same slack would lower it by
           (``lambda *= exp(decay * min(c / eps, 1))``), so small violations and
@@ -193,8 +201,8 @@ class LagrangeMultipliers(nn.Module):
                         e.g. a smaller one where a rare large violation (a sample
                         that masks the only state the output reads) would otherwise
                         hold the gates open for many steps. Default: 0.3
-            rule (str, optional): ``"ascent"``, ``"damped"`` or ``"balanced"``
-                        (see above).
+            rule (str, optional): ``"ascent"``, ``"damped"``, ``"balanced"`` or
+                        ``"rmsprop"`` (see above).
                         Default: ``"ascent"``
             eps (float, optional): the constraint's margin, the scale of the
                         damped rule's decay. Default: 0.0
@@ -205,11 +213,15 @@ class LagrangeMultipliers(nn.Module):
             *torch.optim.Optimizer* over the multipliers (torch's SGD with
             ``maximize=True`` for ``"ascent"`` with one rate).
         """
-        if rule not in MULTIPLIER_RULES:
-            raise ValueError(f"multiplier must be one of {MULTIPLIER_RULES}, got {rule!r}")
+        if rule not in GRADIENT_RULES:
+            raise ValueError(f"multiplier must be one of {GRADIENT_RULES}, got {rule!r}")
         if not decay >= 0:
             raise ValueError(f"decay must be >= 0, got {decay!r}")
         rates = multiplier_rates(lr, self.values.numel())
+        if rule == "rmsprop":
+            if rates is not None:
+                raise ValueError("lr_lambda must be one rate with multiplier='rmsprop'")
+            return Lookahead(torch.optim.RMSprop([self.values], lr=float(lr), maximize=True))  # type: ignore[arg-type]
         if rule == "ascent" and rates is None:
             # torch's SGD for one rate: the same arithmetic as before per-layer
             # rates existed, so earlier fits reproduce bit for bit

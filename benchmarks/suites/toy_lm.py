@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from captum_diffmask.diffmask import DAMPED_FIT
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
 
 from ..methods import MethodContext, prepare, PreparedMethod
@@ -61,7 +62,7 @@ DEFAULTS: Dict[str, Any] = {
                 "PerExampleDiffMask", "REINFORCE", "Random"],
     "method_options": {
         # the layer scored only (the fit runs to convergence; 10 epochs cap its time)
-        "DiffMask": {"mode": "hidden", "eps": 0.05, "batch_size": 64, "layers": [1], "epochs": 10},
+        "DiffMask": {"mode": "hidden", "eps": 0.05, "batch_size": 64, "layers": [1], "epochs": 10, **DAMPED_FIT},
         "IntegratedGradients": {"n_steps": 50, "chunk": 100},
         "PerSampleBottleneck": {"steps": 200},
         "Guan": {"steps": 200},
@@ -73,7 +74,8 @@ DEFAULTS: Dict[str, Any] = {
     # DiffMask fitted on every layer at once (first seed), for the per-layer view
     # (every layer trained on every batch, fit's default: 3 epochs give each layer
     # the steps of 3 epochs)
-    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 3},
+    # the committed report's fit (fit's defaults before issue 33: DAMPED_FIT)
+    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 3, **DAMPED_FIT},
     "eval_examples": 500,
     "chunk": 250,
     # the cost per generated token: prompts of the held-out set, continued greedily

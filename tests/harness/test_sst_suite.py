@@ -12,6 +12,7 @@ import torch
 from benchmarks import runner
 from benchmarks.suites import sst as suite
 from captum_diffmask.convergence import STATUSES
+from captum_diffmask.diffmask import DAMPED_FIT
 from benchmarks.tasks.sst import SSTSentence
 from tiny_models import shared_sst
 
@@ -105,11 +106,11 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert results["methods"][name]["status"] == "ok", results["methods"][name]
         assert name in results["cls_share"]
     assert "DiffMask (hidden)" in results["cls_share"]
-    # fit's optimisation defaults (no per-task lr or lr_lambda, fit's convergence
-    # window, every layer on every batch) and a per-layer convergence report of every fit
+    # the committed report's multiplier (DAMPED_FIT), no per-task lr, fit's convergence
+    # window, every layer on every batch, and a per-layer convergence report of every fit
     for mode in ("input", "hidden"):
         for run in results["diffmask"][mode]["runs"]:
-            assert "lr" not in run["options"] and "lr_lambda" not in run["options"]
+            assert "lr" not in run["options"] and DAMPED_FIT.items() <= run["options"].items()
             assert run["options"]["convergence"] is None and run["layers_per_batch"] == L + 1
             assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
             assert all(r["status"] in STATUSES for r in run["convergence"].values())
@@ -162,3 +163,38 @@ def test_faithfulness_scores_the_gates_of_the_chosen_readout():
     assert [r["masked_share"] for r in gone["per_layer"]] == [100.0, 100.0]
     assert [r["agreement"] for r in gone["per_layer"]] == [0.0, 0.0]
     assert kept["unmasked"] == gone["unmasked"] and kept["per_layer"][0]["macro_f1"] == kept["unmasked"]["macro_f1"]
+
+
+def test_convergence_section_checks_the_held_out_read_out_against_eps():
+    from benchmarks.suites.sst.report import convergence_section
+
+    window = {"kept": 0.5, "kl": 0.01, "lam": 3.0}
+    run = {"seed": 0, "options": {"eps": 0.01},
+           "history": [{"epoch": 2, "layer": k, "kl": 0.01, "kl_deployed": 0.009} for k in (0, 1)],
+           "convergence": {"0": {"status": "converged", "steps": 500, "windows": [window]},
+                           "1": {"status": "needed", "steps": 500, "windows": [window]}},
+           "heldout": {"0": {"kl": 0.0124}, "1": {"kl": 0.0126}}}
+    lines = convergence_section({"input": {"runs": [run]}, "hidden": {"runs": []}})
+    text = "\n".join(lines)
+    assert "held-out deterministic KL (<= eps x 1.25)" in text
+    assert "| input | 0 | 0 | **converged** | 500 | 0.500 | 0.0100 | 0.0090 | 3.000 | 0.0124 ok |" in text
+    assert "0.0126 over" in text and "**needed**" in text
+
+
+@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+def test_fits_in_worker_processes_give_the_probes_of_one_process():
+    from benchmarks.suites.sst.loading import load_bench
+    from benchmarks.suites.sst.orchestration import fit_in_workers
+
+    config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2})
+    bench = load_bench(config, False)
+    fitted = fit_in_workers(config, bench, [0], False)
+    assert set(fitted) == {("input", 0), ("hidden", 0)}
+    ids, mask = bench.evaluated.input_ids[:8], bench.evaluated.attention_mask[:8]
+    for mode in ("input", "hidden"):
+        here, info = suite.fit_diffmask(bench.model, mode, bench.train, bench.valid, config, 0, False)
+        there, worker_info = fitted[(mode, 0)]
+        assert worker_info["steps"] == info["steps"] and set(there.convergence) == set(here.convergence)
+        assert torch.allclose(there.attribute(ids, additional_forward_args=(mask,), layer=None),
+                              here.attribute(ids, additional_forward_args=(mask,), layer=None), atol=1e-5)
+    assert fit_in_workers({**config, "workers": 1}, bench, [0], False) == {}

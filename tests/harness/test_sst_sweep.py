@@ -9,7 +9,9 @@ import pytest
 
 from benchmarks import sst_sweep
 from benchmarks.suites import sst as suite
+from benchmarks.suites.sst.fitting import SUITE_KEYS
 from captum_diffmask import DiffMask
+from captum_diffmask.convergence import STATUSES
 from tiny_models import shared_sst
 
 
@@ -60,6 +62,25 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             assert seed["steps_per_layer"] > 0
 
 
+def test_sweep_without_selection_reports_verdicts_and_the_held_out_read_out(tmp_path):
+    spec = {"base": BASE, "runs": [{"name": "hidden, defaults", "mode": "hidden", "diffmask": {
+        "select_checkpoint": False, "epochs": None, "max_steps": 6, "multiplier": "pi", "constraint": "deployed"}}]}
+    path, out, report = tmp_path / "sweep.json", tmp_path / "runs.jsonl", tmp_path / "report.md"
+    path.write_text(json.dumps(spec))
+    assert sst_sweep.main([str(path), "--out", str(out), "--quiet", "--threads", "1", "--markdown", str(report)]) == 0
+    (result,) = [json.loads(line) for line in out.read_text().splitlines()]
+    seed = result["seeds"][0]
+    assert seed["steps"] == 6 and seed["step_seconds"] > 0 and seed["step_over_forward"] > 0 and seed["peak_rss_gb"] > 0
+    assert seed["valid_by_epoch"] == []  # no checkpoint selection: nothing scored per epoch
+    for r in seed["per_layer"]:
+        assert r["status"] in STATUSES and r["steps"] == 6 and r["kl"] >= 0
+        assert r["train_kl"] >= 0 and r["train_kl_deployed"] >= 0
+    text = report.read_text()
+    layers = len(seed["per_layer"])
+    assert f"of {layers} probes** ended with a verdict" in text and "held-out KL (<= 0.0125)" in text
+    assert text.count("| **") == layers  # one row per layer, its verdict in bold
+
+
 @pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
 def test_sweep_scored_on_train_sentences(tmp_path):
     spec = {"score_on": "train", "score_sentences": 40, "base": BASE,
@@ -90,7 +111,7 @@ def test_committed_sweeps_name_known_options(path):
     # the sweeps the docs quote must run as written: a mode, and options that
     # DiffMask's constructor or fit takes (a typo would be passed on and fail late)
     known = set(inspect.signature(DiffMask.__init__).parameters) | set(inspect.signature(DiffMask.fit).parameters)
-    known |= {"batch_size", "lr_lambda_last"}  # the suite's own
+    known |= {"batch_size", "lr_lambda_last", *SUITE_KEYS}  # the suite's own
     spec = json.loads(path.read_text(encoding="utf-8"))
     runs = spec["runs"]
     assert runs

@@ -6,7 +6,7 @@ import pytest
 
 from captum_diffmask.convergence import Convergence, DiffMaskConvergenceWarning, LayerMonitor, warn_unconverged
 
-CRITERION = Convergence(window=10, patience=2)  # 3 windows, for short tests
+CRITERION = Convergence(window=10, patience=2, needed_windows=4)  # 3 windows, for short tests
 
 
 def _feed(monitor, windows, kl, kept, lam):
@@ -87,3 +87,78 @@ def test_a_layer_with_no_step_is_unsettled_and_says_so():
 def test_bad_criterion_is_refused_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"convergence.{field}"):
         Convergence(**{field: value})
+
+
+def _feed_closure(monitor, windows, kl, kept, lam, closure):
+    for _ in range(windows):
+        for _ in range(CRITERION.window):
+            monitor.record(kl, kept, lam, closure if monitor.measures_closure() else None)
+
+
+def test_all_open_is_needed_when_closing_the_least_needed_positions_breaks_the_constraint():
+    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    assert not monitor.measures_closure()  # nothing measured before a window has closed
+    _feed_closure(monitor, 4, kl=0.09, kept=0.99, lam=0.5, closure=0.4)
+    assert monitor.windows[0].closure is None and monitor.windows[-1].closure == pytest.approx(0.4)
+    assert monitor.status() == "needed"
+    assert monitor.report()["converged"] and monitor.report()["status"] == "needed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_unconverged({0: monitor})  # a verdict: no warning
+
+
+def test_all_open_is_stuck_open_when_the_closure_keeps_the_constraint():
+    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    _feed_closure(monitor, 4, kl=0.02, kept=0.99, lam=0.5, closure=0.05)
+    assert monitor.status() == "open" and not monitor.report()["converged"]
+    assert "stuck open" in monitor.advice() and "KL 0.0500" in monitor.advice()
+
+
+def test_needed_takes_needed_windows_of_all_open_gates():
+    """Before, the probe's ranking may be untrained, and closing its "least
+    needed" positions closes random ones."""
+    criterion = Convergence(window=10, patience=2, needed_windows=8)
+    monitor = LayerMonitor(0, eps=0.1, criterion=criterion)
+    _feed_closure(monitor, 7, kl=0.0, kept=0.99, lam=0.01, closure=0.4)
+    assert monitor.status() == "open"
+    _feed_closure(monitor, 1, kl=0.0, kept=0.99, lam=0.01, closure=0.4)
+    assert monitor.status() == "needed"  # a slack constraint too: gates saturated open sample no closure
+
+
+def test_needed_waits_for_the_layer_to_settle():
+    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    _feed_closure(monitor, 2, kl=0.09, kept=0.99, lam=0.5, closure=0.4)
+    assert monitor.status() == "open"  # two windows: not settled yet
+    assert "looks to need every position" in monitor.advice()
+    # a layer that is not all open does not measure the closure
+    partly = LayerMonitor(1, eps=0.1, criterion=CRITERION)
+    _feed_closure(partly, 2, kl=0.09, kept=0.5, lam=1.0, closure=0.4)
+    assert not partly.measures_closure() and partly.windows[-1].closure is None
+
+
+def test_the_batches_noise_is_not_taken_for_a_trend_but_a_drift_is():
+    import random
+
+    criterion = Convergence(window=100, patience=3)
+    rng = random.Random(0)
+
+    def feed(monitor, drift):
+        for i in range(400):
+            monitor.record(0.05, 0.5 + drift * (i // 100) + rng.gauss(0.0, 0.1), 2.0 + rng.gauss(0.0, 1.0))
+
+    steady, strict, drifting = (LayerMonitor(0, 0.1, c) for c in (criterion, Convergence(noise=0.0), criterion))
+    feed(steady, 0.0)
+    feed(strict, 0.0)
+    feed(drifting, 0.03)  # 0.03 a window: well beyond the 0.01 and two standard errors (~0.028)
+    assert steady.status() == "converged"
+    assert strict.status() == "unsettled"  # the means alone differ by more than 0.01 with this noise
+    assert drifting.status() == "unsettled"
+
+
+def test_the_constraint_is_judged_on_the_settled_span_not_one_window():
+    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    _feed(monitor, 3, kl=0.1, kept=0.4, lam=1.0)
+    _feed(monitor, 1, kl=0.14, kept=0.4, lam=1.0)  # one costly window (1.4 eps); the span's mean 1.1 eps
+    assert monitor.status() == "converged"
+    _feed(monitor, 2, kl=0.14, kept=0.4, lam=1.0)  # the span is now mostly above: 1.3 eps
+    assert monitor.status() == "violated"

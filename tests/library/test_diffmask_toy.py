@@ -36,18 +36,19 @@ def test_hidden_mode_matches_the_ground_truth_at_the_ffnn_output(toy_setup):
     assert uniform[~torch.isnan(uniform)].mean().item() > 0.15
 
 
-def test_input_mode_layer0_is_uniform_and_layer1_concentrates_on_the_query(toy_setup):
-    """The paper's toy-task figure: conditioned on the embeddings, nothing can be
-    dropped (uniform); conditioned on the FFNN states, only the query digits are kept."""
+def test_input_mode_layer0_is_needed_and_uniform_and_layer1_concentrates_on_the_query(toy_setup):
+    """The paper's toy-task figure, from one fit with fit's defaults: conditioned on
+    the embeddings nothing can be dropped (layer 0 keeps everything, and the fit
+    says that is its verdict: "needed"); conditioned on the FFNN states only the
+    query digits are kept (layer 1 converged)."""
     model, _, train, valid = toy_setup
     dm = DiffMask(model, mode="input", sites=toy_sites(model), padding_mask_arg=1, probe_reads_input=False)
-    # Deepest layer first, then layer 0 with the learned baseline frozen: a baseline
-    # trained on layer 0 (which cannot see the query) drifts onto one digit's
-    # embedding, where "masking" that digit costs nothing.
-    dm.fit(train.loader(128, shuffle=True, seed=0), epochs=12, eps=0.1, lr=3e-3,
-           lr_baseline=3e-2, lr_lambda=0.2, layers=[1], seed=0, verbose=False)
-    dm.fit(train.loader(128, shuffle=True, seed=1), epochs=6, eps=0.1, lr=3e-3,
-           lr_baseline=0.0, lr_lambda=0.2, layers=[0], seed=1, verbose=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiffMaskConvergenceWarning)  # both layers end with a verdict
+        dm.fit(train.loader(128, shuffle=True, seed=0), eps=0.1, layers=[0, 1], seed=0, verbose=False)
+    assert dm.convergence[0]["status"] == "needed" and dm.convergence[1]["status"] == "converged"
+    # layer 0's measurement: closing the positions its probe ranks least needed breaks the constraint
+    assert dm.convergence[0]["windows"][-1]["closure"] > 0.1 * 1.25
     every = dm.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask), layer=None)
     truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
     real, query = valid.mask, truth.bool()

@@ -74,3 +74,18 @@ def test_bad_parameters():
         HardConcrete(torch.zeros(1), stretch=(0.1, 1.0))
     with pytest.raises(TypeError, match="logits"):
         HardConcrete([0.0])
+
+
+def test_with_prob_nonzero_is_the_gate_with_that_keep_probability():
+    from captum_diffmask.hard_concrete import HardConcrete as HC
+
+    votes = torch.tensor([[5.0, 2.0, -1.0], [15.0, 15.0, 15.0], [0.0, 0.3, 4.0]], requires_grad=True)
+    log_keep = HC(votes).log_prob_nonzero().sum(-1)  # every vote non-zero
+    joint = HC.with_prob_nonzero(log_keep)
+    assert torch.allclose(joint.log_prob_nonzero(), log_keep, atol=1e-5)
+    assert torch.isfinite(joint.logits).all()  # three saturated votes: P within float32's reach of 1
+    torch.manual_seed(0)
+    samples = joint.rsample(torch.Size([20000]))
+    assert torch.allclose((samples > 0).float().mean(0), log_keep.exp().detach(), atol=0.02)
+    samples.sum().backward()
+    assert torch.isfinite(votes.grad).all() and votes.grad.abs().sum() > 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from captum_diffmask.diffmask import DAMPED_FIT
+
 DESCRIPTION = (
     "SQuAD v1.1 with a fine-tuned MiniLM (split by article): DiffMask input/hidden keep of question, passage, "
     "answer and special tokens per layer, by POS, the masked model's answers, heatmaps, methods side by side, speed"
@@ -47,7 +49,8 @@ DEFAULTS: Dict[str, Any] = {
         "batch_size": 8, "eps": 1.0, "eps_valid": 3.0, "agreement_valid": 0.0, "validation_windows": 128,
         "epochs": 1, "input": {"max_steps": 1000}, "hidden": {"max_steps": 1000},
         # the committed report's draw (fit's default is now every layer per batch)
-        "layers_per_batch": "one",
+        # and multiplier (fit's defaults before issue 33: DAMPED_FIT)
+        "layers_per_batch": "one", **DAMPED_FIT,
     },
     "method_options": {
         # the authors' QA settings (reference study 1.10): IG 500 steps (target:

@@ -4,6 +4,7 @@ run under its gates."""
 
 from __future__ import annotations
 
+import resource
 import statistics
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -20,7 +21,7 @@ from ...progress import bar
 from .scoring import macro_f1_and_accuracy
 
 
-class _OnDevice:
+class OnDevice:
     r"""Re-iterable batches of tensors moved to ``device``."""
 
     def __init__(self, batches: Any, device: torch.device) -> None:
@@ -34,14 +35,27 @@ class _OnDevice:
         return len(self.batches)
 
 
+#: The held-out check of a fit without checkpoint selection: the deterministic
+#: read-out's KL within this many times eps at every layer (issue 33's bound).
+HELD_OUT_MARGIN = 1.25
+#: The suite's own ``diffmask`` settings, not :meth:`DiffMask.fit`'s.
+SUITE_KEYS = ("input", "hidden", "validation_sentences", "validation_from", "select_checkpoint")
+
+
 def fit_diffmask(
     model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int, verbose: bool
 ) -> Tuple[DiffMask, Dict[str, Any]]:
-    r"""DiffMask in ``mode`` fitted on ``train`` with every layer drawn per batch,
-    the sparsest epoch that keeps the constraint on ``valid`` restored; the
-    batches go to the model's device."""
-    options = {k: v for k, v in config["diffmask"].items() if k not in ("input", "hidden", "validation_sentences", "validation_from")}
-    options.update(config["diffmask"].get(mode, {}))
+    r"""DiffMask in ``mode`` fitted on ``train``; with ``select_checkpoint`` the
+    sparsest epoch that keeps the constraint on ``valid`` is restored, else the
+    fit's last probe is kept and scored on ``valid`` (``heldout``: per layer the
+    deterministic read-out's KL, agreement and kept share). The batches go to
+    the model's device."""
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}  # the mode's own win
+    select = bool(settings.get("select_checkpoint", True))
+    options = {k: v for k, v in settings.items() if k not in SUITE_KEYS}
+    if not select:
+        for key in ("eps_valid", "agreement_valid"):
+            options.pop(key, None)
     batch_size = int(options.pop("batch_size", 64))
     last_rate = options.pop("lr_lambda_last", None)
     init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias"}
@@ -57,19 +71,23 @@ def fit_diffmask(
         options["convergence"] = Convergence(**criterion)
     start = time.perf_counter()
     device = model_device(model)
+    held_out = OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device)
     history = explainer.fit(
-        _OnDevice(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), device),
-        validation=_OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device),
-        seed=seed, verbose=verbose, **options,
+        OnDevice(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), device),
+        validation=held_out if select else None, seed=seed, verbose=verbose, **options,
     )
     seconds = time.perf_counter() - start
+    heldout = None if select else {str(k): v for k, v in explainer.evaluate(held_out).items()}
     epochs = sorted({h["epoch"] for h in history})
     train_seconds = [next(h["seconds"] for h in history if h["epoch"] == e) for e in epochs]
     selected = next((h["epoch"] for h in history if h.get("selected")), None)
     return explainer, {
         "history": history, "seconds": seconds, "epoch_seconds": train_seconds,
         "mean_epoch_seconds": statistics.mean(train_seconds), "selected_epoch": selected,
-        "feasible": any(h.get("selected") for h in history) and _feasible(history, selected, options),
+        "steps": max(report["steps"] for report in explainer.convergence.values()),
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "heldout": heldout,
+        "feasible": (any(h.get("selected") for h in history) and _feasible(history, selected, options)) if select
+        else all(v["kl"] <= HELD_OUT_MARGIN * float(options.get("eps", 0.1)) for v in heldout.values()),
         "options": {**init, **options, "batch_size": batch_size, "convergence": criterion},
         "convergence": {str(k): report for k, report in explainer.convergence.items()},
         "layers_per_batch": len(explainer.convergence) if options.get("layers_per_batch", FitOptions.layers_per_batch) == "all" else 1,

@@ -4,7 +4,11 @@ the figures, speed, and the results."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -88,11 +92,15 @@ def fit_diffmask_modes(
     diffmask: Dict[str, Any] = {}
     attributions: Dict[str, List[List[Tensor]]] = {"input": [], "hidden": []}
     explainers: Dict[str, DiffMask] = {}
+    fitted = fit_in_workers(config, bench, seeds, verbose)
     for mode in ("input", "hidden"):
         runs = []
         for seed in seeds:
-            log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
-            explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, verbose)
+            if (mode, seed) in fitted:
+                explainer, info = fitted[(mode, seed)]
+            else:
+                log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
+                explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, verbose)
             info["faithfulness"] = faithfulness(explainer, bench.evaluated, 64, verbose)
             attributions[mode].append(per_sentence(
                 bench.evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
@@ -103,6 +111,50 @@ def fit_diffmask_modes(
         diffmask[mode] = {"runs": runs, "stability": stability(attributions[mode]),
                           "faithfulness": mean_faithfulness([r["faithfulness"] for r in runs])}
     return diffmask, attributions, explainers
+
+
+def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict[str, Any]:
+    r"""One DiffMask fit in a worker process on one thread: the model and sentences
+    loaded as the suite does, the probe saved to ``path``; the fit's record."""
+    torch.set_num_threads(1)
+    bench = load_bench(config, False)
+    explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, False)
+    explainer.save(path)
+    return info
+
+
+def fit_in_workers(
+    config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
+) -> Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]]:
+    r"""
+    Every (mode, seed) fit in ``workers`` processes side by side (spawned, one
+    torch thread each; input mode, the longer, first), each probe loaded back
+    onto this process's model; nothing when ``workers`` is 1 (the fits then run
+    here, one after the other). Every fit is seeded by its seed alone, so the
+    probes are those of one process (up to the threads' rounding).
+
+    Returns:
+        *dict* ``(mode, seed) -> (explainer, the fit's record)``.
+    """
+    workers = int(config.get("workers", 1))
+    if workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {config.get('workers')!r}")
+    if workers == 1:
+        return {}
+    jobs = [(mode, seed) for mode in ("input", "hidden") for seed in seeds]
+    fitted: Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as folder, ProcessPoolExecutor(
+            max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        paths = {job: os.path.join(folder, f"{job[0]}-{job[1]}.pt") for job in jobs}
+        futures = {job: pool.submit(_fit_job, dict(config), job[0], job[1], paths[job]) for job in jobs}
+        for job, future in futures.items():
+            info = future.result()
+            log_to_stderr(verbose, f"[sst] DiffMask {job[0]}, seed {job[1]}: fitted in a worker "
+                                   f"({info['seconds'] / 60:.1f} min, {info['steps']} steps)")
+            explainer = DiffMask.load(paths[job], bench.model)
+            explainer.convergence = {int(k): report for k, report in info["convergence"].items()}
+            fitted[job] = (explainer, info)
+    return fitted
 
 
 def run_methods(

@@ -1,0 +1,151 @@
+"""DiffMask.fit's options for training what is deployed, the multiplier's
+controller, the budget that follows the convergence criterion and the model's
+precision (captum_diffmask.fitting)."""
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+
+from captum_diffmask import Convergence, DiffMask, DiffMaskConvergenceWarning, fitting
+from captum_diffmask.objective import example_kl, log_probs
+
+from tiny_models import tiny_bert, token_batch
+
+
+def _loader(n_batches=6, seed=0):
+    return [token_batch(batch=4, length=9, seed=seed + i) for i in range(n_batches)]
+
+
+def _midway(mode):
+    r"""A probe whose gates are open at some positions and closed at others (a
+    position's logit varies: the networks' output gain raised, their bias 0), on a
+    model whose output masking moves (a sharpened classifier)."""
+    model = tiny_bert()
+    with torch.no_grad():
+        model.classifier.weight.mul_(50.0)
+    dm = DiffMask(model, mode=mode)
+    dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)
+    networks = dm.probe.votes if mode == "input" else dm.probe.gates
+    with torch.no_grad():
+        for net in networks.nets:
+            net.gain2.fill_(3.0)
+            net.bias.fill_(0.0)
+    return dm
+
+
+def _one_step(dm, options, layer, seed=0):
+    call = dm._prepare_batch(_loader(1, seed=7)[0], None, "batch")
+    states, original = dm._capture(call, dm.locator.names)
+    loop = fitting._FitLoop(options, list(range(dm.num_layers + 1)))
+    torch.manual_seed(seed)
+    loss, record = fitting._layer_lagrangian(dm, call, states, original, layer, [call.ids.shape[0]], loop)
+    return call, loss, record
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
+    dm = _midway(mode)
+    options = fitting.FitOptions(eps=0.05, constraint="deployed")
+    divergences = []
+    for layer in range(dm.num_layers + 1):
+        call, _, record = _one_step(dm, options, layer)
+        gates, masked, original = dm.masked_forward(call.ids, call.extra, layer=layer)
+        expected = float(example_kl(log_probs(original), log_probs(masked)).mean())
+        assert record["kl_deployed"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
+        assert 0 < gates.mean() < 1  # some positions masked
+        assert record["constraint"] == max(record["kl"], record["kl_deployed"])
+        divergences.append(expected)
+    assert max(divergences) > 1e-3  # and it shows in the output
+    # the sampled constraint (the paper's) records no deployed KL
+    _, _, record = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="sampled"), 1)
+    assert "kl_deployed" not in record and record["constraint"] == record["kl"]
+
+
+def test_the_deployed_constraint_drives_the_multiplier_when_it_is_the_larger(monkeypatch):
+    dm = _midway("hidden")
+    seen = []
+    original_step = fitting.MultiplierUpdate.step
+
+    def spy(self, records):
+        before = dm.lambdas.values.detach().clone()
+        original_step(self, records)
+        seen.append((before, dm.lambdas.values.detach().clone(), dict(records)))
+
+    monkeypatch.setattr(fitting.MultiplierUpdate, "step", spy)
+    dm.fit(_loader(2), max_steps=2, seed=0, verbose=False, constraint="deployed", multiplier="ascent", lr_lambda=1.0,
+           eps=0.05)
+    for before, after, records in seen:
+        for k, record in records.items():
+            # plain ascent: lambda moves by exactly the violation of the larger KL
+            expected = min(max(float(before[k]) + record["constraint"] - 0.05, 0.0), 200.0)
+            assert float(after[k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_pi_multiplier_falls_while_the_constraint_is_slack_and_rises_while_violated():
+    loose = fitting.FitOptions(eps=10.0, multiplier="pi", lr_lambda=0.1)  # nothing can break a KL of 10
+    tight = fitting.FitOptions(eps=1e-6, multiplier="pi", lr_lambda=0.1)
+    for options, direction in ((loose, -1), (tight, 1)):
+        dm = DiffMask(tiny_bert(), mode="hidden")
+        dm.fit(_loader(4), max_steps=8, seed=0, verbose=False, lr=0.3, **{
+            f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+            if f.name in ("eps", "multiplier", "lr_lambda")})
+        assert all((float(v) - 1.0) * direction > 0 for v in dm.lambdas.values.detach()), dm.lambdas.values
+    with pytest.raises(ValueError, match="controller"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), multiplier="pi", controller={"gain": 1.0})
+    with pytest.raises(ValueError, match="constraint"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), constraint="both")
+
+
+def test_a_fit_without_caps_stops_at_the_criterions_budget_and_says_so():
+    # a criterion that nothing meets (the kept share may not move at all), 6 windows of 2 steps a layer
+    strict = Convergence(window=2, patience=2, tol_kept=0.0, max_windows=6)
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.warns(DiffMaskConvergenceWarning, match="budget of 12 steps"):
+        history = dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, lr=0.3)
+    assert {k: r["steps"] for k, r in dm.convergence.items()} == {0: 12, 1: 12, 2: 12}
+    assert history[-1]["epoch"] == 4  # 3 batches an epoch: the budget, not an epoch count, ended it
+    # one layer drawn per batch: each layer's share of the budget
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.warns(DiffMaskConvergenceWarning, match="budget of 36 steps"):
+        dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, layers_per_batch="one")
+    with pytest.raises(ValueError, match="max_windows"):
+        Convergence(patience=3, max_windows=3)
+
+
+def test_a_small_data_set_converges_with_the_defaults_budget():
+    """Three batches are enough: the criterion's steps are not capped by an epoch count."""
+    loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1)
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiffMaskConvergenceWarning)
+        history = dm.fit(_loader(3), seed=0, verbose=False, convergence=loose)
+    assert all(r["converged"] and r["steps"] == 30 for r in dm.convergence.values())
+    assert history[-1]["epoch"] == 10
+
+
+def test_one_shot_iterators_are_refused_without_an_epoch_cap():
+    with pytest.raises(ValueError, match="one-shot iterator"):
+        DiffMask(tiny_bert(), mode="hidden").fit(iter(_loader(2)), verbose=False)
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_bfloat16_runs_the_models_passes_of_the_fit_only(mode):
+    model = tiny_bert()
+    dtypes = []
+    hook = model.bert.encoder.layer[1].output.dense.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    try:
+        dm = DiffMask(model, mode=mode)
+        dm.fit(_loader(2), max_steps=2, seed=0, verbose=False, precision="bfloat16")
+        assert dtypes and set(dtypes) == {torch.bfloat16}
+        dtypes.clear()
+        ids, mask = token_batch(seed=3)
+        attributions = dm.attribute(ids, additional_forward_args=(mask,), layer=dm.num_layers)
+        dm.masked_forward(ids, (mask,), layer=1)
+    finally:
+        hook.remove()
+    assert set(dtypes) == {torch.float32} and attributions.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in dm.probe.parameters())
+    with pytest.raises(ValueError, match="precision"):
+        DiffMask(tiny_bert(), mode=mode).fit(_loader(1), precision="half")
