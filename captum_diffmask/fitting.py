@@ -670,7 +670,7 @@ def epoch_rows(
         row = {
             "epoch": epoch, "layer": k, "kl": sums[k]["kl"] / n, "l0": sums[k]["l0"] / n,
             "agreement": sums[k]["agreement"] / n, "lambda": float(explainer.lambdas(k).detach()),
-            "steps": n, "seconds": seconds, "status": status, "converged": status == "converged",
+            "steps": n, "seconds": seconds, "status": status, "converged": status in SETTLED,
         }
         if "kl_deployed" in sums[k]:
             row["kl_deployed"] = sums[k]["kl_deployed"] / n
