@@ -1,6 +1,7 @@
 """Tiny config-built Hugging Face models (no download) and token batches, shared by
 the tests (importable as ``tiny_models``: ``tests/`` is on pytest's path)."""
 
+import pytest
 import torch
 from transformers import (
     BertConfig,
@@ -100,14 +101,27 @@ def token_batch(batch: int = 4, length: int = 9, seed: int = 0):
 
 
 def shared_sst():
-    r"""The folder of the shared SST files (``../shared/data`` beside the checkout,
-    or ``$CAPTUM_DIFFMASK_DATA``), or None when train.txt/dev.txt are not there."""
-    from benchmarks.tasks.sst import default_data_dir, resolve_data_dir, SSTDataError
+    r"""The folder of the SST files as the suites find it (``$CAPTUM_DIFFMASK_DATA``,
+    else ``../shared/data`` beside the checkout), or None when train.txt/dev.txt
+    are not there (a fresh clone)."""
+    from benchmarks.tasks.sst import resolve_data_dir, SSTDataError
 
     try:
-        return resolve_data_dir(default_data_dir(), ("train", "dev"))
+        return resolve_data_dir(None, ("train", "dev"))
     except SSTDataError:
         return None
+
+
+SST_MISSING = ("SST train.txt/dev.txt not found ($CAPTUM_DIFFMASK_DATA, else ../shared/data beside the checkout); "
+               "a fresh clone has no data")
+#: Marks a test that reads the SST files: skipped, with the reason, where they are not.
+needs_sst = pytest.mark.skipif(shared_sst() is None, reason=SST_MISSING)
+
+
+def require_sst():
+    r"""Skips the calling test or fixture when the SST files are not there."""
+    if shared_sst() is None:
+        pytest.skip(SST_MISSING)
 
 
 def tiny_wordpiece(words):

@@ -12,6 +12,7 @@ from benchmarks.suites import faithfulness as suite
 from benchmarks.suites.faithfulness.export import prediction
 from benchmarks.tasks.sst import SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
+from tiny_models import needs_sst
 
 TINY = {
     "seeds": [0, 1],
@@ -56,6 +57,7 @@ def test_across_seeds_gives_mean_and_sample_std():
     assert result["c"] == [2.0, 3.0] and result["seeds"] == 2
 
 
+@needs_sst
 def test_tiny_run_is_complete_and_writes_the_report_and_export(tmp_path):
     results = runner.run_suite("faithfulness", tmp_path, overrides=TINY, verbose=False)
     L = results["model"]["layers"]

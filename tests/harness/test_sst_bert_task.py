@@ -8,12 +8,14 @@ import torch
 
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst, SSTSentence, unescape_ptb
+from tiny_models import require_sst
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def sentences():
+    require_sst()
     return read_sst("dev", max_sentences=96)
 
 

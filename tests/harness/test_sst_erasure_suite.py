@@ -16,11 +16,11 @@ from benchmarks import runner
 from benchmarks.suites import sst_erasure
 from benchmarks.tasks.sst import read_sst
 from benchmarks.suites.sst_erasure.loading import load_bench
-from tiny_models import shared_sst
+from tiny_models import needs_sst, shared_sst
 
 
 SHARED = shared_sst()
-pytestmark = pytest.mark.skipif(SHARED is None, reason="SST train.txt/dev.txt not found in ../shared/data beside the checkout")
+pytestmark = needs_sst
 
 TINY = {
     "seeds": [0],

@@ -10,7 +10,7 @@ import pytest
 from benchmarks import sst_erasure_tuning as tuning
 from benchmarks.suites import sst_erasure
 from captum_diffmask.methods import REINFORCE
-from tiny_models import shared_sst
+from tiny_models import needs_sst, shared_sst
 
 SHARED = shared_sst()
 
@@ -41,7 +41,7 @@ def test_choose_takes_the_shared_values_with_the_best_mean_f1_each_row_at_its_be
         tuning.choose(lines[:1], ["A", "B"])
 
 
-@pytest.mark.skipif(SHARED is None, reason="SST train.txt/dev.txt not found")
+@needs_sst
 def test_a_tiny_grid_runs_and_resumes(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
     lines = (SHARED / "train.txt").read_text(encoding="utf-8").split("\n")

@@ -14,7 +14,7 @@ from benchmarks.suites import sst as suite
 from captum_diffmask.convergence import STATUSES
 from captum_diffmask.diffmask import DAMPED_FIT
 from benchmarks.tasks.sst import SSTSentence
-from tiny_models import shared_sst
+from tiny_models import needs_sst
 
 
 TINY = {
@@ -88,7 +88,7 @@ def test_validation_split_sets_train_sentences_aside():
 
 
 # ----------------------------------------------------------------- a tiny run
-@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+@needs_sst
 def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     results = runner.run_suite("sst", tmp_path, overrides=TINY, verbose=False)
     L = results["model"]["layers"]
@@ -181,7 +181,7 @@ def test_convergence_section_checks_the_held_out_read_out_against_eps():
     assert "0.0126 over" in text and "**needed**" in text
 
 
-@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+@needs_sst
 def test_fits_in_worker_processes_give_the_probes_of_one_process():
     from benchmarks.suites.sst.loading import load_bench
     from benchmarks.suites.sst.orchestration import fit_in_workers

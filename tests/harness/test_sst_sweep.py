@@ -12,7 +12,7 @@ from benchmarks.suites import sst as suite
 from benchmarks.suites.sst.fitting import SUITE_KEYS
 from captum_diffmask import DiffMask
 from captum_diffmask.convergence import STATUSES
-from tiny_models import shared_sst
+from tiny_models import needs_sst
 
 
 BASE = {
@@ -36,7 +36,7 @@ def test_sweep_config_overrides_the_mode_options_only():
         sst_sweep.sweep_config(BASE, {"name": "x", "mode": "input", "readout": "expected"})
 
 
-@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+@needs_sst
 def test_sweep_runs_and_reports_per_layer_results(tmp_path):
     spec = {"base": BASE, "runs": [
         {"name": "hidden-2", "mode": "hidden", "seeds": [0, 1], "diffmask": {"epochs": 2}},
@@ -62,6 +62,7 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             assert seed["steps_per_layer"] > 0
 
 
+@needs_sst
 def test_sweep_without_selection_reports_verdicts_and_the_held_out_read_out(tmp_path):
     spec = {"base": BASE, "runs": [{"name": "hidden, defaults", "mode": "hidden", "diffmask": {
         "select_checkpoint": False, "epochs": None, "max_steps": 6, "multiplier": "pi", "constraint": "deployed"}}]}
@@ -81,7 +82,7 @@ def test_sweep_without_selection_reports_verdicts_and_the_held_out_read_out(tmp_
     assert text.count("| **") == layers  # one row per layer, its verdict in bold
 
 
-@pytest.mark.skipif(shared_sst() is None, reason="SST train.txt/dev.txt not found in ../shared/data")
+@needs_sst
 def test_sweep_scored_on_train_sentences(tmp_path):
     spec = {"score_on": "train", "score_sentences": 40, "base": BASE,
             "runs": [{"name": "hidden-1", "mode": "hidden", "readout": "louizos", "diffmask": {"epochs": 1}}]}

@@ -28,11 +28,11 @@ from benchmarks.tasks.sst import (
     train_sst_classifier,
     Vocabulary,
 )
-from tiny_models import shared_sst
+from tiny_models import needs_sst, shared_sst
 
 
 SHARED = shared_sst()
-needs_data = pytest.mark.skipif(SHARED is None, reason="SST train.txt/dev.txt not found in ../shared/data beside the checkout")
+needs_data = needs_sst
 
 
 # ------------------------------------------------------------------ reader
