@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from captum_diffmask.fitting import last_rows
 from captum_diffmask.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
@@ -104,7 +105,7 @@ def run_one(
                                         rule=run.get("readout", "threshold"))
         history = info["history"]
         epochs = sorted({h["epoch"] for h in history})
-        last = {h["layer"]: h for h in history if h["epoch"] == epochs[-1]}
+        last = last_rows(history)
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
                       "agreement": round(r["agreement"], 2), "kl": divergence[r["layer"]]["kl"],
                       **_fit_state(explainer.convergence.get(r["layer"]), last.get(r["layer"]))}

@@ -37,6 +37,7 @@ LEGACY_FIT: Dict[str, Any] = {
 #: report left the cap at its default then). The convergence criterion is today's.
 DAMPED_FIT: Dict[str, Any] = {
     "multiplier": "damped", "lr_lambda": 1.0, "constraint": "sampled", "vote_sampling": "product",
+    "freeze_converged": False,
 }
 
 #: :meth:`DiffMask.fit` options of the paper's recipe (its appendix tables for SST
@@ -285,6 +286,7 @@ class DiffMask(SiteAttribution):
         controller: Optional[Dict[str, float]] = None,
         precision: str = "float32",
         vote_sampling: str = "joint",
+        freeze_converged: bool = True,
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
@@ -309,12 +311,13 @@ class DiffMask(SiteAttribution):
             verbose, optimizer, validation, eps_valid, agreement_valid,
             multiplier, until_converged, convergence, init_baseline, activations,
             layers_per_batch, lagrangian, constraint, controller,
-            precision: the
+            precision, vote_sampling, freeze_converged: the
                         options of the fit, each documented in
-                        :class:`~captum_diffmask.fitting.FitOptions` (defaults: 100
-                        epochs, eps 0.1, Adam at lr 3e-3, baselines at 1e-3, the
-                        damped multiplier at rate 1, every layer on every batch, run to
-                        convergence).
+                        :class:`~captum_diffmask.fitting.FitOptions` (defaults: eps
+                        0.1, Adam at lr 3e-3, baselines at 1e-3, the PI multiplier on
+                        the deployed read-out's constraint, every layer on every
+                        batch, each hidden-mode layer frozen once converged, run to
+                        convergence within the criterion's budget).
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it: the means of
@@ -333,7 +336,7 @@ class DiffMask(SiteAttribution):
             until_converged=until_converged, convergence=convergence, init_baseline=init_baseline,
             activations=activations, layers_per_batch=layers_per_batch,
             lagrangian=lagrangian, constraint=constraint, controller=controller,
-            precision=precision, vote_sampling=vote_sampling,
+            precision=precision, vote_sampling=vote_sampling, freeze_converged=freeze_converged,
         )
         return run_fit(self, dataloader, options)
 

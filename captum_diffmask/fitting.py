@@ -154,6 +154,14 @@ class FitOptions:
                     the same stationary points, with a gradient whose scale
                     stays that of the larger of the two terms whatever lambda.
         until_converged (bool): stop once every trained layer has converged.
+        freeze_converged (bool): in hidden mode (whose layers' gate networks,
+                    baselines and multipliers are their own), stop training a
+                    layer once it has converged or ended ``needed``, keeping the
+                    probe its verdict was judged on, while the other layers go on
+                    (with ``until_converged``). Without it a settled layer keeps
+                    training until every layer is settled at the same time, and
+                    its window means can drift out of the criterion again. Input
+                    mode shares the votes across layers, so no layer is frozen there.
         convergence (Convergence, optional): the criterion; ``Convergence()``
                     when None.
         init_baseline (Tensor or dict, optional): where the baselines start
@@ -187,6 +195,7 @@ class FitOptions:
     precision: str = "float32"
     vote_sampling: str = "joint"
     until_converged: bool = True
+    freeze_converged: bool = True
     convergence: Optional[Convergence] = None
     init_baseline: InitBaseline = None
     activations: str = "all"
@@ -233,6 +242,9 @@ class FitOptions:
         check_choice(self.activations, ("all", "needed"), "activations")
         check_choice(self.layers_per_batch, LAYERS_PER_BATCH, "layers_per_batch")
         check_choice(self.lagrangian, ("plain", "normalized"), "lagrangian")
+        for name in ("until_converged", "freeze_converged"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.convergence is not None and not isinstance(self.convergence, Convergence):
             raise TypeError(f"convergence must be a Convergence, got {type(self.convergence).__name__}")
         return layers
@@ -248,12 +260,15 @@ class _FitLoop:
     optimisers (built on the first batch), the step count and the convergence
     monitors, which decide when the loop is done."""
 
-    def __init__(self, options: FitOptions, layers: List[int]) -> None:
+    def __init__(self, options: FitOptions, layers: List[int], independent_layers: bool) -> None:
         self.options, self.layers = options, layers
         self.eps = float(options.eps)
         self.rng = random.Random(options.seed)
         criterion = options.convergence or Convergence()
         self.trained = sorted(set(layers))
+        # the layers still trained: in hidden mode a settled layer is frozen
+        self.active = list(self.trained)
+        self.freezes = options.freeze_converged and options.until_converged and independent_layers
         self.monitors = {k: LayerMonitor(k, self.eps, criterion) for k in self.trained}
         self.open_share = criterion.open_share
         self.max_steps = options.max_steps
@@ -269,8 +284,8 @@ class _FitLoop:
     def draw(self) -> List[int]:
         r"""The layers trained on the next batch: one drawn uniformly, or all."""
         if self.options.layers_per_batch == "all":
-            return self.trained
-        return [self.rng.choice(self.layers)]
+            return self.active
+        return [self.rng.choice([k for k in self.layers if k in self.active])]
 
     def after_step(self, records: Mapping[int, Mapping[str, float]], lams: Mapping[int, float]) -> List[int]:
         r"""Counts the step and records it at each of its layers; the layers of
@@ -278,6 +293,8 @@ class _FitLoop:
         self.step += 1
         closed = [k for k, record in records.items()
                   if self.monitors[k].record(record["constraint"], record["l0"], lams[k], record.get("closure"))]
+        if self.freezes:
+            self._freeze_settled(closed)
         max_steps = self.max_steps
         if max_steps is not None and self.step >= max_steps:
             self.done = True
@@ -285,6 +302,15 @@ class _FitLoop:
             self.converged = all(m.status() in SETTLED for m in self.monitors.values())
             self.done = self.converged
         return closed
+
+    def _freeze_settled(self, closed: Sequence[int]) -> None:
+        r"""Stops training the layers of ``closed`` that are settled, while
+        another layer still trains (the last one ends the fit as it is)."""
+        for k in closed:
+            if self.monitors[k].status() in SETTLED and len(self.active) > 1:
+                self.active.remove(k)
+                LOGGER.info("DiffMask fit: layer %d %s after %d of its steps; frozen, %d layers still train",
+                            k, self.monitors[k].status(), self.monitors[k].steps, len(self.active))
 
     def stopped_by(self) -> str:
         r"""What ended the run, for the warning: the cap it reached, or
@@ -307,7 +333,7 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
     _check_reiterable(dataloader, options.epochs)
     explainer._follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
-    loop = _FitLoop(options, layers)
+    loop = _FitLoop(options, layers, independent_layers=explainer.mode == "hidden")
     selection = None if options.validation is None else CheckpointSelection(options, layers)
     history: List[Dict[str, Any]] = []
     seeded = preserved_rng(options.seed) if options.seed is not None else contextlib.nullcontext()
@@ -655,6 +681,12 @@ def pin_baselines(explainer: "DiffMask", init_baseline: InitBaseline) -> None:
             raise ValueError(f"init_baseline for {site} must have shape {tuple(parameter.shape)}, got {shape}")
         with torch.no_grad():
             parameter.copy_(vector.detach().to(parameter))
+
+
+def last_rows(history: Iterable[Mapping[str, Any]]) -> Dict[int, Mapping[str, Any]]:
+    r"""Each layer's last row of a fit's ``history`` (a layer frozen once
+    converged has no rows in the epochs after; the last epoch's rows miss it)."""
+    return {int(row["layer"]): row for row in history}
 
 
 def epoch_rows(

@@ -375,7 +375,7 @@ def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multipli
     grads, lambda_grads = {}, {}
     for kind in ("plain", "normalized"):
         options = dataclasses.replace(fitting.FitOptions(eps=0.01), lagrangian=kind)
-        loop = fitting._FitLoop(options, [0, 1, 2])
+        loop = fitting._FitLoop(options, [0, 1, 2], independent_layers=dm.mode == "hidden")
         dm.probe.zero_grad(set_to_none=True)
         dm.lambdas.zero_grad(set_to_none=True)
         torch.manual_seed(0)

@@ -38,7 +38,7 @@ def _midway(mode):
 def _one_step(dm, options, layer, seed=0):
     call = dm._prepare_batch(_loader(1, seed=7)[0], None, "batch")
     states, original = dm._capture(call, dm.locator.names)
-    loop = fitting._FitLoop(options, list(range(dm.num_layers + 1)))
+    loop = fitting._FitLoop(options, list(range(dm.num_layers + 1)), independent_layers=dm.mode == "hidden")
     torch.manual_seed(seed)
     loss, record = fitting._layer_lagrangian(dm, call, states, original, layer, [call.ids.shape[0]], loop)
     return call, loss, record
@@ -103,13 +103,16 @@ def test_a_fit_without_caps_stops_at_the_criterions_budget_and_says_so():
     strict = Convergence(window=2, patience=2, tol_kept=0.0, max_windows=6)
     dm = DiffMask(tiny_bert(), mode="hidden")
     with pytest.warns(DiffMaskConvergenceWarning, match="budget of 12 steps"):
-        history = dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, lr=0.3)
+        # not frozen: with 2-step windows a collapsing layer can pass for settled on the way
+        history = dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, lr=0.3,
+                         freeze_converged=False)
     assert {k: r["steps"] for k, r in dm.convergence.items()} == {0: 12, 1: 12, 2: 12}
     assert history[-1]["epoch"] == 4  # 3 batches an epoch: the budget, not an epoch count, ended it
     # one layer drawn per batch: each layer's share of the budget
     dm = DiffMask(tiny_bert(), mode="hidden")
     with pytest.warns(DiffMaskConvergenceWarning, match="budget of 36 steps"):
-        dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, layers_per_batch="one")
+        dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, layers_per_batch="one",
+               freeze_converged=False)
     with pytest.raises(ValueError, match="max_windows"):
         Convergence(patience=3, max_windows=3)
 
@@ -123,6 +126,32 @@ def test_a_small_data_set_converges_with_the_defaults_budget():
         history = dm.fit(_loader(3), seed=0, verbose=False, convergence=loose)
     assert all(r["converged"] and r["steps"] == 30 for r in dm.convergence.values())
     assert history[-1]["epoch"] == 10
+
+
+@pytest.mark.parametrize("mode, freeze, frozen", [("hidden", True, True), ("hidden", False, False),
+                                                 ("input", True, False)])
+def test_hidden_mode_freezes_each_layer_once_it_has_converged(mode, freeze, frozen):
+    """One layer drawn per batch, so that the layers converge at different steps
+    (30 of their own, by a criterion every window meets): frozen, a converged
+    layer gets no more steps while the others go on; not frozen (or in input
+    mode, whose layers share the votes), the layers drawn most run past 30."""
+    loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1)
+    dm = DiffMask(tiny_bert(), mode=mode)
+    history = dm.fit(_loader(3), seed=0, verbose=False, convergence=loose, layers_per_batch="one",
+                     freeze_converged=freeze)
+    steps = {k: r["steps"] for k, r in dm.convergence.items()}
+    assert all(r["converged"] for r in dm.convergence.values())
+    if frozen:
+        assert steps == {0: 30, 1: 30, 2: 30}
+        last = fitting.last_rows(history)
+        assert min(r["epoch"] for r in last.values()) < history[-1]["epoch"]  # a layer stopped epochs before the end
+    else:
+        assert max(steps.values()) > 30
+
+
+def test_freeze_converged_must_be_a_bool():
+    with pytest.raises(TypeError, match="freeze_converged"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(2), max_steps=1, verbose=False, freeze_converged="yes")
 
 
 def test_one_shot_iterators_are_refused_without_an_epoch_cap():

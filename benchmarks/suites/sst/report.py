@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, List, Mapping
 
 from benchmarks.tasks.sst import LABEL_NAMES
+from captum_diffmask.fitting import last_rows
 
 from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
 from .scoring import layer_means
@@ -157,8 +158,7 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
     for mode in ("input", "hidden"):
         for run in dm[mode]["runs"]:
             eps = float(run.get("options", {}).get("eps", math.nan))
-            last_epoch = {h["layer"]: h for h in run.get("history", []) if h["epoch"] == run["history"][-1]["epoch"]} \
-                if run.get("history") else {}
+            last_epoch = last_rows(run.get("history") or [])
             for layer, report in sorted((run.get("convergence") or {}).items(), key=lambda item: int(item[0])):
                 last = report["windows"][-1] if report["windows"] else {}
                 row = [mode, run["seed"], layer, f"**{report['status']}**", report["steps"], fmt(last.get("kept"), 3),
