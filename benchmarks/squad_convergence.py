@@ -1,5 +1,5 @@
 r"""
-How many steps do the squad suite's DiffMask fits need to converge (issue 21)?
+How many steps do the squad suite's DiffMask fits need to converge?
 
 The suite's model (the cached fine-tuned MiniLM) and DiffMask settings, with
 every layer trained on every batch and no step cap; the training windows are

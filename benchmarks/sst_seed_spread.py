@@ -1,5 +1,5 @@
 r"""
-Where DiffMask's spread across fit seeds on SST comes from (issue 16), measured on
+Where DiffMask's spread across fit seeds on SST comes from, measured on
 SST **train** sentences only (no dev sentence is read, so nothing here is tuned on
 what the sst suite reports).
 

@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from captum_diffmask.convergence import SETTLED
 from captum_diffmask.fitting import last_rows
 from captum_diffmask.forward import model_device
 from benchmarks.tasks import sst_bert
@@ -228,8 +229,8 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
                 if r.get("status") == "not trained":
                     continue
                 probes += 1
-                ok = r["kl"] <= 1.25 * eps
-                if r["status"] in ("converged", "needed"):
+                ok = r["kl"] <= suite.HELD_OUT_MARGIN * eps
+                if r["status"] in SETTLED:
                     settled += 1
                     within += int(ok)
                 rows.append([r["layer"], f"**{r['status']}**", r.get("steps", ""), fmt(r.get("train_kl"), 4),
@@ -240,7 +241,7 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
                       f"batch), peak resident memory {seed['peak_rss_gb']:.2f} GB; unmasked macro-F1 "
                       f"{seed['unmasked_f1']:.2f}.", "",
                       table(["layer", "verdict", "steps", "train KL (sampled)", "train KL (deployed)",
-                             f"held-out KL (<= {1.25 * eps:g})", "masked %", "macro-F1 change", "same prediction %"],
+                             f"held-out KL (<= {suite.HELD_OUT_MARGIN * eps:g})", "masked %", "macro-F1 change", "same prediction %"],
                             rows), ""]
     lines[4:4] = [f"**{settled} of {probes} probes** ended with a verdict (converged, or needed: every gate open "
                   f"because closing the least-needed positions breaks the constraint); {within} of those keep the "

@@ -111,11 +111,6 @@ class Convergence:
     needed_windows: int = 20
 
     @property
-    def min_steps(self) -> int:
-        r"""The fewest steps at a layer that can end converged: ``patience + 1`` windows."""
-        return self.window * (self.patience + 1)
-
-    @property
     def budget(self) -> int:
         r"""The steps at a layer after which a fit with no cap of its own stops."""
         return self.window * self.max_windows

@@ -549,9 +549,14 @@ def _mean_kl_with_gates(
     r"""The batch's mean KL(original || masked) with binary gates ``keep``
     (B, T), without gradients, over every process's batch."""
     with torch.no_grad():
-        gates = keep.to(states[site].dtype)
-        masked = explainer._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline.detach())})
-        kl = example_kl(log_p, log_probs(masked))
+        if bool(keep.all()):
+            # every gate open: the masked model is the model (a fit's first
+            # hundreds of steps, and layers that keep everything), no pass needed
+            kl = torch.zeros(log_p.shape[0], device=log_p.device)
+        else:
+            gates = keep.to(states[site].dtype)
+            masked = explainer._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline.detach())})
+            kl = example_kl(log_p, log_probs(masked))
         if not is_distributed():
             return float(kl.mean())
         total, examples = all_sum(torch.stack([kl.sum(), torch.tensor(float(kl.shape[0]), device=kl.device)]).float().cpu()).tolist()

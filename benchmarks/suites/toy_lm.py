@@ -74,7 +74,7 @@ DEFAULTS: Dict[str, Any] = {
     # DiffMask fitted on every layer at once (first seed), for the per-layer view
     # (every layer trained on every batch, fit's default: 3 epochs give each layer
     # the steps of 3 epochs)
-    # the committed report's fit (fit's defaults before issue 33: DAMPED_FIT)
+    # the committed report's fit (fit's earlier defaults: DAMPED_FIT)
     "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 3, **DAMPED_FIT},
     "eval_examples": 500,
     "chunk": 250,

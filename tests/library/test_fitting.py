@@ -63,6 +63,18 @@ def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
     assert "kl_deployed" not in record and record["constraint"] == record["kl"]
 
 
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_the_deployed_kl_of_all_open_gates_is_zero_without_a_masked_pass(mode, monkeypatch):
+    dm = DiffMask(tiny_bert(), mode=mode)
+    dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)  # the gates start open (bias 5)
+    passes = []
+    replaced = dm._replaced_logits
+    monkeypatch.setattr(dm, "_replaced_logits", lambda *a, **k: passes.append(1) or replaced(*a, **k))
+    _, _, record = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deployed"), dm.num_layers)
+    assert record["kl_deployed"] == 0.0 and record["constraint"] == record["kl"]
+    assert len(passes) == 1  # the sampled gates' pass only
+
+
 def test_the_deployed_constraint_drives_the_multiplier_when_it_is_the_larger(monkeypatch):
     dm = _midway("hidden")
     seen = []

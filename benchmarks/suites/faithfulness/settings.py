@@ -33,7 +33,7 @@ DEFAULTS: Dict[str, Any] = {
     # the sst suite's DiffMask settings as the committed report ran them: input
     # mode, eps 0.02, one layer drawn per batch, 7 epochs, windows of 50 steps,
     # selected on dev sentences, fit's multiplier of then (DAMPED_FIT); the sst
-    # suite has moved on since (issue 33)
+    # suite has moved on since
     "diffmask": {"batch_size": 32, "l0": "mean", "eps": 0.02, "eps_valid": 0.05, "agreement_valid": 0.8,
                  "validation_sentences": 400, "validation_from": "dev", "epochs": 7, "input": {},
                  "layers_per_batch": "one", "convergence": {"window": 50}, **DAMPED_FIT},

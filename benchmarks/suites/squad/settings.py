@@ -49,7 +49,7 @@ DEFAULTS: Dict[str, Any] = {
         "batch_size": 8, "eps": 1.0, "eps_valid": 3.0, "agreement_valid": 0.0, "validation_windows": 128,
         "epochs": 1, "input": {"max_steps": 1000}, "hidden": {"max_steps": 1000},
         # the committed report's draw (fit's default is now every layer per batch)
-        # and multiplier (fit's defaults before issue 33: DAMPED_FIT)
+        # and multiplier (fit's earlier defaults: DAMPED_FIT)
         "layers_per_batch": "one", **DAMPED_FIT,
     },
     "method_options": {

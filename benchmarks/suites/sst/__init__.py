@@ -29,7 +29,7 @@ sentences), :mod:`.scoring` (the numbers), :mod:`.speed`, :mod:`.figures`,
 """
 
 from .attributions import AttentionScores, per_sentence
-from .fitting import faithfulness, fit_diffmask, OnDevice
+from .fitting import faithfulness, fit_diffmask, HELD_OUT_MARGIN, OnDevice
 from .loading import load_model, subset, validation_split
 from .orchestration import run
 from .report import write_report
@@ -40,7 +40,7 @@ from .speed import time_finetune_steps
 
 __all__ = [
     "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "STABILITY_TARGETS", "METHODS", "PAPER", "QUICK",
-    "AttentionScores", "cls_is_largest", "faithfulness", "fit_diffmask", "OnDevice", "layers_kept_by_group", "load_model",
+    "AttentionScores", "cls_is_largest", "faithfulness", "fit_diffmask", "HELD_OUT_MARGIN", "OnDevice", "layers_kept_by_group", "load_model",
     "macro_f1_and_accuracy", "per_sentence", "run", "stability", "subset", "validation_split", "time_finetune_steps", "write_report",
     "_label_groups",
 ]

@@ -35,8 +35,8 @@ class OnDevice:
         return len(self.batches)
 
 
-#: The held-out check of a fit without checkpoint selection: the deterministic
-#: read-out's KL within this many times eps at every layer (issue 33's bound).
+#: The held-out check of a fit's probe: the deterministic read-out's KL within
+#: this many times eps at every layer (the criterion's default tol_kl, 0.25).
 HELD_OUT_MARGIN = 1.25
 #: The suite's own ``diffmask`` settings, not :meth:`DiffMask.fit`'s.
 SUITE_KEYS = ("input", "hidden", "validation_sentences", "validation_from", "select_checkpoint")

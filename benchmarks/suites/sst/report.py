@@ -11,6 +11,7 @@ from benchmarks.tasks.sst import LABEL_NAMES
 from captum_diffmask.fitting import last_rows
 
 from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from .fitting import HELD_OUT_MARGIN
 from .scoring import layer_means
 from .settings import STABILITY_TARGETS, PAPER
 
@@ -167,12 +168,12 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
                 if run.get("heldout"):
                     held_out = True
                     kl = run["heldout"][str(layer)]["kl"]
-                    row.append(f"{fmt(kl, 4)} {'ok' if kl <= 1.25 * eps else 'over'}")
+                    row.append(f"{fmt(kl, 4)} {'ok' if kl <= HELD_OUT_MARGIN * eps else 'over'}")
                 rows.append(row)
     if not rows:
         return []
     headers = ["mode", "seed", "layer", "status", "steps", "kept share", "KL (constraint)", "KL deployed (last epoch)",
-               "lambda"] + (["held-out deterministic KL (<= eps x 1.25)"] if held_out else [])
+               "lambda"] + ([f"held-out deterministic KL (<= eps x {HELD_OUT_MARGIN:g})"] if held_out else [])
     return ["## Convergence per layer", "",
             "Where each fit stood when it stopped (`DiffMask.convergence`): the layer's status, the steps "
             "trained at it, and the means of its last window of steps (kept share of the training gates, the "

@@ -46,8 +46,9 @@ DEFAULTS: Dict[str, Any] = {
         # epoch trains each of the seven layers on every batch: 2 epochs are
         # ~510 steps of each layer).
         # The committed report's optimisation is fit's earlier default (DAMPED_FIT);
-        # fit's defaults now (issue 33) are measured on train sentences by
-        # benchmarks/sweeps/sst-convergence-train.json until the report is re-run.
+        # fit's defaults now are measured on train sentences by the sweeps
+        # benchmarks/sweeps/sst-{convergence,freeze}-*-train.json until the report
+        # is re-run.
         "batch_size": 32, "l0": "mean", "eps": 0.02, "eps_valid": 0.05, "agreement_valid": 0.8,
         "validation_sentences": 400, "validation_from": "train", "epochs": 2,
         # True: the sparsest epoch that keeps eps_valid on the validation
