@@ -128,7 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         watch = _Watch(held, args.beta2)
         try:
             torch.manual_seed(seed)
-            explainer = DiffMask(model, mode=args.mode, l0="mean")
+            explainer = DiffMask(model, mode=args.mode, l0="mean", votes="tied")  # the committed report's probe
             start = time.perf_counter()
             batches = OnDevice(fit_on.loader(32, shuffle=True, seed=seed, sort_by_length=True), torch.device("cpu"))
             options = {"eps": eps, "epochs": args.epochs, "until_converged": False,

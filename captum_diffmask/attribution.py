@@ -23,7 +23,8 @@ from torch import nn, Tensor
 
 from .batches import to_device
 from .forward import (
-    check_token_ids, check_vocabulary, format_additional_args, frozen, hooks_and_attributes_restored, is_hf_model,
+    check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, frozen, hooks_and_attributes_restored,
+    is_hf_model,
     model_device, ModelForward,
 )
 from .rng import preserved_rng
@@ -49,16 +50,19 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 def attribution_call(method: _Method) -> _Method:
     r"""
-    Wraps an ``attribute``: Captum's usage log, and the caller's random number
-    generators left as found (a stochastic method draws on a fork of the global
-    RNG that continues the caller's sequence, then rewinds it; see
+    Wraps an ``attribute``: Captum's usage log, the analysed model in eval mode
+    (a model left in ``train()`` would attribute with dropout on, a different
+    answer at every call; its modes are restored after), and the caller's random
+    number generators left as found (a stochastic method draws on a fork of the
+    global RNG that continues the caller's sequence, then rewinds it; see
     :func:`captum_diffmask.rng.preserved_rng`).
     """
     logged = log_usage()(method)
 
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with preserved_rng():
+        model = getattr(args[0], "model", None) if args else None
+        with preserved_rng(), evaluation_mode(model if isinstance(model, nn.Module) else None):
             return logged(*args, **kwargs)
 
     call.attribution_call = True  # type: ignore[attr-defined]  # for the contract's tests
@@ -215,6 +219,10 @@ class SiteAttribution(Attribution):
     uses_target: bool = True
     #: Whether ``attribute`` takes ``baselines=`` (what replaces a state).
     uses_baselines: bool = False
+    #: Whether the scores are probabilities of being kept (or a 0/1 mask), in
+    #: [0, 1] on an absolute scale: figures draw them as they are, never scaled
+    #: to their maximum (a mask that drops every token must look empty).
+    scores_are_probabilities: bool = False
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
@@ -244,6 +252,21 @@ class SiteAttribution(Attribution):
 
     def attribute_future(self) -> None:
         raise NotImplementedError(f"attribute_future is not implemented for {type(self).__name__}")
+
+    def scored(self, layer: Any) -> str:
+        r"""
+        What ``attribute(..., layer=layer)`` scores, in words, for tables that set
+        methods side by side.
+
+        Args:
+
+            layer (int or None): as ``attribute`` takes it.
+
+        Returns:
+            *str*: the site (``"input"``, ``"hidden.k"``), or ``"every layer"``.
+        """
+        site = self._site(layer)
+        return "every layer" if site is None else site
 
     # ------------------------------------------------------------- helpers
     def _site(self, layer: Any) -> Optional[str]:
@@ -331,12 +354,25 @@ class SiteAttribution(Attribution):
         if reference is None or len(reference) != self.num_layers + 1:
             self._sites_checked = True  # nothing to compare with
             return
+        paths = dict((n, p) for n, p, _ in self.locator.describe())
         for k in range(self.num_layers):
-            state, own = states[f"hidden.{k}"].float(), reference[k].float()
-            if state.shape != own.shape or not torch.allclose(state, own, atol=1e-4, rtol=1e-3):
-                path = dict((n, p) for n, p, _ in self.locator.describe())[f"hidden.{k}"]
+            if f"hidden.{k}" not in states:
                 raise ValueError(
-                    f"sites: hidden.{k} (read at {path}) is not the model's own hidden_states[{k}]; "
+                    f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) did not run in a forward pass of "
+                    f"{type(self.model).__name__}; " + _HOW_TO_PASS_SITES
+                )
+            state, own = states[f"hidden.{k}"].float(), reference[k].float()
+            if not bool(torch.isfinite(own).all()):
+                # NaN != NaN: without this a broken model reads as a site mismatch
+                bad = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+                raise FloatingPointError(
+                    f"the model's hidden_states[{k}] are not finite (NaN or inf): "
+                    + (f"its parameters {bad[:5]} hold NaN or inf" if bad else "check its inputs and weights")
+                )
+            if state.shape != own.shape or not torch.allclose(state, own, atol=1e-4, rtol=1e-3):
+                raise ValueError(
+                    f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
+                    f"in {type(self.model).__name__}; "
                     + _HOW_TO_PASS_SITES
                 )
         self._sites_checked = True

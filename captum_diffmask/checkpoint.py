@@ -51,6 +51,7 @@ def save_checkpoint(explainer: "DiffMask", path: Union[str, os.PathLike]) -> Non
             "weights": weights_fingerprint(explainer.model),
             "probe": explainer.probe.state_dict(),
             "lambdas": explainer.lambdas.state_dict(),
+            "fitted_layers": list(explainer.fitted_layers),
         },
         path,
     )

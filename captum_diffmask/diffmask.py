@@ -19,7 +19,7 @@ from .fitting import FitOptions, InitBaseline, run_fit
 from .forward import Batch, frozen, model_device
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
-from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce
+from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
 
 _MODES = ("input", "hidden")
 
@@ -113,6 +113,13 @@ class DiffMask(SiteAttribution):
         init_bias (float, optional): the gate networks' initial bias; 5 (the
                     authors') starts every gate open, ``P(z != 0) ~ 0.995``, and
                     a gate then needs many steps to close. Default: 5.0
+        votes (str, optional): input mode: ``"per_depth"`` gives each depth k its
+                    own votes 0..k and baseline (the probe of each depth as if
+                    fitted alone; its layers then train, and freeze, apart) or
+                    ``"tied"`` (the authors' code: vote j serves every depth
+                    k >= j, one baseline). Tied votes couple the depths: on a
+                    fine-tuned MiniLM every depth masks about the same tokens
+                    (see :class:`InputGateProbe`). Default: ``"per_depth"``
 
     Examples::
 
@@ -122,6 +129,7 @@ class DiffMask(SiteAttribution):
     """
 
     uses_target = False
+    scores_are_probabilities = True
 
     def __init__(
         self,
@@ -137,6 +145,7 @@ class DiffMask(SiteAttribution):
         probe_reads_input: bool = True,
         rerun: str = "partial",
         init_bias: float = 5.0,
+        votes: str = "per_depth",
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
@@ -144,6 +153,8 @@ class DiffMask(SiteAttribution):
             raise ValueError(f"rerun must be 'partial' or 'full', got {rerun!r}")
         if l0 not in L0_KINDS:
             raise ValueError(f"l0 must be one of {L0_KINDS}, got {l0!r}")
+        if votes not in VOTES:
+            raise ValueError(f"votes must be one of {VOTES}, got {votes!r}")
         HardConcrete(torch.zeros(1), temperature, stretch)  # validates both
         SiteAttribution.__init__(self, model, sites, forward_func, padding_mask_arg, output)
         self.declared_output = output
@@ -155,12 +166,17 @@ class DiffMask(SiteAttribution):
         self.probe_reads_input = bool(probe_reads_input)
         self.rerun = rerun
         self.init_bias = float(init_bias)
+        self.votes = votes
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
         #: after :meth:`fit`: layer -> its convergence report (see
         #: :meth:`LayerMonitor.report`); empty before
         self.convergence: Dict[int, Dict[str, Any]] = {}
+        #: the layers a fit has trained (over every call of :meth:`fit`); the
+        #: probe of any other layer is its untrained start, which
+        #: :meth:`attribute` refuses
+        self.fitted_layers: List[int] = []
 
     @property
     def is_fitted(self) -> bool:
@@ -170,6 +186,14 @@ class DiffMask(SiteAttribution):
         if not self.is_fitted:
             raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
         self._follow_model()
+
+    def _check_layers_fitted(self, layers: Sequence[int]) -> None:
+        missing = [k for k in layers if k not in self.fitted_layers]
+        if missing:
+            raise ValueError(
+                f"layer: DiffMask was fitted at layers {self.fitted_layers}, not at {missing}; its probe there "
+                f"is untrained: pass one of the fitted layers, or fit(..., layers={sorted(set(self.fitted_layers) | set(missing))})"
+            )
 
     def _follow_model(self) -> None:
         r"""The probe, baselines and multipliers on the model's device (a model moved
@@ -218,7 +242,7 @@ class DiffMask(SiteAttribution):
         if self.mode == "input":
             self.probe = InputGateProbe(
                 self.site_sizes["input"], hidden_sizes, width, read_input=self.probe_reads_input,
-                init_bias=self.init_bias,
+                init_bias=self.init_bias, votes=self.votes,
             )
         else:
             self.probe = HiddenGateProbe(hidden_sizes, width, init_bias=self.init_bias)
@@ -227,19 +251,31 @@ class DiffMask(SiteAttribution):
         self.probe.to(device)
         self.lambdas.to(device)
 
-    def _gate_logits(self, states: Dict[str, Tensor], layer: Optional[int]) -> Tensor:
-        r"""(B, T, layer + 1) vote logits (input mode), (B, T) gate logits (hidden
-        mode), or (B, T, L + 1) for every layer when ``layer`` is None (hidden mode).
-        The networks a call needs are evaluated together, in one batched call."""
+    @property
+    def independent_layers(self) -> bool:
+        r"""Whether each layer's probe (gate networks, baseline) is its own, so
+        that a fit may train, and freeze, one layer apart from the others:
+        hidden mode, and input mode with ``votes="per_depth"``."""
+        return self.mode == "hidden" or self.votes == "per_depth"
+
+    def _gate_logits(self, states: Dict[str, Tensor], layer: int) -> Tensor:
+        r"""(B, T, layer + 1) vote logits of depth ``layer`` (input mode), (B, T)
+        gate logits (hidden mode). The networks a call needs are evaluated
+        together, in one batched call."""
         assert self.probe is not None
         if self.mode == "input":
-            last = self.num_layers if layer is None else layer
-            hidden = [states[f"hidden.{j}"] for j in range(last + 1)]
+            hidden = [states[f"hidden.{j}"] for j in range(layer + 1)]
             return self.probe(states["input"], hidden)
-        if layer is None:
-            every = range(self.num_layers + 1)
-            return self.probe.layers([states[f"hidden.{j}"] for j in every], every)
         return self.probe(states[f"hidden.{layer}"], layer)
+
+    def scored(self, layer: Any) -> str:
+        r"""What ``attribute(..., layer=layer)`` scores: input mode scores the
+        input tokens at every depth (as a probe reading up to depth k judges
+        them); hidden mode the states of ``hidden.k``."""
+        site = self._site(layer)
+        if site is None:
+            return "every layer"
+        return f"input (probe read to depth {layer})" if self.mode == "input" else site
 
     def _hard_concrete(self, logits: Tensor) -> HardConcrete:
         return HardConcrete(logits, self.temperature, self.stretch)
@@ -255,8 +291,23 @@ class DiffMask(SiteAttribution):
         r"""The site the gates of ``layer`` replace, and its baseline (H,)."""
         assert self.probe is not None
         if self.mode == "input":
-            return "input", self.probe.baseline
+            return "input", self.probe.baseline(layer)
         return f"hidden.{layer}", self.probe.baselines[layer]
+
+    def learned_baseline(self, layer: int) -> Tensor:
+        r"""
+        The fitted replacement of the states gated off at ``layer``.
+
+        Args:
+
+            layer (int): 0..L; input mode: the depth (one baseline for every
+                        depth with ``votes="tied"``), hidden mode: ``hidden.k``.
+
+        Returns:
+            *Tensor* (H,) of the replaced site, detached.
+        """
+        self._check_fitted()
+        return self._masked_site(check_layer(layer, self.num_layers))[1].detach()
 
     # -------------------------------------------------------------------- fit
     def fit(
@@ -287,6 +338,8 @@ class DiffMask(SiteAttribution):
         precision: str = "float32",
         vote_sampling: str = "joint",
         freeze_converged: bool = True,
+        checkpoint: Optional[Union[str, os.PathLike]] = None,
+        checkpoint_every: int = 100,
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
@@ -311,13 +364,14 @@ class DiffMask(SiteAttribution):
             verbose, optimizer, validation, eps_valid, agreement_valid,
             multiplier, until_converged, convergence, init_baseline, activations,
             layers_per_batch, lagrangian, constraint, controller,
-            precision, vote_sampling, freeze_converged: the
-                        options of the fit, each documented in
+            precision, vote_sampling, freeze_converged, checkpoint,
+            checkpoint_every: the options of the fit, each documented in
                         :class:`~captum_diffmask.fitting.FitOptions` (defaults: eps
                         0.1, Adam at lr 3e-3, baselines at 1e-3, the PI multiplier on
                         the deployed read-out's constraint, every layer on every
-                        batch, each hidden-mode layer frozen once converged, run to
-                        convergence within the criterion's budget).
+                        batch, each layer whose probe is its own frozen once
+                        converged, run to convergence within the criterion's
+                        budget; with ``checkpoint`` a file to resume from).
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it: the means of
@@ -337,6 +391,7 @@ class DiffMask(SiteAttribution):
             activations=activations, layers_per_batch=layers_per_batch,
             lagrangian=lagrangian, constraint=constraint, controller=controller,
             precision=precision, vote_sampling=vote_sampling, freeze_converged=freeze_converged,
+            checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         )
         return run_fit(self, dataloader, options)
 
@@ -373,6 +428,7 @@ class DiffMask(SiteAttribution):
         self._check_fitted()
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
         call = self._prepare(inputs, additional_forward_args, layer)
+        self._check_layers_fitted(range(self.num_layers + 1) if layer is None else [layer])
         states, _ = self._capture(call, self._needed_sites(layer), stop_early=True)
         for name, state in states.items():
             if not bool(torch.isfinite(state).all()):
@@ -382,12 +438,18 @@ class DiffMask(SiteAttribution):
         return self._finish(keep, call)
 
     def _keep_probabilities(self, states: Dict[str, Tensor], layer: Optional[int]) -> Tensor:
-        last = self.num_layers if layer is None else layer
-        if self.mode == "input":
-            log_votes = self._hard_concrete(self._gate_logits(states, last)).log_prob_nonzero()
-            keep = log_votes.cumsum(-1).exp()  # P(every vote up to j is non-zero)
-            return keep if layer is None else keep[..., layer]
-        return self._hard_concrete(self._gate_logits(states, layer)).prob_nonzero()
+        r"""(B, T) ``P(z != 0)`` at ``layer`` (input mode: of every vote of that
+        depth), or (B, T, L + 1) at every layer when ``layer`` is None."""
+        assert self.probe is not None
+        if layer is not None:
+            log_keep = self._hard_concrete(self._gate_logits(states, layer)).log_prob_nonzero()
+            return (log_keep.sum(-1) if self.mode == "input" else log_keep).exp()
+        every = range(self.num_layers + 1)
+        hidden = [states[f"hidden.{j}"] for j in every]
+        if self.mode == "hidden":
+            return self._hard_concrete(self.probe.layers(hidden, every)).prob_nonzero()
+        votes = self.probe.every_depth(states["input"], hidden)
+        return torch.stack([self._hard_concrete(v).log_prob_nonzero().sum(-1).exp() for v in votes], -1)
 
     # ------------------------------------------------------------- evaluation
     def _deterministic_gates(self, states: Dict[str, Tensor], layer: int, rule: str) -> Tensor:
@@ -460,6 +522,7 @@ class DiffMask(SiteAttribution):
             raise ValueError("layers must name at least one layer")
         for k in chosen:
             self._site(k)  # the same check, and error, as masked_forward's layer
+        self._check_layers_fitted(chosen)
         call = self._prepare(inputs, additional_forward_args, chosen[-1])
         with frozen(self.model):
             masked = self._masked_batch(call, chosen, rule)
@@ -493,8 +556,8 @@ class DiffMask(SiteAttribution):
         Args:
 
             dataloader (iterable): batches as :meth:`fit` takes them.
-            layers (sequence of int, optional): the layers to score; all when None.
-                        Default: None
+            layers (sequence of int, optional): the layers to score; the fitted
+                        ones when None. Default: None
             rule (str, optional): see :meth:`masked_forward`. Default: ``"threshold"``
 
         Returns:
@@ -504,7 +567,8 @@ class DiffMask(SiteAttribution):
             (gate > 0), over positions.
         """
         self._check_fitted()
-        chosen = list(range(self.num_layers + 1)) if layers is None else [check_layer(k, self.num_layers) for k in layers]
+        chosen = list(self.fitted_layers) if layers is None else [check_layer(k, self.num_layers) for k in layers]
+        self._check_layers_fitted(chosen)
         if not chosen:
             raise ValueError("layers must name at least one layer")
         with frozen(self.model):
@@ -542,6 +606,7 @@ class DiffMask(SiteAttribution):
             "probe_reads_input": self.probe_reads_input,
             "rerun": self.rerun,
             "init_bias": self.init_bias,
+            "votes": self.votes,
             "output": self.declared_output,
         }
 
@@ -594,11 +659,17 @@ class DiffMask(SiteAttribution):
         checkpoint = read_checkpoint(path)
         config = dict(checkpoint["config"])
         config["stretch"] = tuple(config["stretch"])
+        config.setdefault("votes", "tied")  # written before per-depth votes existed
         explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg, **config)
         check_model(checkpoint, explainer, check_weights)
         explainer.site_sizes = dict(checkpoint["site_sizes"])
         explainer._make_modules()
         assert explainer.probe is not None and explainer.lambdas is not None
-        explainer.probe.load_state_dict(checkpoint["probe"])
+        probe_state = dict(checkpoint["probe"])
+        if "baseline" in probe_state:  # written before input mode had one baseline per depth
+            probe_state["baselines.0"] = probe_state.pop("baseline")
+        explainer.probe.load_state_dict(probe_state)
         explainer.lambdas.load_state_dict(checkpoint["lambdas"])
+        # written before fitted layers were recorded: every layer, as then
+        explainer.fitted_layers = list(checkpoint.get("fitted_layers", range(explainer.num_layers + 1)))
         return explainer

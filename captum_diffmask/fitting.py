@@ -22,7 +22,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -43,6 +43,7 @@ from .objective import (
     example_kl, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction,
 )
 from .probes import mix_baseline
+from .resume import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
 from .rng import preserved_rng
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,14 +155,15 @@ class FitOptions:
                     the same stationary points, with a gradient whose scale
                     stays that of the larger of the two terms whatever lambda.
         until_converged (bool): stop once every trained layer has converged.
-        freeze_converged (bool): in hidden mode (whose layers' gate networks,
-                    baselines and multipliers are their own), stop training a
-                    layer once it has converged or ended ``needed``, keeping the
-                    probe its verdict was judged on, while the other layers go on
-                    (with ``until_converged``). Without it a settled layer keeps
+        freeze_converged (bool): where each layer's gate networks, baselines
+                    and multiplier are its own (hidden mode; input mode with
+                    ``votes="per_depth"``), stop training a layer once it has
+                    converged or ended ``needed``, keeping the probe its verdict
+                    was judged on, while the other layers go on (with
+                    ``until_converged``). Without it a settled layer keeps
                     training until every layer is settled at the same time, and
-                    its window means can drift out of the criterion again. Input
-                    mode shares the votes across layers, so no layer is frozen there.
+                    its window means can drift out of the criterion again.
+                    Tied votes (``votes="tied"``) serve several depths, so no layer is frozen there.
         convergence (Convergence, optional): the criterion; ``Convergence()``
                     when None.
         init_baseline (Tensor or dict, optional): where the baselines start
@@ -172,6 +174,11 @@ class FitOptions:
                     site from its capture pass; ``"needed"``: only those of the
                     sites up to the step's layer (less memory for deep models,
                     the same fit).
+        checkpoint (str or PathLike, optional): a file the fit's whole state is
+                    written to every ``checkpoint_every`` steps and at its end; a
+                    fit given a file that exists resumes from it and ends with the
+                    probe of an uninterrupted fit (:mod:`captum_diffmask.resume`).
+        checkpoint_every (int): steps between two writes of ``checkpoint``.
     """
 
     epochs: Optional[int] = None
@@ -199,6 +206,8 @@ class FitOptions:
     convergence: Optional[Convergence] = None
     init_baseline: InitBaseline = None
     activations: str = "all"
+    checkpoint: Optional[PathLike] = None
+    checkpoint_every: int = 100
 
     @property
     def multiplier_rate(self) -> Union[float, Sequence[float]]:
@@ -213,6 +222,7 @@ class FitOptions:
             _check_int(self.epochs, "epochs")
         if self.max_steps is not None:
             _check_int(self.max_steps, "max_steps")
+        _check_int(self.checkpoint_every, "checkpoint_every")
         for name in ("eps", "lr_baseline"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
@@ -281,6 +291,16 @@ class _FitLoop:
         self.done = False
         self.converged = False
 
+    def state_dict(self) -> Dict[str, Any]:
+        r"""What a resumed fit needs of the loop (the optimisers are saved apart)."""
+        return {"step": self.step, "rng": self.rng.getstate(), "active": list(self.active),
+                "monitors": self.monitors, "done": self.done, "converged": self.converged}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.step, self.active, self.monitors = int(state["step"]), list(state["active"]), dict(state["monitors"])
+        self.rng.setstate(state["rng"])
+        self.done, self.converged = bool(state["done"]), bool(state["converged"])
+
     def draw(self) -> List[int]:
         r"""The layers trained on the next batch: one drawn uniformly, or all."""
         if self.options.layers_per_batch == "all":
@@ -333,35 +353,122 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
     _check_reiterable(dataloader, options.epochs)
     explainer._follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
-    loop = _FitLoop(options, layers, independent_layers=explainer.mode == "hidden")
+    loop = _FitLoop(options, layers, independent_layers=explainer.independent_layers)
+    explainer.fitted_layers = sorted(set(explainer.fitted_layers) | set(loop.trained))
     selection = None if options.validation is None else CheckpointSelection(options, layers)
-    history: List[Dict[str, Any]] = []
+    saver = None if options.checkpoint is None else FitCheckpoint(options.checkpoint, options.checkpoint_every)
     seeded = preserved_rng(options.seed) if options.seed is not None else contextlib.nullcontext()
-    rank, world = rank_and_world()
-    shard = world > 1 and not reads_its_own_shard(dataloader)
     with frozen(explainer.model), seeded:
-        for epoch in itertools.count(1) if options.epochs is None else range(1, options.epochs + 1):
-            batches = sharded(dataloader, rank, world) if shard else dataloader
-            bar = tqdm(batches, desc=f"DiffMask fit {epoch}/{options.epochs or '-'}",
-                       disable=None if options.verbose and rank == 0 else True, leave=False)
-            start, before = time.perf_counter(), loop.step
-            sums = train_epoch(explainer, bar, loop)
-            if loop.step == before:
-                raise ValueError(f"dataloader: no batches in epoch {epoch}" if epoch > 1 else "dataloader: no batches")
-            rows = epoch_rows(explainer, epoch, sums, time.perf_counter() - start, loop.monitors)
+        run = _Run(explainer, loop, selection, saver)
+        if saver is not None and saver.exists():
+            run.resume(saver.read(explainer, layers))
+        if not run.finished:
+            run.train(dataloader)
             if selection is not None:
-                selection.after_epoch(explainer, epoch, rows)
-            history.extend(rows)
+                selection.restore(explainer, run.history)
+            explainer.convergence = {k: m.report() for k, m in loop.monitors.items()}
+            run.save(finished=True)
+    if rank_and_world()[0] == 0:
+        warn_unconverged(loop.monitors, loop.stopped_by(), stacklevel=4)
+    return run.history
+
+
+class _Run:
+    r"""One call of the fit: the epochs it trains, where it stands in them, and
+    the writes of its state to ``saver`` (with the resumption from it)."""
+
+    def __init__(self, explainer: "DiffMask", loop: _FitLoop, selection: Optional["CheckpointSelection"],
+                 saver: Optional[FitCheckpoint]) -> None:
+        self.explainer, self.loop, self.selection, self.saver = explainer, loop, selection, saver
+        self.history: List[Dict[str, Any]] = []
+        self.position = Position()
+        self.sums: Dict[int, Dict[str, float]] = {}
+        self.rng: Optional[Dict[str, Any]] = None  # where a resumed fit's RNG stood
+        self.finished = False
+
+    def train(self, dataloader: Iterable[Batch]) -> None:
+        options, loop = self.loop.options, self.loop
+        rank, world = rank_and_world()
+        shard = world > 1 and not reads_its_own_shard(dataloader)
+        start = self.position.epoch
+        for epoch in itertools.count(start) if options.epochs is None else range(start, options.epochs + 1):
+            source = sharded(dataloader, rank, world) if shard else dataloader
+            total = len(source) if isinstance(source, collections.abc.Sized) else None
+            bar = tqdm(self._epoch_batches(source, epoch), desc=f"DiffMask fit {epoch}/{options.epochs or '-'}",
+                       total=total, initial=self.position.batches,
+                       disable=None if options.verbose and rank == 0 else True, leave=False)
+            began, before, resumed = time.perf_counter(), loop.step, self.position.batches
+            self.sums = train_epoch(self.explainer, bar, loop, self.sums, self._after_step)
+            if loop.step == before and not resumed:
+                raise ValueError(f"dataloader: no batches in epoch {epoch}" if epoch > 1 else "dataloader: no batches")
+            rows = epoch_rows(self.explainer, epoch, self.sums, time.perf_counter() - began, loop.monitors)
+            if self.selection is not None:
+                self.selection.after_epoch(self.explainer, epoch, rows)
+            self.history.extend(rows)
+            self.sums = {}
             if options.verbose and rank == 0:
                 _log_epoch(epoch, options.epochs, rows)
             if loop.done:
                 break
-    if selection is not None:
-        selection.restore(explainer, history)
-    explainer.convergence = {k: m.report() for k, m in loop.monitors.items()}
-    if rank == 0:
-        warn_unconverged(loop.monitors, loop.stopped_by(), stacklevel=4)
-    return history
+
+    def _epoch_batches(self, batches: Iterable[Batch], epoch: int) -> Iterator[Batch]:
+        r"""The epoch's batches; for the epoch a resumed fit stopped in, drawn again
+        from its starting RNG, the trained ones skipped, then the RNG set to where
+        the fit stood."""
+        # One iterator, made here: tqdm.auto makes (and drops) one of its own when
+        # given an iterable, and a DataLoader draws its seeds from torch's RNG at
+        # each; from an iterator it makes none.
+        if self.rng is None or epoch != self.position.epoch:
+            self.position = Position(epoch, 0, rng_states())
+            return iter(batches)
+        assert self.position.epoch_rng is not None
+        set_rng_states(self.position.epoch_rng)
+        iterator = iter(batches)
+        for _ in range(self.position.batches):
+            next(iterator, None)
+        set_rng_states(self.rng)
+        self.rng = None
+        return iterator
+
+    def _after_step(self) -> None:
+        self.position.batches += 1
+        if self.saver is not None and self.saver.due(self.loop.step):
+            self.save(finished=False)
+
+    def save(self, finished: bool) -> None:
+        r"""Writes the fit's state (only the first process of a distributed fit)."""
+        if self.saver is None or rank_and_world()[0] != 0 or self.loop.optimizers is None:
+            return
+        explainer, (probe_opt, multipliers) = self.explainer, self.loop.optimizers
+        assert explainer.probe is not None and explainer.lambdas is not None
+        self.saver.write({
+            "config": explainer._config(), "layers": self.loop.layers, "site_sizes": explainer.site_sizes,
+            "probe": explainer.probe.state_dict(), "lambdas": explainer.lambdas.state_dict(),
+            "probe_optimizer": probe_opt.state_dict(), "multipliers": multipliers.state_dict(),
+            "loop": self.loop.state_dict(), "selection": None if self.selection is None else self.selection.best,
+            "history": self.history, "sums": self.sums, "position": vars(self.position), "rng": rng_states(),
+            "convergence": explainer.convergence, "finished": finished,
+        })
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        r"""Restores a state :meth:`save` wrote."""
+        explainer = self.explainer
+        explainer.site_sizes = dict(state["site_sizes"])
+        explainer._make_modules()
+        assert explainer.probe is not None and explainer.lambdas is not None
+        explainer.probe.load_state_dict(state["probe"])
+        explainer.lambdas.load_state_dict(state["lambdas"])
+        self.loop.optimizers = build_optimizers(explainer, self.loop.options)
+        self.loop.optimizers[0].load_state_dict(state["probe_optimizer"])
+        self.loop.optimizers[1].load_state_dict(state["multipliers"])
+        self.loop.load_state_dict(state["loop"])
+        if self.selection is not None:
+            self.selection.best = state["selection"]
+        explainer.convergence = dict(state["convergence"])
+        self.history, self.sums = list(state["history"]), dict(state["sums"])
+        self.position, self.rng, self.finished = Position(**state["position"]), state["rng"], bool(state["finished"])
+        LOGGER.info("DiffMask fit: resumed from %s at step %d (epoch %d)%s", self.saver.path if self.saver else "",
+                    self.loop.step, self.position.epoch, ", finished" if self.finished else "")
 
 
 def model_precision(precision: str, device: torch.device) -> ContextManager[Any]:
@@ -393,11 +500,17 @@ def _log_epoch(epoch: int, epochs: Optional[int], rows: List[Dict[str, Any]]) ->
         )
 
 
-def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop) -> Dict[int, Dict[str, float]]:
+def train_epoch(
+    explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop, sums: Optional[Dict[int, Dict[str, float]]] = None,
+    after_step: Optional[Callable[[], None]] = None,
+) -> Dict[int, Dict[str, float]]:
     r"""One pass over ``batches`` (or fewer steps, when the loop ends); the sums
-    of each trained layer's step records."""
-    sums: Dict[int, Dict[str, float]] = {}
+    of each trained layer's step records, added to ``sums`` (an epoch resumed
+    part-way); ``after_step`` is called after each step."""
+    sums = {} if sums is None else sums
     for batch in batches:
+        if loop.done:  # a fit resumed from the step that ended it
+            break
         call = explainer._prepare_batch(batch, None, "dataloader batch")
         layers = loop.draw()
         with model_precision(loop.options.precision, call.ids.device):
@@ -422,6 +535,8 @@ def train_epoch(explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop)
             window = loop.monitors[k].windows[-1]
             batches.set_postfix(layer=k, kept=f"{window.kept:.3f}", kl=f"{window.kl:.4f}",
                                 lam=f"{window.lam:.3g}", status=loop.monitors[k].status())
+        if after_step is not None:
+            after_step()
         if loop.done:
             break
     return sums
@@ -647,6 +762,19 @@ class MultiplierUpdate:
     def zero_grad(self) -> None:
         self.lambdas.zero_grad(set_to_none=True)
 
+    def state_dict(self) -> Dict[str, Any]:
+        if self.control is not None:
+            return {"control": self.control.state_dict()}
+        assert self.optimizer is not None
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.control is not None:
+            self.control.load_state_dict(state["control"])
+        else:
+            assert self.optimizer is not None
+            self.optimizer.load_state_dict(state["optimizer"])
+
     def step(self, records: Mapping[int, Mapping[str, float]]) -> None:
         r"""One update from ``records``: layer -> the step's record, with its
         ``constraint`` value."""
@@ -672,7 +800,7 @@ def pin_baselines(explainer: "DiffMask", init_baseline: InitBaseline) -> None:
     if explainer.mode == "input":
         if not isinstance(init_baseline, Tensor):
             raise TypeError("init_baseline must be an (H,) Tensor in input mode")
-        targets = {"input": (explainer.probe.baseline, init_baseline)}
+        targets = {f"input (depth {k})": (baseline, init_baseline) for k, baseline in enumerate(explainer.probe.baselines)}
     else:
         if not isinstance(init_baseline, Mapping):
             raise TypeError("init_baseline must be a dict {layer: (H,) Tensor} in hidden mode")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
@@ -158,6 +159,9 @@ class ModelForward:
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
         if forward_func is not None and not callable(forward_func):
             raise TypeError("forward_func must be callable")
+        #: a model not Hugging Face's with padding_mask_arg="auto": no mask is
+        #: read, and a 0/1 tensor among the arguments is warned about (once)
+        self._may_miss_mask = padding_mask_arg == "auto" and not is_hf_model(model)
         if padding_mask_arg == "auto":
             padding_mask_arg = 0 if is_hf_model(model) else None
         if padding_mask_arg is not None and (
@@ -228,6 +232,8 @@ class ModelForward:
         """
         extra = format_additional_args(additional_forward_args)
         index = self.padding_mask_arg
+        if index is None and self._may_miss_mask:
+            self._warn_if_a_mask_is_passed(inputs, extra)
         if index is None or index >= len(extra) or extra[index] is None:
             return torch.ones(inputs.shape, dtype=torch.bool, device=inputs.device)
         mask = extra[index]
@@ -238,6 +244,39 @@ class ModelForward:
                 f"the shape of inputs {tuple(inputs.shape)}, got {shape}"
             )
         return mask.bool()
+
+    def _warn_if_a_mask_is_passed(self, inputs: Tensor, extra: Tuple[Any, ...]) -> None:
+        for i, value in enumerate(extra):
+            if not isinstance(value, Tensor) or value.shape != inputs.shape:
+                continue
+            zeros_and_ones = bool(((value == 0) | (value == 1)).all())
+            if zeros_and_ones and bool((value == 0).any()):
+                self._may_miss_mask = False  # once
+                warnings.warn(
+                    f"additional_forward_args[{i}] looks like a padding mask (0/1, the shape of inputs, with zeros), "
+                    f"but padding_mask_arg is not set for this {type(self.model).__name__}: every position is scored "
+                    f"as a real token; pass padding_mask_arg={i} (or padding_mask_arg=None to say there is none)",
+                    UserWarning, stacklevel=4,
+                )
+                return
+
+
+@contextlib.contextmanager
+def evaluation_mode(model: Optional[nn.Module]) -> Iterator[Optional[nn.Module]]:
+    r"""
+    ``model`` in eval mode (no dropout) inside the block, its own mode (of every
+    submodule) restored on exit, also after an exception; None passes through.
+    """
+    if model is None:
+        yield model
+        return
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, mode in modes:
+            module.training = mode
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -34,8 +34,19 @@ Ids = Union[Tensor, Sequence[int]]
 
 
 def _as_ids(ids: Ids, argument: str) -> Tensor:
-    r"""A 1-D long tensor of token ids from (S,), (1, S) or a list; errors name ``argument``."""
-    tensor = torch.as_tensor(ids).detach().cpu()
+    r"""A 1-D long tensor of token ids from (S,), (1, S), a list, or a tokenizer's
+    output of one sequence (its ``input_ids``); errors name ``argument``."""
+    if isinstance(ids, str):
+        raise TypeError(f"{argument} must be token ids, got a string: tokenize it first, e.g. "
+                        f"tokenizer({ids[:20]!r}, return_tensors='pt')")
+    if isinstance(ids, Mapping):
+        if "input_ids" not in ids:
+            raise ValueError(f"{argument}: a mapping must hold 'input_ids', got keys {sorted(ids)}")
+        ids = ids["input_ids"]
+    try:
+        tensor = torch.as_tensor(ids).detach().cpu()
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{argument} must be token ids (a Tensor or a list of int), got {type(ids).__name__}: {error}") from None
     if tensor.dim() == 2 and tensor.shape[0] == 1:
         tensor = tensor[0]
     if tensor.dim() != 1 or tensor.numel() == 0:

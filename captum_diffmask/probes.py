@@ -12,7 +12,7 @@ weights) instead of one small network after the other.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,9 @@ from torch import nn, Tensor
 
 #: Sums a tensor over the processes of a distributed fit.
 Reduce = Callable[[Tensor], Tensor]
+
+#: How input mode's depths get their votes (:class:`InputGateProbe`).
+VOTES = ("tied", "per_depth")
 
 #: What one gate network reads: a tensor (..., in_size), or tensors read side by side.
 FeatureParts = Union[Tensor, Tuple[Tensor, ...]]
@@ -253,6 +256,15 @@ class InputGateProbe(nn.Module):
     r"""
     Votes on the input tokens from ``hidden.0 .. hidden.k``, and the input baseline.
 
+    With ``votes="tied"`` (the authors' code) one vote network, tied across depths, reads each
+    ``hidden.j`` and serves every depth k >= j: the gate at depth k is the product
+    of votes 0..k, and one baseline replaces the tokens at every depth. Training
+    all depths through the same votes couples them: the votes that the shallow
+    depths need open stay open at the deep ones too, and every depth ends masking
+    about the same tokens. With ``votes="per_depth"`` each depth k has its own
+    votes 0..k and its own baseline: k + 1 networks, as if the probe of that
+    depth were fitted alone (the sum over depths is (L + 1)(L + 2) / 2 networks).
+
     Args:
 
         input_size (int): H of the ``input`` site.
@@ -265,6 +277,8 @@ class InputGateProbe(nn.Module):
                     task, where the input is 64-d and the state 2-d). Default: True
         init_bias (float, optional): the vote networks' initial bias b
                     (:class:`GateNetworks`). Default: 5.0
+        votes (str, optional): ``"tied"`` or ``"per_depth"`` (see above).
+                    Default: ``"tied"``
     """
 
     def __init__(
@@ -274,30 +288,54 @@ class InputGateProbe(nn.Module):
         hidden_features: int,
         read_input: bool = True,
         init_bias: float = 5.0,
+        votes: str = "tied",
     ) -> None:
         super().__init__()
-        self.read_input = read_input
+        if votes not in VOTES:
+            raise ValueError(f"votes must be one of {VOTES}, got {votes!r}")
+        self.read_input, self.tied = read_input, votes == "tied"
+        self.num_depths = len(hidden_sizes)
         extra = input_size if read_input else 0
-        #: the vote networks, vote j reading ``hidden.j``
-        self.votes = GateNetworks([extra + size for size in hidden_sizes], hidden_features, init_bias=init_bias)
-        self.baseline = nn.Parameter(torch.zeros(input_size))
+        depths = [self.num_depths - 1] if self.tied else range(self.num_depths)
+        #: the vote networks: shared, vote j reads ``hidden.j``; per depth, the
+        #: votes of depth k are networks ``first_vote(k) .. first_vote(k) + k``
+        self.votes = GateNetworks(
+            [extra + hidden_sizes[j] for k in depths for j in range(k + 1)], hidden_features, init_bias=init_bias
+        )
+        #: the replacement of gated-off tokens: one (shared) or one per depth
+        self.baselines = nn.ParameterList(
+            nn.Parameter(torch.zeros(input_size)) for _ in range(1 if self.tied else self.num_depths)
+        )
 
-    def _features(self, input_state: Tensor, state: Tensor) -> Tensor:
-        if not self.read_input:
-            return state.float()
-        return torch.cat([input_state.float(), state.float()], dim=-1)
+    def first_vote(self, depth: int) -> int:
+        r"""The index of vote 0 of ``depth`` among :attr:`votes`."""
+        return 0 if self.tied else depth * (depth + 1) // 2
+
+    def baseline(self, depth: int) -> nn.Parameter:
+        r"""The (H,) baseline of the tokens gated off at ``depth``."""
+        return self.baselines[0 if self.tied else depth]
+
+    def _features(self, input_state: Tensor, state: Tensor) -> FeatureParts:
+        return state if not self.read_input else (input_state, state)
 
     @torch.no_grad()
     def init_baselines(self, states: dict, mask: Tensor, reduce: Optional[Reduce] = None) -> None:
-        r"""Starts the baseline at the mean input embedding over real tokens and
+        r"""Starts each baseline at the mean input embedding over real tokens and
         standardises each vote network's features (over every process's batch
         with ``reduce``)."""
-        self.baseline.copy_(_mean_state(states["input"], mask, reduce))
-        for j in range(len(self.votes)):
-            self.votes.standardize(j, self._features(states["input"], states[f"hidden.{j}"]), mask, reduce)
+        mean = _mean_state(states["input"], mask, reduce)
+        for baseline in self.baselines:
+            baseline.copy_(mean)
+        for depth in [self.num_depths - 1] if self.tied else range(self.num_depths):
+            for j in range(depth + 1):
+                state = states[f"hidden.{j}"]
+                features = torch.cat([states["input"].float(), state.float()], -1) if self.read_input else state
+                self.votes.standardize(self.first_vote(depth) + j, features, mask, reduce)
 
     def forward(self, input_state: Tensor, hidden_states: Sequence[Tensor]) -> Tensor:
         r"""
+        The votes of depth k = ``len(hidden_states) - 1``.
+
         Args:
 
             input_state (Tensor): (B, T, H_in) the ``input`` site.
@@ -307,9 +345,30 @@ class InputGateProbe(nn.Module):
             *Tensor* (B, T, k + 1) of vote logits, one column per layer read; the
             votes are evaluated together.
         """
-        if not self.read_input:
-            return self.votes(list(hidden_states))
-        return self.votes([(input_state, state) for state in hidden_states])
+        first = self.first_vote(len(hidden_states) - 1)
+        networks = range(first, first + len(hidden_states))
+        return self.votes([self._features(input_state, state) for state in hidden_states], networks)
+
+    def every_depth(self, input_state: Tensor, hidden_states: Sequence[Tensor]) -> List[Tensor]:
+        r"""
+        The votes of every depth 0..L, evaluated in one call.
+
+        Args:
+
+            input_state (Tensor): (B, T, H_in) the ``input`` site.
+            hidden_states (sequence of Tensor): ``hidden.0 .. hidden.L``.
+
+        Returns:
+            *list* of L + 1 Tensors: entry k is (B, T, k + 1), the vote logits of depth k.
+        """
+        depths = len(hidden_states)
+        if self.tied:
+            votes = self(input_state, hidden_states)
+            return [votes[..., : k + 1] for k in range(depths)]
+        pairs = [(k, j) for k in range(depths) for j in range(k + 1)]
+        logits = self.votes([self._features(input_state, hidden_states[j]) for _, j in pairs],
+                            [self.first_vote(k) + j for k, j in pairs])
+        return [logits[..., self.first_vote(k) : self.first_vote(k) + k + 1] for k in range(depths)]
 
 
 class HiddenGateProbe(nn.Module):

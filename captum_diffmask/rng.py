@@ -13,7 +13,8 @@ from typing import Iterator, List, Optional
 import torch
 
 
-def _cuda_devices() -> List[int]:
+def cuda_devices() -> List[int]:
+    r"""The GPUs whose RNG is in use (CUDA initialised)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return list(range(torch.cuda.device_count()))
     return []
@@ -31,7 +32,7 @@ def preserved_rng(seed: Optional[int] = None) -> Iterator[None]:
                     the block continues the caller's sequence, which is then
                     rewound. Default: None
     """
-    with torch.random.fork_rng(devices=_cuda_devices()):
+    with torch.random.fork_rng(devices=cuda_devices()):
         if seed is not None:
             torch.manual_seed(int(seed))
         yield

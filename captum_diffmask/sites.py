@@ -321,8 +321,11 @@ class SiteLocator:
                 arch = None  # a variant with other module names: try the fallback
             else:
                 return cls(model, embeddings, [hidden0] + list(blocks))
+        # An encoder-decoder by its config: transformers 5 gives encoder-only
+        # models a get_encoder() too (returning themselves or their base).
         get_encoder = getattr(model, "get_encoder", None)
-        if callable(get_encoder) and isinstance(get_encoder(), nn.Module):
+        if getattr(config, "is_encoder_decoder", False) and callable(get_encoder) \
+                and isinstance(get_encoder(), nn.Module):
             return cls(model, *_encoder_sites(model, get_encoder()))
         return cls(model, *_generic_sites(model))
 

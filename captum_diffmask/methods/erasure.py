@@ -152,8 +152,8 @@ class ExactErasure(SiteAttribution):
                     tokens, the same for every position: None for zeros (erasing as
                     the authors' exact search did, by zeroing), a float constant, or
                     a vector (H,) — e.g. a fitted DiffMask's learned baseline
-                    (``dm.probe.baseline`` for the input, ``dm.probe.baselines[k]``
-                    for ``hidden.k``), which makes the search the exact counterpart
+                    (``dm.learned_baseline(k)``: the input's at depth k, or
+                    ``hidden.k``'s), which makes the search the exact counterpart
                     of DiffMask's objective. Default: None
         budget (int, optional): the most masks evaluated per example; an example
                     not solved within it is reported unsolved. Default: 20000
@@ -161,6 +161,8 @@ class ExactErasure(SiteAttribution):
                     examples). Default: 256
         verbose (bool, optional): show a tqdm progress bar. Default: True
     """
+
+    scores_are_probabilities = True  # a 0/1 mask
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,

@@ -156,6 +156,7 @@ class _PerExampleMask(SiteAttribution):
     _name = "per-example mask"
 
     uses_target = False
+    scores_are_probabilities = True
     uses_baselines = True
 
     def _masked_log_q(self, search: _Search, gates: Tensor) -> Tensor:

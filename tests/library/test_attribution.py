@@ -52,3 +52,27 @@ def test_resolve_baseline_shapes_defaults_and_padding():
         resolve_baseline(torch.zeros(5), state, mask)
     with pytest.raises(TypeError, match="baselines"):
         resolve_baseline([0.0] * 4, state, mask)
+
+
+def test_a_custom_model_given_a_mask_but_no_padding_mask_arg_is_warned_about_once():
+    import warnings
+
+    from captum_diffmask.methods import Occlusion
+    from captum_diffmask.toy import ToyModel, toy_sites
+
+    torch.manual_seed(0)
+    model = ToyModel().eval()
+    ids, query = torch.randint(0, 10, (2, 6)), torch.randint(0, 10, (2, 2))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, 4:] = 0
+    method = Occlusion(model, sites=toy_sites(model))
+    with pytest.warns(UserWarning, match=r"additional_forward_args\[1\] looks like a padding mask.*padding_mask_arg=1"):
+        method.attribute(ids, additional_forward_args=(query, mask))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        method.attribute(ids, additional_forward_args=(query, mask))  # once per method
+        Occlusion(model, sites=toy_sites(model), padding_mask_arg=None).attribute(
+            ids, additional_forward_args=(query, mask))  # said: no warning
+        scores = Occlusion(model, sites=toy_sites(model), padding_mask_arg=1).attribute(
+            ids, additional_forward_args=(query, mask))
+    assert (scores[0, 4:] == 0).all()

@@ -47,3 +47,24 @@ def test_a_model_with_other_weights_is_refused_unless_asked(tmp_path):
         DiffMask.load(path, other)
     loaded = DiffMask.load(path, other, check_weights=False)
     assert loaded.is_fitted
+
+
+def test_an_input_mode_checkpoint_from_before_per_depth_votes_loads_as_shared_votes(tmp_path):
+    # written before the `votes` option: no "votes" in its config, one input
+    # baseline stored as "baseline"
+    ids, mask = token_batch()
+    model = tiny_bert()
+    dm = DiffMask(model, mode="input", votes="tied")
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    path = tmp_path / "old.pt"
+    dm.save(path)
+    checkpoint = torch.load(path, weights_only=False)
+    del checkpoint["config"]["votes"]
+    checkpoint["probe"]["baseline"] = checkpoint["probe"].pop("baselines.0")
+    torch.save(checkpoint, path)
+    loaded = DiffMask.load(path, model)
+    assert loaded.votes == "tied"
+    torch.testing.assert_close(loaded.learned_baseline(2), dm.learned_baseline(0))
+    for k in (0, dm.num_layers):
+        assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,), layer=k),
+                           dm.attribute(ids, additional_forward_args=(mask,), layer=k))

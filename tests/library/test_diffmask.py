@@ -407,3 +407,28 @@ def test_masked_forward_layers_equals_masked_forward_at_each_layer_with_one_capt
         assert torch.allclose(masked, one_by_one[k][1], atol=1e-6) and torch.equal(original, one_by_one[k][2])
     with pytest.raises(ValueError, match="at least one layer"):
         dm.masked_forward_layers(ids, (mask,), layers=[])
+
+
+def test_a_layer_the_fit_did_not_train_is_refused_also_after_a_save_and_load(tmp_path):
+    ids, mask = token_batch()
+    model = tiny_bert()
+    dm = DiffMask(model, mode="hidden")
+    dm.fit([(ids, mask)] * 2, layers=[1], max_steps=2, seed=0, until_converged=False, verbose=False)
+    assert dm.fitted_layers == [1]
+    assert dm.attribute(ids, additional_forward_args=(mask,), layer=1).shape == ids.shape
+    for layer in (0, None):
+        with pytest.raises(ValueError, match=r"fitted at layers \[1\], not at \[0"):
+            dm.attribute(ids, additional_forward_args=(mask,), layer=layer)
+    with pytest.raises(ValueError, match="not at \\[2\\]"):
+        dm.masked_forward(ids, additional_forward_args=(mask,), layer=2)
+    assert list(dm.evaluate([(ids, mask)])) == [1]  # the fitted layers by default
+    path = tmp_path / "dm.pt"
+    dm.save(path)
+    loaded = DiffMask.load(path, model)
+    assert loaded.fitted_layers == [1]
+    with pytest.raises(ValueError, match="not at \\[0\\]"):
+        loaded.attribute(ids, additional_forward_args=(mask,), layer=0)
+    # a second fit adds its layers
+    dm.fit([(ids, mask)] * 2, layers=[0], max_steps=2, seed=0, until_converged=False, verbose=False)
+    assert dm.fitted_layers == [0, 1]
+    assert dm.attribute(ids, additional_forward_args=(mask,), layer=0).shape == ids.shape

@@ -35,6 +35,15 @@ def test_non_finite_states_are_refused_by_attribute():
         dm.attribute(ids, additional_forward_args=(mask,), layer=1)
 
 
+def test_nan_weights_are_named_as_such_not_as_a_site_mismatch():
+    model = tiny_bert()
+    with torch.no_grad():
+        model.bert.encoder.layer[0].output.dense.weight[0, 0] = float("nan")
+    ids, mask = token_batch()
+    with pytest.raises(FloatingPointError, match=r"hidden_states\[1\] are not finite.*bert.encoder.layer.0.output.dense.weight"):
+        IntegratedGradients(model).attribute(ids, additional_forward_args=(mask,), layer=1, n_steps=4)
+
+
 def test_one_shot_iterators_empty_loaders_and_bad_rates_are_refused():
     ids, mask = token_batch()
     dm = DiffMask(tiny_bert(), mode="hidden")
@@ -91,3 +100,31 @@ def test_fit_logs_each_epochs_figures_when_verbose_and_nothing_when_not(caplog):
     with caplog.at_level(logging.INFO, logger="captum_diffmask"):
         dm.fit([(ids, mask)] * 3, epochs=2, seed=0, until_converged=False, verbose=False)
     assert not [r for r in caplog.records if r.name == "captum_diffmask"]
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_an_interrupted_fit_leaves_the_model_its_hooks_and_the_callers_rng_as_found(mode):
+    # Ctrl-C in the middle of a masked forward pass of the third step
+    model = tiny_bert().train()
+    model.classifier.weight.requires_grad_(False)  # the caller's own flags come back too
+    flags = [p.requires_grad for p in model.parameters()]
+    ids, mask = token_batch()
+    calls = []
+
+    def interrupt(module, args, output):
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+
+    handle = model.bert.encoder.layer[1].register_forward_hook(interrupt)
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    with pytest.raises(KeyboardInterrupt):
+        DiffMask(model, mode=mode).fit([(ids, mask)] * 4, max_steps=10, seed=0, verbose=False)
+    handle.remove()
+    assert len(calls) == 7
+    assert model.training and all(m.training for m in model.modules())
+    assert [p.requires_grad for p in model.parameters()] == flags
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == 0
+    assert torch.equal(torch.rand(3), expected)  # the fit's seed did not leak into the caller's stream

@@ -140,15 +140,17 @@ def test_a_small_data_set_converges_with_the_defaults_budget():
     assert history[-1]["epoch"] == 10
 
 
-@pytest.mark.parametrize("mode, freeze, frozen", [("hidden", True, True), ("hidden", False, False),
-                                                 ("input", True, False)])
-def test_hidden_mode_freezes_each_layer_once_it_has_converged(mode, freeze, frozen):
+@pytest.mark.parametrize("mode, votes, freeze, frozen", [
+    ("hidden", "per_depth", True, True), ("hidden", "per_depth", False, False),
+    ("input", "per_depth", True, True), ("input", "tied", True, False)])
+def test_each_layer_is_frozen_once_it_has_converged_where_its_probe_is_its_own(mode, votes, freeze, frozen):
     """One layer drawn per batch, so that the layers converge at different steps
     (30 of their own, by a criterion every window meets): frozen, a converged
     layer gets no more steps while the others go on; not frozen (or in input
-    mode, whose layers share the votes), the layers drawn most run past 30."""
+    mode with shared votes, which serve several depths), the layers drawn most
+    run past 30."""
     loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1)
-    dm = DiffMask(tiny_bert(), mode=mode)
+    dm = DiffMask(tiny_bert(), mode=mode, votes=votes)
     history = dm.fit(_loader(3), seed=0, verbose=False, convergence=loose, layers_per_batch="one",
                      freeze_converged=freeze)
     steps = {k: r["steps"] for k, r in dm.convergence.items()}

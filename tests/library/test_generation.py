@@ -89,3 +89,13 @@ def test_random_and_errors_name_the_argument():
         attribute_generation(model, RandomAttribution(model), PROMPT)
     with pytest.raises(ValueError, match="prompt"):
         attribute_generation(model, RandomAttribution(model), torch.zeros(2, 3, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(TypeError, match="prompt must be token ids, got a string: tokenize it first"):
+        attribute_generation(model, RandomAttribution(model), "The cat", max_new_tokens=2)
+
+
+def test_a_tokenizers_output_of_one_sequence_is_a_prompt():
+    model = tiny_causal_lm("gpt2")
+    ids = torch.tensor([PROMPT])
+    from_mapping = attribute_generation(model, RandomAttribution(model), {"input_ids": ids}, max_new_tokens=2)
+    from_ids = attribute_generation(model, RandomAttribution(model), PROMPT, max_new_tokens=2)
+    assert torch.equal(from_mapping.scores, from_ids.scores)

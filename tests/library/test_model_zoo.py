@@ -33,6 +33,20 @@ FAMILIES = {
         vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,
         decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, num_labels=3, pad_token_id=1,
         eos_token_id=2, max_position_embeddings=64)),
+    # encoder-only families that transformers 5 gives a get_encoder() too: found by
+    # the generic rule, not sent down the encoder-decoder branch
+    "deberta": lambda: hf.DebertaForSequenceClassification(hf.DebertaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=37, **SMALL)),
+    "deberta-v2": lambda: hf.DebertaV2ForSequenceClassification(hf.DebertaV2Config(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=37, **SMALL)),
+    "mpnet": lambda: hf.MPNetForSequenceClassification(hf.MPNetConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=37, **SMALL)),
+    "camembert": lambda: hf.CamembertForSequenceClassification(hf.CamembertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=37, pad_token_id=1,
+        max_position_embeddings=70, **SMALL)),
+    "big_bird": lambda: hf.BigBirdForSequenceClassification(hf.BigBirdConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=37, attention_type="original_full",
+        max_position_embeddings=64, **SMALL)),
 }
 #: the end-of-sequence token the encoder-decoder heads pool on, and their padding id
 EOS = {"t5": (1, 0), "bart": (2, 1)}
@@ -99,6 +113,22 @@ def _swapped_blocks():
     blocks = list(model.bert.encoder.layer)
     wrong = {"input": model.bert.embeddings.word_embeddings, "hidden": [model.bert.embeddings, blocks[1], blocks[0]]}
     return DiffMask(model, mode="hidden", sites=wrong), _batch("bert")
+
+
+@pytest.mark.parametrize("name, build, error", [
+    ("funnel", lambda: hf.FunnelForSequenceClassification(hf.FunnelConfig(
+        vocab_size=VOCAB, d_model=32, n_head=2, d_head=16, d_inner=37, block_sizes=[1, 1], num_labels=3)),
+     r"hidden.0 \(read at funnel.encoder.blocks.0\) did not run in a forward pass of FunnelForSequenceClassification"),
+    ("xlnet", lambda: hf.XLNetForSequenceClassification(hf.XLNetConfig(
+        vocab_size=VOCAB, d_model=32, n_layer=2, n_head=2, d_inner=37, num_labels=3)),
+     r"hidden.0 \(read at transformer.layer.0\) is not the model's own hidden_states\[0\] in XLNetForSequenceClassification"),
+])
+def test_families_the_generic_rule_gets_wrong_are_refused_naming_the_model_and_what_to_pass(name, build, error):
+    torch.manual_seed(0)
+    model = build().eval()
+    ids, mask = _batch(name)
+    with pytest.raises(ValueError, match=error + ".*sites="):
+        DiffMask(model, mode="hidden").fit([(ids, mask)], max_steps=1, verbose=False)
 
 
 def test_sites_that_are_not_the_models_hidden_states_are_refused():

@@ -168,6 +168,30 @@ def test_input_probe_votes_are_the_networks_evaluated_together(read_input):
         torch.testing.assert_close(votes[..., j], probe.votes([feature], [j])[..., 0], **LOGITS)
 
 
+def test_per_depth_votes_are_each_depths_own_and_every_depth_agrees_with_one_depth():
+    torch.manual_seed(0)
+    sizes = [64, 2, 2]
+    probe = InputGateProbe(64, sizes, 16, votes="per_depth")
+    assert len(probe.votes) == 6 and len(probe.baselines) == 3  # 1 + 2 + 3 votes, a baseline per depth
+    states = {"input": torch.randn(3, 5, 64), **{f"hidden.{j}": torch.randn(3, 5, s) for j, s in enumerate(sizes)}}
+    probe.init_baselines(states, torch.ones(3, 5))
+    hidden = [states[f"hidden.{j}"] for j in range(3)]
+    every = probe.every_depth(states["input"], hidden)
+    for k in range(3):
+        one = probe(states["input"], hidden[: k + 1])
+        assert one.shape == every[k].shape == (3, 5, k + 1)
+        torch.testing.assert_close(every[k], one, **LOGITS)
+    # depth 2's votes and baseline train alone: depth 0 and 1 receive no gradient
+    probe(states["input"], hidden).sum().backward()
+    trained = [j for j, net in enumerate(probe.votes.nets) if net.bias.grad is not None]
+    assert trained == [3, 4, 5]
+    assert probe.baseline(2) is probe.baselines[2] and probe.baseline(0) is not probe.baseline(2)
+    shared = InputGateProbe(64, sizes, 16, votes="tied")
+    assert len(shared.votes) == 3 and shared.baseline(0) is shared.baseline(2)
+    with pytest.raises(ValueError, match="votes must be one of"):
+        InputGateProbe(64, sizes, 16, votes="each")
+
+
 def test_hidden_probe_one_layer_and_several_layers_agree():
     torch.manual_seed(0)
     probe = HiddenGateProbe([64, 2, 2], 16)
@@ -189,8 +213,8 @@ def test_bad_features_are_named():
         networks([torch.zeros(2, 3, 66)], [0, 1])
 
 
-@pytest.mark.parametrize("mode", ["input", "hidden"])
-def test_save_load_round_trip_with_unequal_site_sizes(tmp_path, mode):
+@pytest.mark.parametrize("mode, votes", [("input", "per_depth"), ("input", "tied"), ("hidden", "per_depth")])
+def test_save_load_round_trip_with_unequal_site_sizes(tmp_path, mode, votes):
     # The toy model: a 64-d input, a 64-d hidden.0 and a 2-d hidden.1 share one stack.
     torch.manual_seed(0)
     model = ToyModel().eval()
@@ -199,7 +223,7 @@ def test_save_load_round_trip_with_unequal_site_sizes(tmp_path, mode):
     query = torch.randint(0, 10, (8, 2), generator=generator)
     mask = torch.ones(8, 7, dtype=torch.long)
     mask[0, 5:] = 0
-    dm = DiffMask(model, mode=mode, sites=toy_sites(model), padding_mask_arg=1)
+    dm = DiffMask(model, mode=mode, sites=toy_sites(model), padding_mask_arg=1, votes=votes)
     dm.fit([(ids, query, mask)] * 3, epochs=2, lr=1e-2, seed=0, verbose=False)
     expected = dm.attribute(ids, additional_forward_args=(query, mask), layer=None)
     assert expected.shape == (8, 7, 2)

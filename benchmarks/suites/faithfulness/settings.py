@@ -36,7 +36,8 @@ DEFAULTS: Dict[str, Any] = {
     # suite has moved on since
     "diffmask": {"batch_size": 32, "l0": "mean", "eps": 0.02, "eps_valid": 0.05, "agreement_valid": 0.8,
                  "validation_sentences": 400, "validation_from": "dev", "epochs": 7, "input": {},
-                 "layers_per_batch": "one", "convergence": {"window": 50}, **DAMPED_FIT},
+                 "layers_per_batch": "one", "convergence": {"window": 50}, **DAMPED_FIT,
+                 "votes": "tied"},
     "methods": list(METHODS),
     # the stochastic methods, run once per seed (their std across seeds is reported); the
     # deterministic ones (IG, Occlusion, attention) run once

@@ -50,7 +50,7 @@ DEFAULTS: Dict[str, Any] = {
         "epochs": 1, "input": {"max_steps": 1000}, "hidden": {"max_steps": 1000},
         # the committed report's draw (fit's default is now every layer per batch)
         # and multiplier (fit's earlier defaults: DAMPED_FIT)
-        "layers_per_batch": "one", **DAMPED_FIT,
+        "layers_per_batch": "one", **DAMPED_FIT, "votes": "tied",
     },
     "method_options": {
         # the authors' QA settings (reference study 1.10): IG 500 steps (target:

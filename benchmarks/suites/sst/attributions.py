@@ -75,7 +75,7 @@ def prepare_method(
 
         name (str): a name of :data:`METHODS`.
         options (Mapping): its options.
-        record (dict): its record; gets the options it ignored.
+        record (dict): its record.
         ctx (MethodContext): the model, its training data and the seed.
         layers (int): the model's number of blocks.
 
@@ -87,7 +87,6 @@ def prepare_method(
     if name == "Random":
         return RandomAttribution(ctx.model, padding_mask_arg=0, seed=ctx.seed + 7919), 0.0
     handle = prepare(name, ctx, options)
-    record["ignored_options"] = handle.ignored_options
     if name == "PerSampleBottleneck":  # statistics of every layer, for the heatmaps
         for k in range(layers):
             handle.explainer.fit_statistics(ctx.train_loader(int(options.get("batch_size", 64)), ctx.seed),

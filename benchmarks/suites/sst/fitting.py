@@ -58,7 +58,7 @@ def fit_diffmask(
             options.pop(key, None)
     batch_size = int(options.pop("batch_size", 64))
     last_rate = options.pop("lr_lambda_last", None)
-    init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias"}
+    init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias", "votes"}
     init = {k: options.pop(k) for k in list(options) if k in init_keys}
     torch.manual_seed(seed)
     explainer = DiffMask(model, mode=mode, **init)

@@ -55,7 +55,7 @@ DEFAULTS: Dict[str, Any] = {
         # sentences is restored; False: the fit's last probe is kept and its
         # deterministic read-out scored on them (each run's ``heldout``)
         "select_checkpoint": True,
-        **DAMPED_FIT,
+        **DAMPED_FIT, "votes": "tied",
         "input": {}, "hidden": {"eps": 0.01},
     },
     "methods": list(METHODS),

@@ -196,8 +196,6 @@ def run_scoring_method(
             options["baseline"] = baseline  # the erasure baseline (runtime value, not in the config)
         prepared = prepare(name, ctx, options)
         setup = prepared.setup_seconds
-        if prepared.ignored_options:
-            info["ignored_options"] = prepared.ignored_options
 
         def attribute(ids: Tensor, mask: Tensor) -> Tensor:
             return prepared.attribute(ids, (mask,), 0)

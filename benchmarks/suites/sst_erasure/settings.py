@@ -90,7 +90,8 @@ DEFAULTS: Dict[str, Any] = {
         "REINFORCE-oracle": {"reward": "lagrangian", "eps": 0.3, "steps": 1000, "lr": 0.05, "lr_lambda": 1.0,
                              "optimizer": "rmsprop", "select": "sparsest", "check_every": 5},
         # the committed report's recipe (before fit ran to convergence)
-        "DiffMask": {"mode": "input", "layer": 1, "epochs": 5, "eps": 0.3, "lr": 1e-3, "batch_size": 64, **LEGACY_FIT},
+        "DiffMask": {"mode": "input", "layer": 1, "epochs": 5, "eps": 0.3, "lr": 1e-3, "batch_size": 64, **LEGACY_FIT,
+                     "votes": "tied"},
         "IntegratedGradients": {"n_steps": 50},
         "Occlusion": {},
         "PerSampleBottleneck": {"steps": 100},

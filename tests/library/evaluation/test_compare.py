@@ -41,6 +41,10 @@ def test_names_and_fitted_explainers_side_by_side(tmp_path):
     assert result.methods["DiffMask"].every_layer.shape == (*ids.shape, 3)
     table = result.table()
     assert table.count("\n| ") == 6 and "x one forward pass" in table  # header + 5 methods
+    # input-mode DiffMask scores the input tokens, the others hidden.1 at layer 1: the table says so
+    assert result.methods["DiffMask"].scored == "input (probe read to depth 1)"
+    assert result.methods["Occlusion"].scored == "hidden.1"
+    assert "score different things (hidden.1, input)" in table
     figures = result.plot(tmp_path / "panels.png")
     assert len(figures) == 2  # the panels and DiffMask's per-layer heatmap
     assert (tmp_path / "panels.png").stat().st_size > 0 and (tmp_path / "panels-DiffMask-layers.png").exists()
@@ -111,10 +115,14 @@ def test_route_options_sends_each_option_where_it_is_named():
     assert ignored == ["nope"]
 
 
-def test_prepare_method_reports_ignored_options_and_the_setup_time():
-    prepared = prepare_method(("IntegratedGradients", {"n_steps": 4, "no_such_option": 3}), tiny_bert())
+def test_prepare_method_refuses_an_option_no_signature_takes_and_reports_the_setup_time():
+    prepared = prepare_method(("IntegratedGradients", {"n_steps": 4}), tiny_bert())
     assert isinstance(prepared.explainer, IntegratedGradients) and prepared.explainer.n_steps == 4
-    assert prepared.ignored_options == ["no_such_option"] and prepared.setup_seconds >= 0
+    assert prepared.setup_seconds >= 0
+    with pytest.raises(ValueError, match=r"IntegratedGradients takes no option \['no_such_option'\].*misspelt"):
+        prepare_method(("IntegratedGradients", {"n_steps": 4, "no_such_option": 3}), tiny_bert())
+    with pytest.raises(ValueError, match=r"PerSampleBottleneck takes no option \['stepz'\]"):
+        compare(tiny_bert(), token_batch()[0], [("PerSampleBottleneck", {"stepz": 5})], train_data=_train())
 
 
 SCRIPT = """
@@ -156,3 +164,41 @@ def test_compare_runs_outside_the_repository(tmp_path):
     assert (tmp_path / "figure.png").stat().st_size > 0 and (tmp_path / "figure-DiffMask-layers.png").exists()
     stored = json.loads((tmp_path / "comparison.json").read_text())
     assert set(stored["methods"]) == {"DiffMask", "IntegratedGradients", "Occlusion", "PerSampleBottleneck", "Guan"}
+
+
+class _DropsEverything:
+    """A mask method whose keep probability is 0.009 everywhere (0 at padding)."""
+
+    scores_are_probabilities = True
+    uses_target = False
+
+    def attribute(self, inputs, additional_forward_args=None, layer=0):
+        return torch.full(inputs.shape, 0.009) * additional_forward_args[0]
+
+
+def test_the_figure_draws_keep_probabilities_as_they_are_and_relative_scores_scaled():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    result = compare(model, ids, [_DropsEverything(), ("IntegratedGradients", {"n_steps": 4})], layer=1,
+                     additional_forward_args=(mask,))
+    assert result.methods["_DropsEverything"].probabilities and not result.methods["IntegratedGradients"].probabilities
+    figure = result.plot()[0]
+    drawn = figure.axes[0].images[0].get_array()
+    labels = [label.get_text() for label in figure.axes[0].get_yticklabels()]
+    assert labels == ["_DropsEverything (P kept)", "IntegratedGradients (/ max)"]
+    assert abs(float(drawn[0].max()) - 0.009) < 1e-6  # empty, not scaled up to 1
+    assert abs(float(drawn[1].max()) - 1.0) < 1e-6
+
+
+def test_a_tokenizers_batch_encoding_is_taken_as_attribute_takes_it():
+    from transformers import BatchEncoding
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+    encoded = BatchEncoding({"input_ids": ids, "attention_mask": mask})
+    from_mapping = compare(model, encoded, ["Occlusion"], layer=0)
+    from_tensors = compare(model, ids, ["Occlusion"], layer=0, additional_forward_args=(mask,))
+    assert torch.equal(from_mapping.scores["Occlusion"], from_tensors.scores["Occlusion"])
+    assert (from_mapping.scores["Occlusion"][mask == 0] == 0).all()
+    with pytest.raises(ValueError, match="additional_forward_args must be None"):
+        compare(model, encoded, ["Occlusion"], additional_forward_args=(mask,))

@@ -279,3 +279,28 @@ def test_a_forward_set_on_a_module_by_someone_else_survives_the_partial_rerun(na
     before = len(calls)
     model(input_ids=ids, attention_mask=mask)
     assert len(calls) == before + 1  # still in the path
+
+
+@pytest.mark.parametrize("name", ["IntegratedGradients", "Occlusion", "PerExampleDiffMask", "DiffMask"])
+def test_a_model_left_in_train_mode_is_attributed_in_eval_mode_and_left_in_its_modes(name):
+    # dropout 0.5: in train mode two calls, and the eval-mode answer, would differ
+    model = tiny_bert()
+    model.config.hidden_dropout_prob = 0.5
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.5
+    ids, mask = token_batch()
+    if name == "DiffMask":
+        method = DiffMask(model, mode="hidden")
+        method.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+        options = {}
+    else:
+        method, options = _make(name, model, ids, mask)
+    torch.manual_seed(0)
+    expected = method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+    model.train()
+    model.classifier.eval()  # a submodule's own mode is restored as it was, too
+    torch.manual_seed(0)
+    got = method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert model.training and model.bert.training and not model.classifier.training

@@ -1,0 +1,103 @@
+"""A fit's state on disk, so that a long fit survives an interruption.
+
+``DiffMask.fit(..., checkpoint=path)`` writes the whole state of the fit every
+``checkpoint_every`` steps and at its end: the probe, baselines and multipliers,
+both optimisers, the loop (step, drawn layers, convergence monitors, frozen
+layers), the history, where in which epoch it stands, and the random number
+generators (at the start of that epoch and now). A second call with the same
+path resumes from there: the epoch's batches are drawn again from its starting
+RNG and the ones already trained are skipped, then the RNG is set to where the
+first call stood, so the resumed fit ends with the probe of an uninterrupted one
+wherever the batches' order depends only on torch's RNG (a ``DataLoader`` with
+``shuffle=True``, or a fixed order). A fit that had finished is not trained
+again: its probe and history are restored.
+
+The file is written to a temporary name and then renamed, so a process killed
+while writing leaves the previous state. It holds Python objects (the monitors),
+so it is read with ``weights_only=False``: load only files this library wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, TYPE_CHECKING, Union
+
+import torch
+
+from .rng import cuda_devices
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .diffmask import DiffMask
+
+#: Bumped when the layout of a fit state changes.
+FIT_STATE_FORMAT = 1
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def rng_states() -> Dict[str, Any]:
+    r"""torch's global RNG states: the CPU's and every initialised GPU's."""
+    return {"cpu": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state(d) for d in cuda_devices()]}
+
+
+def set_rng_states(states: Dict[str, Any]) -> None:
+    r"""Restores :func:`rng_states`."""
+    torch.set_rng_state(states["cpu"])
+    for device, state in zip(cuda_devices(), states["cuda"]):
+        torch.cuda.set_rng_state(state, device)
+
+
+@dataclass
+class Position:
+    r"""
+    Where a fit stands: in ``epoch`` (1-based), after ``batches`` of its batches,
+    with the RNG as it was when the epoch's batches were first drawn.
+    """
+
+    epoch: int = 1
+    batches: int = 0
+    epoch_rng: Optional[Dict[str, Any]] = None
+
+
+class FitCheckpoint:
+    r"""
+    Writes and reads one fit's state.
+
+    Args:
+
+        path (str or PathLike): the file.
+        every (int): write after every ``every`` steps (and at the end).
+    """
+
+    def __init__(self, path: PathLike, every: int) -> None:
+        self.path, self.every = os.fspath(path), int(every)
+
+    def due(self, step: int) -> bool:
+        r"""Whether the state is written after ``step``."""
+        return step % self.every == 0
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def write(self, state: Dict[str, Any]) -> None:
+        r"""Writes ``state`` atomically (a temporary file, then a rename)."""
+        temporary = f"{self.path}.tmp"
+        torch.save({"format": FIT_STATE_FORMAT, **state}, temporary)
+        os.replace(temporary, self.path)
+
+    def read(self, explainer: "DiffMask", layers: List[int]) -> Dict[str, Any]:
+        r"""The state written by a fit of the same probe and layers; ValueError
+        naming ``checkpoint`` otherwise."""
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=False)
+        except Exception as error:  # noqa: BLE001 - any unreadable file
+            raise ValueError(f"checkpoint: {self.path} is not a readable fit state ({type(error).__name__})") from None
+        if not isinstance(state, dict) or state.get("format") != FIT_STATE_FORMAT:
+            raise ValueError(f"checkpoint: {self.path} is not a fit state of this version (format {FIT_STATE_FORMAT})")
+        if state["config"] != explainer._config() or state["layers"] != layers:
+            raise ValueError(
+                f"checkpoint: {self.path} was written by a fit of another probe or other layers "
+                f"({state['config']}, layers {state['layers']}); pass a new path to start afresh"
+            )
+        return state

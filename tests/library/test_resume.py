@@ -1,0 +1,92 @@
+"""A fit killed part-way resumes from its checkpoint and ends with the probe of an
+uninterrupted fit."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from captum_diffmask import DiffMask
+
+from tiny_models import tiny_bert, token_batch
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
+
+#: One fit: a shuffled DataLoader (its order drawn from torch's RNG), three
+#: epochs of four batches, one layer drawn per batch, a state written every 3
+#: steps; KILL_AT kills the process (no clean-up) in the forward pass of that step.
+SCRIPT = textwrap.dedent("""
+    import os, sys, torch
+    sys.path.insert(0, {tests!r})
+    from torch.utils.data import DataLoader, TensorDataset
+    from captum_diffmask import DiffMask
+    from tiny_models import tiny_bert, token_batch
+    torch.set_num_threads(1)
+    ids = torch.cat([token_batch(seed=s)[0] for s in range(4)])
+    mask = torch.cat([token_batch(seed=s)[1] for s in range(4)])
+    loader = DataLoader(TensorDataset(ids, mask), batch_size=4, shuffle=True)
+    model = tiny_bert()
+    steps = []
+    kill_at = int(os.environ.get("KILL_AT", "0"))
+    def count(module, args, output):
+        steps.append(1)
+        if kill_at and len(steps) == kill_at:
+            os._exit(3)
+    model.bert.embeddings.register_forward_hook(count)
+    dm = DiffMask(model, mode=sys.argv[1])
+    history = dm.fit(loader, epochs=3, seed=0, verbose=False, layers_per_batch="one", lr=0.05,
+                     checkpoint=sys.argv[2], checkpoint_every=3)
+    torch.save({{"probe": dm.probe.state_dict(), "lambdas": dm.lambdas.state_dict(),
+                "history": [{{k: v for k, v in row.items() if k != "seconds"}} for row in history]}}, sys.argv[3])
+""")
+
+
+def _run(tmp_path, mode, name, kill_at=0):
+    script = tmp_path / "fit.py"
+    script.write_text(SCRIPT.format(tests=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "KILL_AT": str(kill_at), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(script), mode, str(tmp_path / f"{name}.state"),
+                           str(tmp_path / f"{name}.pt")], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_a_killed_fit_resumes_and_ends_with_the_probe_of_an_uninterrupted_fit(tmp_path, mode):
+    whole = _run(tmp_path, mode, "whole")
+    assert whole.returncode == 0, whole.stderr
+    # killed in step 8 (each step: one capture pass and a few masked passes, all through the embeddings)
+    killed = _run(tmp_path, mode, "parts", kill_at=20)
+    assert killed.returncode == 3 and (tmp_path / "parts.state").exists() and not (tmp_path / "parts.pt").exists()
+    state = torch.load(tmp_path / "parts.state", weights_only=False)
+    assert 0 < state["loop"]["step"] < 12 and state["loop"]["step"] % 3 == 0 and not state["finished"]
+    resumed = _run(tmp_path, mode, "parts")
+    assert resumed.returncode == 0, resumed.stderr
+    expected, got = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "parts.pt")
+    for part in ("probe", "lambdas"):
+        assert expected[part].keys() == got[part].keys()
+        for key in expected[part]:
+            assert torch.equal(expected[part][key], got[part][key]), (part, key)
+    assert got["history"] == expected["history"]
+
+
+def test_a_finished_fit_is_restored_not_trained_again_and_another_probe_is_refused(tmp_path):
+    ids, mask = token_batch()
+    path = tmp_path / "fit.state"
+    first = DiffMask(tiny_bert(), mode="hidden")
+    history = first.fit([(ids, mask)] * 2, epochs=2, seed=0, verbose=False, checkpoint=path)
+    again = DiffMask(tiny_bert(), mode="hidden")
+    calls = []
+    again.model.bert.embeddings.register_forward_hook(lambda *args: calls.append(1))
+    assert again.fit([(ids, mask)] * 2, epochs=2, seed=0, verbose=False, checkpoint=path) == history
+    assert calls == []  # not one forward pass
+    assert torch.equal(again.attribute(ids, additional_forward_args=(mask,), layer=1),
+                       first.attribute(ids, additional_forward_args=(mask,), layer=1))
+    with pytest.raises(ValueError, match="checkpoint: .* another probe or other layers"):
+        DiffMask(tiny_bert(), mode="input").fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path)
+    with pytest.raises(ValueError, match="checkpoint_every must be an int >= 1"):
+        DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path, checkpoint_every=0)
+    (tmp_path / "garbage.state").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="garbage.state is not a readable fit state"):
+        DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=tmp_path / "garbage.state")
