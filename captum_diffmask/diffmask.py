@@ -46,7 +46,8 @@ DAMPED_FIT: Dict[str, Any] = {
 #: batch, the sampled gates' KL, the product of the votes' samples, no stop at
 #: convergence). The task's part is the caller's: eps (SST 0.5, SQuAD 1), the
 #: batch (64, 8) and the epochs (100 on SST). Their lr warm-up (constant after
-#: 1 200 steps) is not reproduced.
+#: 1 200 steps) is not reproduced. Their input-mode probe is
+#: ``DiffMask(votes="tied")`` (a constructor option, not the fit's).
 PAPER_FIT: Dict[str, Any] = {
     "optimizer": "lookahead-rmsprop", "lr": 3e-4, "lr_baseline": 1e-3, "multiplier": "rmsprop", "lr_lambda": 0.1,
     "constraint": "sampled", "vote_sampling": "product", "layers_per_batch": "one", "until_converged": False,

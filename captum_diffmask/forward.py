@@ -183,6 +183,13 @@ class ModelForward:
             (B, C), (B,) for a single binary logit, or (B, K, C).
         """
         extra = format_additional_args(additional_forward_args)
+        with standard_attention_path():
+            output = self._forward(inputs, extra)
+        if self.output == "auto":
+            self.output = resolve_output("auto", output, self.model)
+        return read_output(output, self.output, self.padding_mask(inputs, extra))
+
+    def _forward(self, inputs: Tensor, extra: Tuple[Any, ...]) -> Any:
         if self.forward_func is not None:
             output = self.forward_func(inputs, *extra)
         elif is_hf_model(self.model):
@@ -197,9 +204,7 @@ class ModelForward:
             output = self.model(input_ids=inputs, **kwargs)
         else:
             output = self.model(inputs, *extra)
-        if self.output == "auto":
-            self.output = resolve_output("auto", output, self.model)
-        return read_output(output, self.output, self.padding_mask(inputs, extra))
+        return output
 
     def split_batch(self, batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
         r"""``(ids, additional_forward_args)`` of a batch for this model, targets
@@ -259,6 +264,22 @@ class ModelForward:
                     UserWarning, stacklevel=4,
                 )
                 return
+
+
+@contextlib.contextmanager
+def standard_attention_path() -> Iterator[None]:
+    r"""
+    torch's fast path for ``nn.TransformerEncoder`` and ``nn.MultiheadAttention``
+    off inside the block, restored on exit: in eval mode, with a padding mask,
+    it runs the encoder's layers on nested tensors, whose states cannot be read
+    or replaced per position.
+    """
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
 
 
 @contextlib.contextmanager

@@ -142,3 +142,32 @@ def test_a_failed_self_check_fails_again_on_the_next_call():
     for _ in range(2):
         with pytest.raises(ValueError, match="is not the model's own hidden_states"):
             dm.fit([(ids, mask)], max_steps=1, verbose=False)
+
+
+class _TorchEncoder(torch.nn.Module):
+    """PyTorch's own nn.TransformerEncoder, whose fast path (eval mode, a padding
+    mask) runs the layers on nested tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 2, 37, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+        self.head = torch.nn.Linear(32, 3)
+
+    def forward(self, ids, mask):
+        return self.head(self.encoder(self.embed(ids), src_key_padding_mask=~mask.bool())[:, 0])
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_pytorchs_own_transformer_encoder_works_given_its_layers(mode):
+    torch.manual_seed(0)
+    model = _TorchEncoder().eval()
+    ids, mask = token_batch()
+    sites = {"input": model.embed, "hidden": [(model.encoder.layers[0], "input")] + list(model.encoder.layers)}
+    dm = DiffMask(model, mode=mode, sites=sites, padding_mask_arg=0)
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    scores = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
+    assert scores.shape == (*ids.shape, 3) and (scores[mask == 0] == 0).all()
+    assert ((scores > 0) & (scores <= 1))[mask == 1].all()
+    assert torch.backends.mha.get_fastpath_enabled()  # the fast path is the user's again
