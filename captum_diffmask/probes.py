@@ -2,7 +2,9 @@
 
 A probe for layer k reads hidden states and outputs, per token, the logit of a Hard
 Concrete gate. Input mode: vote networks 0..k each read ``[input; hidden.j]`` and
-the token is kept only if every vote is non-zero (the product of the votes).
+the token is kept only if every vote is non-zero (the product of the votes); each
+depth k has votes of its own (``votes="per_depth"``) or shares them with the other
+depths (``"tied"``, the authors').
 Hidden mode: one network reads ``hidden.k`` and gates ``hidden.k`` itself.
 
 Both probes keep their networks in one :class:`GateNetworks`, which evaluates any
