@@ -392,11 +392,7 @@ class _Run:
         shard = world > 1 and not reads_its_own_shard(dataloader)
         start = self.position.epoch
         for epoch in itertools.count(start) if options.epochs is None else range(start, options.epochs + 1):
-            source = sharded(dataloader, rank, world) if shard else dataloader
-            total = len(source) if isinstance(source, collections.abc.Sized) else None
-            bar = tqdm(self._epoch_batches(source, epoch), desc=f"DiffMask fit {epoch}/{options.epochs or '-'}",
-                       total=total, initial=self.position.batches,
-                       disable=None if options.verbose and rank == 0 else True, leave=False)
+            bar = self._epoch_batches(sharded(dataloader, rank, world) if shard else dataloader, epoch)
             began, before, resumed = time.perf_counter(), loop.step, self.position.batches
             self.sums = train_epoch(self.explainer, bar, loop, self.sums, self._after_step)
             if loop.step == before and not resumed:
@@ -411,19 +407,27 @@ class _Run:
             if loop.done:
                 break
 
-    def _epoch_batches(self, batches: Iterable[Batch], epoch: int) -> Iterator[Batch]:
-        r"""The epoch's batches; for the epoch a resumed fit stopped in, drawn again
-        from its starting RNG, the trained ones skipped, then the RNG set to where
-        the fit stood."""
-        # One iterator, made here: tqdm.auto makes (and drops) one of its own when
-        # given an iterable, and a DataLoader draws its seeds from torch's RNG at
-        # each; from an iterator it makes none.
-        if self.rng is None or epoch != self.position.epoch:
+    def _epoch_batches(self, batches: Iterable[Batch], epoch: int) -> Iterable[Batch]:
+        r"""The epoch's batches behind a progress bar; for the epoch a resumed fit
+        stopped in, drawn again from its starting RNG, the trained ones skipped,
+        then the RNG set to where the fit stood."""
+        options, rank = self.loop.options, rank_and_world()[0]
+        resuming = self.rng is not None and epoch == self.position.epoch
+        if resuming:
+            assert self.position.epoch_rng is not None
+            set_rng_states(self.position.epoch_rng)
+        else:
             self.position = Position(epoch, 0, rng_states())
-            return iter(batches)
-        assert self.position.epoch_rng is not None
-        set_rng_states(self.position.epoch_rng)
-        iterator = iter(batches)
+        # tqdm.auto iterates `batches` once when it is made (and drops that
+        # iterator): a loader that draws from an RNG or counts its passes draws
+        # twice an epoch, and every committed report's fit drew so; a resumed
+        # epoch is drawn through the same bar
+        bar = tqdm(batches, desc=f"DiffMask fit {epoch}/{options.epochs or '-'}",
+                   disable=None if options.verbose and rank == 0 else True, leave=False)
+        if not resuming:
+            return bar
+        assert self.rng is not None
+        iterator = iter(bar)
         for _ in range(self.position.batches):
             next(iterator, None)
         set_rng_states(self.rng)
