@@ -54,8 +54,23 @@ def test_two_gloo_processes_fit_the_probe_of_one_process_on_the_global_batches(t
             assert torch.equal(value, states[1]["probe"][name]), (mode, name)  # the same probe on both ranks
         single = DiffMask(model, mode=mode, sites=toy_sites(model), padding_mask_arg=1)
         history = single.fit(global_batches, **FIT)
+        # Two processes sum the batch's gradient in another order than one: the
+        # same up to rounding. Adam's step is lr * m / sqrt(v), whose size does not
+        # depend on the gradient's, so a parameter whose gradient is ~0 (a baseline
+        # while its gates are open) moves by up to lr a step in a direction the
+        # rounding picks; per machine the differences range from 0 to that bound
+        # (1e-4 seen on one machine, 1e-6 on another). Bound: lr x steps; what a
+        # user reads, the attributions, agree closely.
+        steps = len(global_batches) * FIT["epochs"]
         for name, value in single.probe.state_dict().items():
-            assert torch.allclose(value, states[0]["probe"][name], atol=1e-5), (mode, name)
+            lr = 1e-3 if name.startswith("baseline") else 3e-3  # fit's lr_baseline and lr
+            assert (value - states[0]["probe"][name]).abs().max() <= lr * steps, (mode, name)
+        distributed = DiffMask.load(tmp_path / f"{mode}-rank0.pt", model, sites=toy_sites(model), padding_mask_arg=1)
+        ids, query, mask = global_batches[0]
+        for layer in (0, 1):
+            torch.testing.assert_close(distributed.attribute(ids, additional_forward_args=(query, mask), layer=layer),
+                                       single.attribute(ids, additional_forward_args=(query, mask), layer=layer),
+                                       atol=1e-3, rtol=0)
         assert [row["steps"] for row in states[0]["history"]] == [row["steps"] for row in history]
         assert abs(states[0]["history"][-1]["kl"] - history[-1]["kl"]) < 1e-5
         assert (tmp_path / f"{mode}-rank0.pt").exists() and not (tmp_path / f"{mode}-rank1.pt").exists()
