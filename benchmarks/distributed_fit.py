@@ -33,7 +33,7 @@ from captum_diffmask.distributed import check_same, is_main_process, rank_and_wo
 
 
 #: Per task: the constructor's options and fit's eps (the toy suite's and the sst suite's).
-# (input mode's votes shared across depths, as the committed report fitted them)
+# (input mode's votes tied across depths, as the committed report fitted them)
 TASK_OPTIONS = {"toy": ({"votes": "tied"}, 0.05), "sst": ({"l0": "mean", "votes": "tied"}, 0.02)}
 
 

@@ -24,8 +24,7 @@ from torch import nn, Tensor
 from .batches import to_device
 from .forward import (
     check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, frozen, hooks_and_attributes_restored,
-    is_hf_model,
-    model_device, ModelForward,
+    is_hf_model, model_device, ModelForward,
 )
 from .rng import preserved_rng
 from .sites import _HOW_TO_PASS_SITES, repeat_batch, Replacement, SiteLocator

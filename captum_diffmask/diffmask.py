@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn, Tensor
@@ -236,6 +236,18 @@ class DiffMask(SiteAttribution):
         self._make_modules()
         assert self.probe is not None
         self.probe.init_baselines(states, mask, reduce)
+
+    def _restore(self, site_sizes: Mapping[str, int], probe: Mapping[str, Any], lambdas: Mapping[str, Any]) -> None:
+        r"""Rebuilds the probe and multipliers for ``site_sizes`` and loads their
+        states (a checkpoint's, or a fit state's)."""
+        self.site_sizes = dict(site_sizes)
+        self._make_modules()
+        assert self.probe is not None and self.lambdas is not None
+        probe_state = dict(probe)
+        if "baseline" in probe_state:  # written before input mode had one baseline per depth
+            probe_state["baselines.0"] = probe_state.pop("baseline")
+        self.probe.load_state_dict(probe_state)
+        self.lambdas.load_state_dict(lambdas)
 
     def _make_modules(self) -> None:
         hidden_sizes = [self.site_sizes[f"hidden.{j}"] for j in range(self.num_layers + 1)]
@@ -663,14 +675,7 @@ class DiffMask(SiteAttribution):
         config.setdefault("votes", "tied")  # written before per-depth votes existed
         explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg, **config)
         check_model(checkpoint, explainer, check_weights)
-        explainer.site_sizes = dict(checkpoint["site_sizes"])
-        explainer._make_modules()
-        assert explainer.probe is not None and explainer.lambdas is not None
-        probe_state = dict(checkpoint["probe"])
-        if "baseline" in probe_state:  # written before input mode had one baseline per depth
-            probe_state["baselines.0"] = probe_state.pop("baseline")
-        explainer.probe.load_state_dict(probe_state)
-        explainer.lambdas.load_state_dict(checkpoint["lambdas"])
+        explainer._restore(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
         # written before fitted layers were recorded: every layer, as then
         explainer.fitted_layers = list(checkpoint.get("fitted_layers", range(explainer.num_layers + 1)))
         return explainer

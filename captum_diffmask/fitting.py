@@ -22,7 +22,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -276,7 +276,7 @@ class _FitLoop:
         self.rng = random.Random(options.seed)
         criterion = options.convergence or Convergence()
         self.trained = sorted(set(layers))
-        # the layers still trained: in hidden mode a settled layer is frozen
+        # the layers still trained: a settled layer whose probe is its own is frozen
         self.active = list(self.trained)
         self.freezes = options.freeze_converged and options.until_converged and independent_layers
         self.monitors = {k: LayerMonitor(k, self.eps, criterion) for k in self.trained}
@@ -457,11 +457,7 @@ class _Run:
     def resume(self, state: Mapping[str, Any]) -> None:
         r"""Restores a state :meth:`save` wrote."""
         explainer = self.explainer
-        explainer.site_sizes = dict(state["site_sizes"])
-        explainer._make_modules()
-        assert explainer.probe is not None and explainer.lambdas is not None
-        explainer.probe.load_state_dict(state["probe"])
-        explainer.lambdas.load_state_dict(state["lambdas"])
+        explainer._restore(state["site_sizes"], state["probe"], state["lambdas"])
         self.loop.optimizers = build_optimizers(explainer, self.loop.options)
         self.loop.optimizers[0].load_state_dict(state["probe_optimizer"])
         self.loop.optimizers[1].load_state_dict(state["multipliers"])

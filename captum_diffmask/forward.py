@@ -307,16 +307,14 @@ def frozen(model: nn.Module) -> Iterator[nn.Module]:
     parameters, while gradients still flow through its activations to whatever
     replaced them; both are restored on exit, also after an exception.
     """
-    was_training = model.training
     flags = [p.requires_grad for p in model.parameters()]
-    model.eval()
-    model.requires_grad_(False)
-    try:
-        yield model
-    finally:
-        for p, flag in zip(model.parameters(), flags):
-            p.requires_grad_(flag)
-        model.train(was_training)
+    with evaluation_mode(model):
+        model.requires_grad_(False)
+        try:
+            yield model
+        finally:
+            for p, flag in zip(model.parameters(), flags):
+                p.requires_grad_(flag)
 
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",

@@ -123,30 +123,36 @@ class GateNetworks(nn.Module):
         return len(self.in_sizes)
 
     @torch.no_grad()
-    def standardize(self, network: int, features: Tensor, mask: Tensor, reduce: Optional[Reduce] = None) -> None:
+    def standardize(
+        self, network: Union[int, Sequence[int]], features: Tensor, mask: Tensor, reduce: Optional[Reduce] = None
+    ) -> None:
         r"""
-        Sets the feature mean and std of one network from data.
+        Sets the feature mean and std of one network (or of several that read
+        the same features) from data.
 
         Args:
 
-            network (int): which network, 0..N-1.
+            network (int or sequence of int): which network(s), 0..N-1.
             features (Tensor): (B, T, in_size) the features it reads.
             mask (Tensor): (B, T), 1 at the real tokens the statistics are taken over.
             reduce (Callable, optional): sums a tensor over processes (a fit under
                         ``torch.distributed``: the statistics of the global batch).
                         Default: None
         """
-        size = self.in_sizes[network]
+        rows = [network] if isinstance(network, int) else [int(n) for n in network]
+        size = self.in_sizes[rows[0]]
+        if any(self.in_sizes[n] != size for n in rows):
+            raise ValueError(f"network: {rows} read features of different sizes")
         real = features.float()[mask.bool()]
         if reduce is not None:
             moments = reduce(torch.stack([real.sum(0), real.pow(2).sum(0), torch.full_like(real[0], len(real))]))
             mean = moments[0] / moments[2].clamp(min=1.0)
-            self.feature_mean[network, :size] = mean
+            self.feature_mean[rows, :size] = mean
             spread = (moments[1] / moments[2].clamp(min=1.0) - mean.pow(2)).clamp(min=0.0).sqrt()
-            self.feature_std[network, :size] = spread.clamp(min=1e-4) if float(moments[2][0]) > 1 else 1.0
+            self.feature_std[rows, :size] = spread.clamp(min=1e-4) if float(moments[2][0]) > 1 else 1.0
             return
-        self.feature_mean[network, :size] = real.mean(0)
-        self.feature_std[network, :size] = (
+        self.feature_mean[rows, :size] = real.mean(0)
+        self.feature_std[rows, :size] = (
             real.std(0, unbiased=False).clamp(min=1e-4) if len(real) > 1 else 1.0
         )
 
@@ -299,12 +305,12 @@ class InputGateProbe(nn.Module):
         self.num_depths = len(hidden_sizes)
         extra = input_size if read_input else 0
         depths = [self.num_depths - 1] if self.tied else range(self.num_depths)
-        #: the vote networks: shared, vote j reads ``hidden.j``; per depth, the
+        #: the vote networks: tied, vote j reads ``hidden.j``; per depth, the
         #: votes of depth k are networks ``first_vote(k) .. first_vote(k) + k``
         self.votes = GateNetworks(
             [extra + hidden_sizes[j] for k in depths for j in range(k + 1)], hidden_features, init_bias=init_bias
         )
-        #: the replacement of gated-off tokens: one (shared) or one per depth
+        #: the replacement of gated-off tokens: one (tied) or one per depth
         self.baselines = nn.ParameterList(
             nn.Parameter(torch.zeros(input_size)) for _ in range(1 if self.tied else self.num_depths)
         )
@@ -328,11 +334,11 @@ class InputGateProbe(nn.Module):
         mean = _mean_state(states["input"], mask, reduce)
         for baseline in self.baselines:
             baseline.copy_(mean)
-        for depth in [self.num_depths - 1] if self.tied else range(self.num_depths):
-            for j in range(depth + 1):
-                state = states[f"hidden.{j}"]
-                features = torch.cat([states["input"].float(), state.float()], -1) if self.read_input else state
-                self.votes.standardize(self.first_vote(depth) + j, features, mask, reduce)
+        depths = [self.num_depths - 1] if self.tied else range(self.num_depths)
+        for j in range(self.num_depths):  # vote j of every depth reads the same features
+            state = states[f"hidden.{j}"]
+            features = torch.cat([states["input"].float(), state.float()], -1) if self.read_input else state
+            self.votes.standardize([self.first_vote(k) + j for k in depths if k >= j], features, mask, reduce)
 
     def forward(self, input_state: Tensor, hidden_states: Sequence[Tensor]) -> Tensor:
         r"""

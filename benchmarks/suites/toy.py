@@ -82,7 +82,7 @@ DEFAULTS: Dict[str, Any] = {
     # baseline, more than the hidden fit's 0.05.
     "diffmask_input": {
         "probe_reads_input": False,
-        # the committed report's probe: the votes shared across depths
+        # the committed report's probe: the votes tied across depths
         "votes": "tied",
         "batch_size": 128,
         "stages": [{"layers": [0, 1], "eps": 0.1}],

@@ -68,7 +68,7 @@ def fit_cell(model: ToyModel, train: ToyData, valid: ToyData, mode: str, seed: i
     scored on ``valid``; its convergence report and time."""
     # input mode reads the states alone: the 64-d embedding would drown the 2-d
     # state (docs/diffmask.md, toy task)
-    # (the votes shared across depths, as the committed report fitted them)
+    # (the votes tied across depths, as the committed report fitted them)
     options = {"probe_reads_input": False, "votes": "tied"} if mode == "input" else {}
     explainer = DiffMask(model, mode=mode, sites=toy_sites(model), padding_mask_arg=1, **options)
     start = time.perf_counter()

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from matplotlib.figure import Figure
-import torch
 from torch import Tensor
 
 from ..visualization import attribution_panels, layer_heatmaps, normalize_unit
@@ -155,7 +154,7 @@ class Comparison:
             if self.methods[name].probabilities:
                 rows[f"{name} (P kept)"] = values.clamp(0.0, 1.0)
             else:
-                rows[f"{name} (/ max)"] = torch.as_tensor(normalize_unit(values))
+                rows[f"{name} (/ max)"] = normalize_unit(values)
         if not rows:
             raise ValueError("no method produced scores to plot")
         panel_title = f"layer {self.layer}" if self.layer is not None else "every layer"

@@ -128,3 +128,11 @@ def test_an_interrupted_fit_leaves_the_model_its_hooks_and_the_callers_rng_as_fo
     assert [p.requires_grad for p in model.parameters()] == flags
     assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == 0
     assert torch.equal(torch.rand(3), expected)  # the fit's seed did not leak into the caller's stream
+
+
+def test_fit_restores_each_modules_own_mode():
+    model = tiny_bert().train()
+    model.classifier.eval()  # a submodule in a mode other than its parent's
+    ids, mask = token_batch()
+    DiffMask(model, mode="hidden").fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    assert model.training and model.bert.training and not model.classifier.training
