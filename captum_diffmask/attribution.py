@@ -337,9 +337,11 @@ class SiteAttribution(Attribution):
 
     def _check_sites(self, call: PreparedCall) -> None:
         r"""Once per explainer, on its first batch: the captured ``hidden.k`` must be
-        the model's own ``hidden_states[k]`` (Hugging Face models called without a
-        ``forward_func``); ``hidden.L`` may differ by the final normalisation some
-        models apply to their last hidden state."""
+        the model's own ``hidden_states[k]`` at the real positions (Hugging Face
+        models called without a ``forward_func``); ``hidden.L`` may differ by the
+        final normalisation some models apply to their last hidden state. Models
+        whose ``hidden_states`` start after the first block (Mamba, RWKV: block
+        k's output is their ``hidden_states[k]``) are matched one site on."""
         if self.model_forward.forward_func is not None or not is_hf_model(self.model):
             self._sites_checked = True
             return
@@ -350,30 +352,26 @@ class SiteAttribution(Attribution):
                 self.locator.capture(names) as states:
             output = self.model(input_ids=call.ids, output_hidden_states=True, **kwargs)
         reference = getattr(output, "encoder_hidden_states", None) or getattr(output, "hidden_states", None)
-        if reference is None or len(reference) != self.num_layers + 1:
-            self._sites_checked = True  # nothing to compare with
+        if reference is None:
+            self._sites_checked = True  # the model returns no states to compare with
             return
         paths = dict((n, p) for n, p, _ in self.locator.describe())
-        for k in range(self.num_layers):
+        model = type(self.model).__name__
+        if len(reference) != self.num_layers + 1:
+            raise ValueError(
+                f"sites: {self.num_layers} blocks were found (hidden.1 read at {paths['hidden.1']}, ...), but "
+                f"{model} returns {len(reference)} hidden_states, not {self.num_layers + 1}; " + _HOW_TO_PASS_SITES)
+        for k in range(self.num_layers + 1):
             if f"hidden.{k}" not in states:
-                raise ValueError(
-                    f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) did not run in a forward pass of "
-                    f"{type(self.model).__name__}; " + _HOW_TO_PASS_SITES
-                )
-            state, own = states[f"hidden.{k}"].float(), reference[k].float()
-            if not bool(torch.isfinite(own).all()):
-                # NaN != NaN: without this a broken model reads as a site mismatch
-                bad = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
-                raise FloatingPointError(
-                    f"the model's hidden_states[{k}] are not finite (NaN or inf): "
-                    + (f"its parameters {bad[:5]} hold NaN or inf" if bad else "check its inputs and weights")
-                )
-            if state.shape != own.shape or not torch.allclose(state, own, atol=1e-4, rtol=1e-3):
-                raise ValueError(
-                    f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
-                    f"in {type(self.model).__name__}; "
-                    + _HOW_TO_PASS_SITES
-                )
+                raise ValueError(f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) did not run in a forward pass "
+                                 f"of {model}; " + _HOW_TO_PASS_SITES)
+        _check_finite(self.model, reference[: self.num_layers])
+        real = call.mask.bool()
+        if not any(_states_match(states, reference, real, offset) for offset in (0, 1)):
+            k = next(k for k in range(self.num_layers) if not _same_state(states[f"hidden.{k}"], reference[k], real))
+            raise ValueError(
+                f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
+                f"in {model}; " + _HOW_TO_PASS_SITES)
         self._sites_checked = True
 
     def _replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
@@ -486,3 +484,30 @@ def _resolve_targets(logits: Tensor, target: Any, argument: str) -> Tensor:
     if bool(((target < 0) | (target >= classes)).any()):
         raise ValueError(f"{argument} must be in 0..{classes - 1}, got {target.tolist()}")
     return target
+
+
+def _states_match(states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor, offset: int) -> bool:
+    r"""Whether ``hidden.{k + offset}`` equals ``reference[k]`` at the ``real``
+    positions for every k but the last (a model may normalise its last state)."""
+    return all(_same_state(states[f"hidden.{k + offset}"], reference[k], real) for k in range(len(reference) - 1))
+
+
+def _same_state(state: Tensor, own: Tensor, real: Tensor) -> bool:
+    r"""Whether a captured (B, T, H) state equals the model's at the real positions."""
+    state, own = state.float(), own.float()
+    if state.shape != own.shape:
+        return False
+    if state.shape[:2] == real.shape:
+        state, own = state[real], own[real]
+    return torch.allclose(state, own, atol=1e-4, rtol=1e-3)
+
+
+def _check_finite(model: nn.Module, reference: Sequence[Tensor]) -> None:
+    r"""FloatingPointError naming the parameters when a hidden state holds NaN or
+    inf: without it a broken model reads as a site mismatch (NaN != NaN)."""
+    for k, own in enumerate(reference):
+        if not bool(torch.isfinite(own).all()):
+            bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+            raise FloatingPointError(
+                f"the model's hidden_states[{k}] are not finite (NaN or inf): "
+                + (f"its parameters {bad[:5]} hold NaN or inf" if bad else "check its inputs and weights"))

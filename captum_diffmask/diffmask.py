@@ -20,6 +20,7 @@ from .forward import Batch, frozen, model_device
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
+from .sites import _HOW_TO_PASS_SITES
 
 _MODES = ("input", "hidden")
 
@@ -232,6 +233,14 @@ class DiffMask(SiteAttribution):
     def _build(self, states: Dict[str, Tensor], mask: Tensor, reduce: Optional[Reduce] = None) -> None:
         r"""Creates the probe from the site sizes seen in the first batch (its
         statistics over every process's batch with ``reduce``)."""
+        paths = {name: path for name, path, _ in self.locator.describe()}
+        for name, state in states.items():
+            if state.dim() != 3 or state.shape[:2] != mask.shape:
+                raise ValueError(
+                    f"sites: {name} (read at {paths[name]}) holds activations of shape {tuple(state.shape)} in "
+                    f"{type(self.model).__name__}; "
+                    f"DiffMask gates (batch, tokens, features) states, {tuple(mask.shape)} + (H,) here (a model "
+                    f"with several residual streams, or tokens last, needs other sites). " + _HOW_TO_PASS_SITES)
         self.site_sizes = {name: int(state.shape[-1]) for name, state in states.items()}
         self._make_modules()
         assert self.probe is not None

@@ -201,7 +201,8 @@ class ModelForward:
             names = ("attention_mask", "token_type_ids")
             kwargs = {n: a for n, a in zip(names, extra) if a is not None}
             kwargs.update(padded_positions(self.model, kwargs.get("attention_mask")))
-            output = self.model(input_ids=inputs, **kwargs)
+            with cache_off(self.model):
+                output = self.model(input_ids=inputs, **kwargs)
         else:
             output = self.model(inputs, *extra)
         return output
@@ -339,3 +340,25 @@ def hooks_and_attributes_restored(model: nn.Module) -> Iterator[nn.Module]:
                     del table[key]
             for name in [a for a in vars(module) if a not in attributes]:
                 delattr(module, name)
+
+
+@contextlib.contextmanager
+def cache_off(model: nn.Module) -> Iterator[None]:
+    r"""
+    ``model.config.use_cache`` set to False inside the block, as it was after.
+
+    One pass needs no key/value cache, and some caches break a pass that
+    replaces a site: RWKV updates its state in place (the backward pass into the
+    replacement fails), Reformer's expects every layer to run (a re-run that
+    reuses the first layers' outputs skips them).
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "use_cache"):
+        yield
+        return
+    before = config.use_cache
+    config.use_cache = False
+    try:
+        yield
+    finally:
+        config.use_cache = before

@@ -10,6 +10,7 @@ Divergences sum over the K distributions; padding never counts.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Optional
 
 import torch
@@ -20,12 +21,28 @@ OUTPUTS = ("auto", "classes", "last", "all", "span")
 
 
 def is_causal_lm(model: nn.Module) -> bool:
-    r"""A decoder-only language model (its class is a ``...ForCausalLM`` or
-    ``...LMHeadModel``, or its config says ``is_decoder`` without an encoder)."""
+    r"""A decoder-only language model: its class is a ``...ForCausalLM`` or
+    ``...LMHeadModel`` or in transformers' causal-LM auto-mapping (e.g.
+    ``BertGenerationDecoder``), or its config says ``is_decoder`` without an
+    encoder."""
     name = type(model).__name__
     config = getattr(model, "config", None)
     decoder = bool(getattr(config, "is_decoder", False)) and not bool(getattr(config, "is_encoder_decoder", False))
-    return name.endswith("ForCausalLM") or name.endswith("LMHeadModel") or decoder
+    return name.endswith("ForCausalLM") or name.endswith("LMHeadModel") or decoder or name in _causal_lm_classes()
+
+
+@functools.lru_cache(maxsize=1)
+def _causal_lm_classes() -> frozenset:
+    r"""The class names in transformers' causal-LM auto-mapping (empty when
+    transformers is not installed)."""
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:
+        return frozenset()
+    names = set()
+    for classes in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        names.update((classes,) if isinstance(classes, str) else classes)
+    return frozenset(names)
 
 
 def _field(output: Any, name: str) -> Optional[Tensor]:

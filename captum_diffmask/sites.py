@@ -130,6 +130,8 @@ def with_first_tensor(value: Any, new: Tensor) -> Any:
     if isinstance(value, Tensor):
         return new
     if isinstance(value, tuple):
+        if hasattr(value, "_fields"):  # a NamedTuple (Reformer's outputs)
+            return type(value)(new, *value[1:])
         return (new,) + tuple(value[1:])
     if isinstance(value, list):
         return [new] + list(value[1:])
@@ -171,16 +173,27 @@ def _parse_spec(model: nn.Module, spec: SiteSpec, name: str) -> Site:
     return Site(name, _resolve_module(model, spec, name), port, call)
 
 
-def _generic_sites(model: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
-    r"""The input embeddings (``get_input_embeddings()``) and the longest list of
-    same-class blocks."""
+def _input_embeddings(model: nn.Module) -> Optional[nn.Module]:
+    r"""``model.get_input_embeddings()``, or None where the model has none or does
+    not implement it (transformers raises NotImplementedError, e.g. for CANINE's
+    character hashing)."""
     get_embeddings = getattr(model, "get_input_embeddings", None)
-    embeddings = get_embeddings() if callable(get_embeddings) else None
-    blocks = _longest_block_list(model)
-    if not isinstance(embeddings, nn.Module) or blocks is None:
+    try:
+        embeddings = get_embeddings() if callable(get_embeddings) else None
+    except NotImplementedError:
+        return None
+    return embeddings if isinstance(embeddings, nn.Module) else None
+
+
+def _generic_sites(model: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
+    r"""The input embeddings (``get_input_embeddings()``) and the model's blocks
+    (:func:`_block_list`)."""
+    embeddings = _input_embeddings(model)
+    blocks = _block_list(model, embeddings)
+    if embeddings is None or blocks is None:
         missing = (
             "the input embeddings (model.get_input_embeddings())"
-            if not isinstance(embeddings, nn.Module)
+            if embeddings is None
             else "a list of blocks (an nn.ModuleList of same-class modules)"
         )
         raise ValueError(f"sites: could not locate {missing} in {type(model).__name__}. " + _HOW_TO_PASS_SITES)
@@ -193,9 +206,8 @@ def _encoder_sites(model: nn.Module, encoder: nn.Module) -> Tuple[SiteSpec, List
     the encoder's blocks; decoder layers only when named explicitly."""
     embeddings = getattr(encoder, "embed_tokens", None)
     if not isinstance(embeddings, nn.Module):
-        get_embeddings = getattr(encoder, "get_input_embeddings", None)
-        embeddings = get_embeddings() if callable(get_embeddings) else None
-    blocks = _longest_block_list(encoder)
+        embeddings = _input_embeddings(encoder)
+    blocks = _block_list(encoder, embeddings)
     if not isinstance(embeddings, nn.Module) or blocks is None:
         raise ValueError(f"sites: could not locate the encoder's embeddings and blocks in {type(model).__name__}. "
                          + _HOW_TO_PASS_SITES)
@@ -222,15 +234,58 @@ def _albert_sites(base: nn.Module, config: Any) -> Tuple[SiteSpec, List[SiteSpec
     return base.get_submodule("embeddings.word_embeddings"), hidden
 
 
-def _longest_block_list(model: nn.Module) -> Optional[nn.ModuleList]:
-    r"""The longest ``nn.ModuleList`` whose children share one class: the blocks."""
-    best: Optional[nn.ModuleList] = None
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) > 0:
-            if len({type(child) for child in module}) == 1:
-                if best is None or len(module) > len(best):
-                    best = module
-    return best
+def _block_list(model: nn.Module, embeddings: Optional[nn.Module]) -> Optional[nn.ModuleList]:
+    r"""
+    The model's blocks: of the outermost ``nn.ModuleList`` s that hold either
+    modules of one class or as many modules as the config has layers (a hybrid
+    stack), the one
+
+    1. with as many blocks as the (text) config has layers (not a list of
+       MarkupLM's 50 xpath embeddings);
+    2. in the same tower as the input embeddings (the longest shared module
+       path: a multimodal model's language model, not its vision tower);
+    3. the longest, then the least nested.
+
+    Returns:
+        *nn.ModuleList* or None when the model has no such list.
+    """
+    depth = _config_depth(model)
+    lists = [(path, module) for path, module in model.named_modules() if isinstance(module, nn.ModuleList)
+             and len(module) > 0 and (len({type(c) for c in module}) == 1 or len(module) == depth)]
+    # a list inside another list's element is part of a block (MobileBERT's
+    # feed-forward stack), not the blocks
+    outermost = [(path, module) for path, module in lists
+                 if not any(path.startswith(other + ".") for other, _ in lists)]
+    if not outermost:
+        return None
+    paths = {module: path for path, module in model.named_modules()}
+    anchor = paths.get(embeddings, "").split(".") if embeddings is not None else []
+
+    def preference(item: Tuple[str, nn.ModuleList]) -> Tuple[bool, int, int, int]:
+        parts = item[0].split(".") if item[0] else []
+        shared = next((i for i, (a, b) in enumerate(zip(parts, anchor)) if a != b), min(len(parts), len(anchor)))
+        return len(item[1]) == depth, shared, len(item[1]), -len(parts)
+
+    return max(outermost, key=preference)[1]
+
+
+def _config_depth(model: nn.Module) -> Optional[int]:
+    r"""The number of layers the model's (text) config declares, if any."""
+    config = getattr(model, "config", None)
+    get_text_config = getattr(config, "get_text_config", None)
+    if callable(get_text_config):
+        try:
+            config = get_text_config()
+        except Exception:  # a config that cannot say: no preference from it
+            pass
+    for name in ("num_hidden_layers", "num_layers", "n_layer", "n_layers"):
+        try:
+            value = getattr(config, name, None)
+        except Exception:  # e.g. a per-layer attribute that has no one value
+            value = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 class SiteLocator:
@@ -275,7 +330,7 @@ class SiteLocator:
                         ``{"input": spec, "hidden": [spec, ...]}``; when None the
                         architecture registry is used (BERT, RoBERTa, DistilBERT,
                         ELECTRA, GPT-2), then a generic fallback (the input
-                        embeddings and the longest list of same-class blocks).
+                        embeddings and the blocks, :func:`_block_list`).
                         Default: None
 
         Returns:
@@ -428,7 +483,7 @@ class SiteLocator:
 
         def recorder(name: str) -> Callable[[Tensor], None]:
             def record(activation: Tensor) -> None:
-                states[name] = activation
+                states[name] = activation.clone()
                 if stop_early and len(states) == len(wanted):
                     raise _StopForward()
 
@@ -437,7 +492,7 @@ class SiteLocator:
         def output_recorder(name: str) -> Callable[..., None]:
             def record_output(module: nn.Module, args: Any, output: Any) -> None:
                 assert module_outputs is not None
-                module_outputs[name] = output
+                module_outputs[name] = copied(output)
 
             return record_output
 
@@ -548,18 +603,31 @@ def repeat_batch(output: Any, times: int) -> Any:
     Returns:
         *Any* of the same structure.
     """
+    return _map_tensors(output, lambda t: torch.cat([t] * times) if t.dim() > 0 else t)
+
+
+def copied(output: Any) -> Any:
+    r"""A module output with each tensor cloned (same structure): a recorded
+    activation must not change when the model later edits it in place (CTRL
+    scales its embedding lookup with ``*=``)."""
+    return _map_tensors(output, torch.Tensor.clone)
+
+
+def _map_tensors(output: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     if isinstance(output, Tensor):
-        return torch.cat([output] * times) if output.dim() > 0 else output
+        return fn(output)
     if isinstance(output, dict):
-        return type(output)(**{key: repeat_batch(value, times) for key, value in output.items()})
+        return type(output)(**{key: _map_tensors(value, fn) for key, value in output.items()})
+    if isinstance(output, tuple) and hasattr(output, "_fields"):  # a NamedTuple
+        return type(output)(*(_map_tensors(value, fn) for value in output))
     if isinstance(output, (tuple, list)):
-        return type(output)(repeat_batch(value, times) for value in output)
+        return type(output)(_map_tensors(value, fn) for value in output)
     return output
 
 
 def _returning(output: Any) -> Callable[..., Any]:
     def forward(*args: Any, **kwargs: Any) -> Any:
-        return output
+        return copied(output)  # the model may edit what it gets in place
 
     return forward
 
