@@ -494,7 +494,7 @@ def coverage_report(results: Sequence[ZooResult]) -> str:
         "# DiffMask on every architecture of transformers' auto-mappings",
         "",
         "Command: `python -m benchmarks.model_zoo --markdown docs/results/model-zoo.md`; the same run is the test "
-        "`tests/harness/test_model_zoo.py`. transformers " + hf.__version__ + ", torch " + torch.__version__ + ".",
+        "`tests/harness/test_every_architecture.py`. transformers " + hf.__version__ + ", torch " + torch.__version__ + ".",
         "",
         "Each architecture of the sequence-classification, causal-LM and question-answering mappings is built from its "
         "config class with one shrinking rule for every family (`benchmarks/model_zoo.py`: no list of models), then "
