@@ -54,7 +54,7 @@ TINY_SIZES: Dict[str, Any] = {
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
     **dict.fromkeys(("vocab_size", "n_words"), 99),
     **dict.fromkeys(("entity_vocab_size", "num_latents"), 8),
-    "num_experts_per_tok": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
+    "num_experts_per_tok": 1, "mamba_n_heads": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
     "rotary_dim": 8,
 }
 #: the constructor arguments that set a depth
@@ -112,6 +112,8 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
     depth, widths = RUNGS[rung]
     sizes = {**(TINY_SIZES if widths else {"vocab_size": 99, "n_words": 99}), **dict.fromkeys(DEPTHS, depth)}
     kwargs: Dict[str, Any] = {name: value for name, value in sizes.items() if name in parameters and value is not None}
+    # every other vocabulary (entities, per-layer inputs, pronunciations) the same size
+    kwargs.update((name, VOCAB) for name in parameters if widths and _is_vocabulary(name) and name not in kwargs)
     kwargs.update((name, value) for name, value in TOKEN_IDS.items() if name in parameters)
     default = config_class()
     for name in parameters:
@@ -125,6 +127,10 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         config.decoder_start_token_id = 0  # as an encoder-decoder's hub config names it
     return config
+
+
+def _is_vocabulary(name: str) -> bool:
+    return name.endswith("_vocab_size") or name.startswith("vocab_size_")
 
 
 @dataclass

@@ -187,9 +187,9 @@ def _input_embeddings(model: nn.Module) -> Optional[nn.Module]:
 
 def _generic_sites(model: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
     r"""The input embeddings (``get_input_embeddings()``) and the model's blocks
-    (:func:`_block_list`)."""
+    (:func:`_block_lists`)."""
     embeddings = _input_embeddings(model)
-    blocks = _block_list(model, embeddings)
+    blocks = _block_lists(model, embeddings)
     if embeddings is None or blocks is None:
         missing = (
             "the input embeddings (model.get_input_embeddings())"
@@ -197,7 +197,13 @@ def _generic_sites(model: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
             else "a list of blocks (an nn.ModuleList of same-class modules)"
         )
         raise ValueError(f"sites: could not locate {missing} in {type(model).__name__}. " + _HOW_TO_PASS_SITES)
-    return embeddings, [(blocks[0], "input")] + list(blocks)
+    return embeddings, _hidden_specs(*blocks)
+
+
+def _hidden_specs(first: nn.ModuleList, last: nn.ModuleList) -> List[SiteSpec]:
+    r"""``hidden.0`` as the input of the first module of layer 0, ``hidden.k``
+    as the output of the last module of layer k-1."""
+    return [(first[0], "input")] + list(last)
 
 
 def _encoder_sites(model: nn.Module, encoder: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
@@ -207,7 +213,7 @@ def _encoder_sites(model: nn.Module, encoder: nn.Module) -> Tuple[SiteSpec, List
     embeddings = getattr(encoder, "embed_tokens", None)
     if not isinstance(embeddings, nn.Module):
         embeddings = _input_embeddings(encoder)
-    blocks = _block_list(encoder, embeddings)
+    blocks = _block_lists(encoder, embeddings)
     if not isinstance(embeddings, nn.Module) or blocks is None:
         raise ValueError(f"sites: could not locate the encoder's embeddings and blocks in {type(model).__name__}. "
                          + _HOW_TO_PASS_SITES)
@@ -216,7 +222,7 @@ def _encoder_sites(model: nn.Module, encoder: nn.Module) -> Tuple[SiteSpec, List
     shared = any(m is embeddings for m in decoder.modules()) if isinstance(decoder, nn.Module) else False
     # the encoder runs first, so its embedding lookup is the module's first run
     input_site: SiteSpec = (embeddings, "output", 0) if shared else embeddings
-    return input_site, [(blocks[0], "input")] + list(blocks)
+    return input_site, _hidden_specs(*blocks)
 
 
 def _albert_sites(base: nn.Module, config: Any) -> Tuple[SiteSpec, List[SiteSpec]]:
@@ -232,6 +238,28 @@ def _albert_sites(base: nn.Module, config: Any) -> Tuple[SiteSpec, List[SiteSpec
         hidden.append((encoder.albert_layer_groups[group], "output", runs.get(group, 0)))
         runs[group] = runs.get(group, 0) + 1
     return base.get_submodule("embeddings.word_embeddings"), hidden
+
+
+def _block_lists(
+    model: nn.Module, embeddings: Optional[nn.Module]
+) -> Optional[Tuple[nn.ModuleList, nn.ModuleList]]:
+    r"""
+    The lists whose modules start and end each layer: the blocks' list twice,
+    or, where a layer's parts sit in parallel lists as long as the config's
+    layer count under one parent (XLM's ``attentions``, ``layer_norm1``,
+    ``ffns``, ``layer_norm2``), the first and the last of those lists in the
+    order the parent registers them (the self-check verifies the order).
+    """
+    blocks = _block_list(model, embeddings)
+    if blocks is None:
+        return None
+    depth = _config_depth(model)
+    parent = next((m for m in model.modules() if any(c is blocks for c in m.children())), None)
+    siblings = [c for c in parent.children() if isinstance(c, nn.ModuleList) and len(c) == depth] \
+        if parent is not None and len(blocks) == depth else []
+    if len(siblings) > 1 and blocks is siblings[0]:
+        return siblings[0], siblings[-1]
+    return blocks, blocks
 
 
 def _block_list(model: nn.Module, embeddings: Optional[nn.Module]) -> Optional[nn.ModuleList]:
@@ -330,7 +358,7 @@ class SiteLocator:
                         ``{"input": spec, "hidden": [spec, ...]}``; when None the
                         architecture registry is used (BERT, RoBERTa, DistilBERT,
                         ELECTRA, GPT-2), then a generic fallback (the input
-                        embeddings and the blocks, :func:`_block_list`).
+                        embeddings and the blocks, :func:`_block_lists`).
                         Default: None
 
         Returns:
