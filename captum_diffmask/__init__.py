@@ -9,6 +9,7 @@ from .hard_concrete import HardConcrete
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
 from .sites import Site, SiteLocator
 from .evaluation import compare, Comparison, fit_stability, seed_std
+from .text import explain, Explanation, merge_into_words
 
 __version__ = "0.1.0"
 
@@ -17,6 +18,7 @@ __all__ = [
     "Convergence",
     "DiffMask",
     "DiffMaskConvergenceWarning",
+    "Explanation",
     "GenerationAttribution",
     "HardConcrete",
     "LagrangeMultipliers",
@@ -25,6 +27,8 @@ __all__ = [
     "SiteLocator",
     "attribute_generation",
     "compare",
+    "explain",
+    "merge_into_words",
     "fit_stability",
     "seed_std",
     "js_divergence",

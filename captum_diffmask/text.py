@@ -1,0 +1,226 @@
+"""Text in, words out: any method's scores for raw text, with word pieces merged
+into the words they spell.
+
+:func:`explain` tokenises the texts with the user's (fast) tokenizer, runs the
+method's ``attribute`` (Captum's tensors in, tensors out, unchanged) and returns
+an :class:`Explanation` that keeps each example's tokens, its words and both
+scores. Word pieces are merged by the tokenizer's word ids, with a rule that
+follows what the scores are (:func:`word_rule`):
+
+- **keep probabilities** (DiffMask, the per-example masks, exact erasure: a
+  method whose ``scores_are_probabilities``): a word's score is the largest of
+  its pieces' (the word is needed when any of its pieces is; a probability is
+  not additive);
+- **attributions** (Integrated Gradients, occlusion, the bottlenecks: amounts
+  that add up over the inputs): a word's score is the sum of its pieces'.
+
+Special tokens (``[CLS]``, ``[SEP]``) and padding belong to no word.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
+
+import torch
+from torch import Tensor
+
+from .batches import split_batch
+
+#: How word-piece scores merge into a word's score.
+WORD_RULES = ("max", "sum")
+
+
+def word_rule(method: Any) -> str:
+    r"""``"max"`` for a method whose scores are keep probabilities
+    (``scores_are_probabilities``), ``"sum"`` for additive attributions."""
+    return "max" if getattr(method, "scores_are_probabilities", False) else "sum"
+
+
+def merge_into_words(scores: Tensor, word_ids: Sequence[Optional[int]], rule: str) -> Tensor:
+    r"""
+    Word-piece scores merged into word scores.
+
+    Args:
+
+        scores (Tensor): one example's scores, (T,) or (T, K).
+        word_ids (sequence of int or None): the word each of the T tokens belongs
+                    to (the tokenizer's ``word_ids()``), None for special tokens
+                    and padding.
+        rule (str): ``"max"`` or ``"sum"`` (:data:`WORD_RULES`).
+
+    Returns:
+        *Tensor* (W,) or (W, K), W the number of words, in their order.
+    """
+    if rule not in WORD_RULES:
+        raise ValueError(f"rule must be one of {WORD_RULES}, got {rule!r}")
+    if len(word_ids) != scores.shape[0]:
+        raise ValueError(f"word_ids has {len(word_ids)} entries, the scores {scores.shape[0]} tokens")
+    words = sorted({w for w in word_ids if w is not None})
+    merged = []
+    for word in words:
+        pieces = scores[[t for t, w in enumerate(word_ids) if w == word]]
+        merged.append(pieces.max(0).values if rule == "max" else pieces.sum(0))
+    if not merged:
+        return scores.new_zeros((0, *scores.shape[1:]))
+    return torch.stack(merged)
+
+
+@dataclass
+class Explanation:
+    r"""
+    One method's scores for a list of texts, per token and per word.
+
+    Attributes:
+
+        method (str): the method's class name.
+        texts (list of str): the texts explained.
+        columns (list of str): what each score column is: ``["score"]``, or
+                    ``["layer 0", ..., "layer L"]`` for DiffMask at every depth.
+        rule (str): how pieces merged into words (:func:`word_rule`).
+        tokens (list of list of str): each text's tokens, special tokens
+                    included, padding excluded.
+        token_scores (list of Tensor): each text's (T_b, K) token scores.
+        words (list of list of str): each text's words, as they appear in it.
+        word_scores (list of Tensor): each text's (W_b, K) word scores.
+    """
+
+    method: str
+    texts: List[str]
+    columns: List[str]
+    rule: str
+    tokens: List[List[str]] = field(default_factory=list)
+    token_scores: List[Tensor] = field(default_factory=list)
+    words: List[List[str]] = field(default_factory=list)
+    word_scores: List[Tensor] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        r"""Plain lists and floats (JSON-ready): the method, the columns, the
+        rule and, per text, its tokens, words and both scores."""
+        return {
+            "method": self.method, "columns": list(self.columns), "rule": self.rule,
+            "examples": [
+                {"text": text, "tokens": tokens, "token_scores": token_scores.tolist(),
+                 "words": words, "word_scores": word_scores.tolist()}
+                for text, tokens, token_scores, words, word_scores in zip(
+                    self.texts, self.tokens, self.token_scores, self.words, self.word_scores)
+            ],
+        }
+
+    def show(self, file: Optional[TextIO] = None) -> None:
+        r"""Prints each text's words with their scores, a line per column."""
+        out = file if file is not None else sys.stdout
+        for text, words, scores in zip(self.texts, self.words, self.word_scores):
+            print(f"{self.method} ({self.rule} over word pieces): {text}", file=out)
+            for k, column in enumerate(self.columns):
+                cells = " ".join(f"{word}({float(score[k]):.2f})" for word, score in zip(words, scores))
+                print(f"  {column:>9}: {cells}", file=out)
+
+    def __str__(self) -> str:
+        buffer = io.StringIO()
+        self.show(buffer)
+        return buffer.getvalue()
+
+    def to_html(self) -> str:
+        r"""
+        A self-contained HTML page: per text, one row per column, each word on a
+        background whose strength is its score (green for positive, red for
+        negative; keep probabilities on their absolute 0..1 scale, attributions
+        scaled to the text's largest magnitude), the score in its tooltip.
+        """
+        rows = []
+        for text, words, scores in zip(self.texts, self.words, self.word_scores):
+            scale = 1.0 if self.rule == "max" else max(float(scores.abs().max()) if scores.numel() else 0.0, 1e-12)
+            rows.append(f"<h3>{html.escape(text)}</h3><table>")
+            for k, column in enumerate(self.columns):
+                cells = "".join(_html_word(word, float(score[k]), scale) for word, score in zip(words, scores))
+                rows.append(f"<tr><th>{html.escape(column)}</th><td>{cells}</td></tr>")
+            rows.append("</table>")
+        return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>"
+                f"{html.escape(self.method)}</title><style>body{{font-family:sans-serif}} th{{text-align:right;"
+                "padding-right:1em;font-weight:normal;color:#555}} .w{display:inline-block;margin:1px;"
+                "padding:2px 4px;border-radius:3px}</style></head><body>"
+                f"<h2>{html.escape(self.method)} <small>({html.escape(self.rule)} over word pieces)</small></h2>"
+                + "".join(rows) + "</body></html>")
+
+
+def _html_word(word: str, score: float, scale: float) -> str:
+    strength = max(min(abs(score) / scale, 1.0), 0.0)
+    colour = "0,160,0" if score >= 0 else "200,0,0"
+    return (f"<span class='w' title='{score:.4f}' data-score='{score:.6f}' "
+            f"style='background:rgba({colour},{strength:.3f})'>{html.escape(word)}</span>")
+
+
+def explain(
+    method: Any,
+    texts: Union[str, Sequence[str]],
+    tokenizer: Any,
+    layer: Optional[int] = 0,
+    target: Any = None,
+    max_length: Optional[int] = None,
+    **attribute_options: Any,
+) -> Explanation:
+    r"""
+    Explains raw text with any method of the library (DiffMask included).
+
+    Args:
+
+        method: an object with Captum's ``attribute(inputs, target=...,
+                    additional_forward_args=..., layer=...)`` (a fitted
+                    :class:`~captum_diffmask.DiffMask`, an
+                    :class:`~captum_diffmask.methods.IntegratedGradients`, ...).
+        texts (str or sequence of str): the texts.
+        tokenizer: a Hugging Face fast tokenizer (its ``word_ids`` and offsets
+                    give the words).
+        layer (int or None, optional): as the method's ``attribute`` takes it;
+                    None with DiffMask scores every depth. Default: 0
+        target (optional): as ``attribute`` takes it (None: the predicted class).
+                    Default: None
+        max_length (int, optional): truncate longer texts to this many tokens.
+                    Default: None
+        **attribute_options: passed to ``attribute`` (e.g. ``n_steps``).
+
+    Returns:
+        *Explanation* with tokens, words and their scores.
+    """
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a string or a non-empty sequence of strings")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("tokenizer must be a Hugging Face fast tokenizer (PreTrainedTokenizerFast): its word_ids "
+                         f"merge word pieces into words; got {type(tokenizer).__name__}")
+    encoding = tokenizer(texts, padding=True, truncation=max_length is not None, max_length=max_length,
+                         return_offsets_mapping=True, return_tensors="pt")
+    batch = {key: value for key, value in encoding.items() if key != "offset_mapping"}
+    ids, extra = split_batch(batch, hf_model=True)
+    if target is not None:
+        attribute_options["target"] = target
+    scores = method.attribute(ids, additional_forward_args=extra, layer=layer, **attribute_options)
+    scores = (scores[0] if isinstance(scores, tuple) else scores).detach().float().cpu()
+    scores = scores.unsqueeze(-1) if scores.dim() == 2 else scores
+    columns = ["score"] if scores.shape[-1] == 1 else [f"layer {k}" for k in range(scores.shape[-1])]
+    rule = word_rule(method)
+    result = Explanation(type(method).__name__, texts, columns, rule)
+    for b, text in enumerate(texts):
+        real = encoding["attention_mask"][b].bool()
+        word_ids = [w for w, keep in zip(encoding.word_ids(b), real.tolist()) if keep]
+        result.tokens.append(tokenizer.convert_ids_to_tokens(ids[b][real].tolist()))
+        result.token_scores.append(scores[b][real])
+        result.words.append(_words(text, encoding, b, word_ids))
+        result.word_scores.append(merge_into_words(scores[b][real], word_ids, rule))
+    return result
+
+
+def _words(text: str, encoding: Any, b: int, word_ids: Sequence[Optional[int]]) -> List[str]:
+    r"""Each word's text, from its first piece's start to its last piece's end."""
+    offsets = encoding["offset_mapping"][b].tolist()
+    spans: Dict[int, List[int]] = {}
+    for t, word in enumerate(word_ids):
+        if word is not None:
+            start, end = offsets[t]
+            span = spans.setdefault(word, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    return [text[spans[w][0]: spans[w][1]] for w in sorted(spans)]

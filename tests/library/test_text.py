@@ -1,0 +1,102 @@
+"""Text in, words out: explain() tokenises raw text, runs any method, and merges
+word pieces into words by the rule that fits the scores (max for keep
+probabilities, sum for additive attributions)."""
+
+import json
+
+import pytest
+import torch
+import transformers as hf
+
+from captum_diffmask import DiffMask, explain, merge_into_words
+from captum_diffmask.methods import IntegratedGradients
+
+from tiny_models import tiny_wordpiece
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
+WORDS = ["a", "film", "with", "lovely", "perform", "##ances", "dull", "and", "slow"]
+TEXTS = ["a film with lovely performances", "dull and slow"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_wordpiece(WORDS)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = hf.BertConfig(vocab_size=5 + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=37, num_labels=3, max_position_embeddings=32)
+    return hf.BertForSequenceClassification(config).eval()
+
+
+def test_pieces_merge_by_max_for_probabilities_and_by_sum_for_attributions():
+    scores = torch.tensor([[0.9], [0.2], [0.7], [0.1], [0.0]])
+    word_ids = [None, 0, 1, 1, None]  # [CLS] word0 word1=two pieces [SEP]
+    assert merge_into_words(scores, word_ids, "max").flatten().tolist() == pytest.approx([0.2, 0.7])
+    assert merge_into_words(scores, word_ids, "sum").flatten().tolist() == pytest.approx([0.2, 0.8])
+    with pytest.raises(ValueError, match="rule must be one of"):
+        merge_into_words(scores, word_ids, "mean")
+    with pytest.raises(ValueError, match="word_ids has 2 entries, the scores 5 tokens"):
+        merge_into_words(scores, word_ids[:2], "sum")
+
+
+def test_integrated_gradients_on_text_sums_a_words_pieces(model, tokenizer):
+    ig = IntegratedGradients(model)
+    result = explain(ig, TEXTS, tokenizer, layer=0, n_steps=8)
+    assert result.rule == "sum" and result.columns == ["score"]
+    assert result.tokens[0] == ["[CLS]", "a", "film", "with", "lovely", "perform", "##ances", "[SEP]"]
+    assert result.words[0] == ["a", "film", "with", "lovely", "performances"]
+    assert result.words[1] == ["dull", "and", "slow"] and len(result.tokens[1]) == 5  # padding dropped
+    pieces = result.token_scores[0][5:7, 0].sum()
+    assert float(result.word_scores[0][4, 0]) == pytest.approx(float(pieces), abs=1e-6)
+    # the same numbers as attribute on the tokenised batch
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    direct = ig.attribute(batch["input_ids"], additional_forward_args=(batch["attention_mask"],
+                                                                         batch["token_type_ids"]), n_steps=8)
+    assert torch.allclose(result.token_scores[0][:, 0], direct[0, :8].float(), atol=1e-6)
+
+
+def test_diffmask_on_text_keeps_a_column_per_depth_and_takes_the_largest_piece(model, tokenizer):
+    batch = tokenizer(TEXTS * 4, padding=True, return_tensors="pt")
+    dm = DiffMask(model, mode="input")
+    dm.fit([batch] * 2, max_steps=3, seed=0, verbose=False, until_converged=False)
+    result = explain(dm, TEXTS, tokenizer, layer=None)
+    assert result.rule == "max" and result.columns == ["layer 0", "layer 1", "layer 2"]
+    word, pieces = result.word_scores[0][4], result.token_scores[0][5:7]
+    assert torch.equal(word, pieces.max(0).values)
+    assert ((result.word_scores[1] >= 0) & (result.word_scores[1] <= 1)).all()
+
+
+def test_the_views_show_every_word_and_round_trip_as_json(model, tokenizer):
+    result = explain(IntegratedGradients(model), "a film with lovely performances", tokenizer, n_steps=4)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["examples"][0]["words"] == ["a", "film", "with", "lovely", "performances"]
+    assert len(data["examples"][0]["word_scores"]) == 5
+    text = str(result)
+    assert "performances(" in text and "IntegratedGradients" in text
+    page = result.to_html()
+    assert page.startswith("<!DOCTYPE html>") and page.count("class='w'") == 5
+
+
+def test_an_all_dropped_diffmask_row_is_drawn_empty_not_scaled_up():
+    from captum_diffmask.text import Explanation
+
+    result = Explanation("DiffMask", ["a b"], ["layer 0"], "max", words=[["a", "b"]],
+                         word_scores=[torch.tensor([[0.01], [0.0]])])
+    assert "rgba(0,160,0,0.010)" in result.to_html()  # 0.01 on the 0..1 scale, not 1.0
+
+
+def test_clear_errors_for_texts_and_tokenizers(model, tokenizer):
+    ig = IntegratedGradients(model)
+    with pytest.raises(ValueError, match="texts must be a string or a non-empty sequence"):
+        explain(ig, [], tokenizer)
+    with pytest.raises(ValueError, match="texts must be a string"):
+        explain(ig, [1, 2], tokenizer)
+
+    class Slow:
+        is_fast = False
+
+    with pytest.raises(ValueError, match="tokenizer must be a Hugging Face fast tokenizer.*got Slow"):
+        explain(ig, "a film", Slow())
