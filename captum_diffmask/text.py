@@ -19,7 +19,6 @@ Special tokens (``[CLS]``, ``[SEP]``) and padding belong to no word.
 
 from __future__ import annotations
 
-import html
 import io
 import sys
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor
 
 from .batches import split_batch
+from .html_view import page, table
 
 #: How word-piece scores merge into a word's score.
 WORD_RULES = ("max", "sum")
@@ -127,31 +127,15 @@ class Explanation:
     def to_html(self) -> str:
         r"""
         A self-contained HTML page: per text, one row per column, each word on a
-        background whose strength is its score (green for positive, red for
-        negative; keep probabilities on their absolute 0..1 scale, attributions
-        scaled to the text's largest magnitude), the score in its tooltip.
+        background whose strength is its score (keep probabilities on their
+        absolute 0..1 scale, attributions scaled to the row's largest
+        magnitude; green positive, red negative), the score in its tooltip.
         """
-        rows = []
-        for text, words, scores in zip(self.texts, self.words, self.word_scores):
-            scale = 1.0 if self.rule == "max" else max(float(scores.abs().max()) if scores.numel() else 0.0, 1e-12)
-            rows.append(f"<h3>{html.escape(text)}</h3><table>")
-            for k, column in enumerate(self.columns):
-                cells = "".join(_html_word(word, float(score[k]), scale) for word, score in zip(words, scores))
-                rows.append(f"<tr><th>{html.escape(column)}</th><td>{cells}</td></tr>")
-            rows.append("</table>")
-        return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>"
-                f"{html.escape(self.method)}</title><style>body{{font-family:sans-serif}} th{{text-align:right;"
-                "padding-right:1em;font-weight:normal;color:#555}} .w{display:inline-block;margin:1px;"
-                "padding:2px 4px;border-radius:3px}</style></head><body>"
-                f"<h2>{html.escape(self.method)} <small>({html.escape(self.rule)} over word pieces)</small></h2>"
-                + "".join(rows) + "</body></html>")
-
-
-def _html_word(word: str, score: float, scale: float) -> str:
-    strength = max(min(abs(score) / scale, 1.0), 0.0)
-    colour = "0,160,0" if score >= 0 else "200,0,0"
-    return (f"<span class='w' title='{score:.4f}' data-score='{score:.6f}' "
-            f"style='background:rgba({colour},{strength:.3f})'>{html.escape(word)}</span>")
+        probabilities = self.rule == "max"
+        tables = [table(text, [(column, words, scores[:, k].tolist(), probabilities)
+                               for k, column in enumerate(self.columns)])
+                  for text, words, scores in zip(self.texts, self.words, self.word_scores)]
+        return page(self.method, f"({self.rule} over word pieces)", tables)
 
 
 def explain(

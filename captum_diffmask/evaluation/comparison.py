@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ..html_view import page, Row, table
 from ..visualization import attribution_panels, layer_heatmaps, normalize_unit
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -166,6 +167,41 @@ class Comparison:
                 figures.append(layer_heatmaps(tokens, {f"{name}, every layer": (matrix, None)}, heatmap_path,
                                               per_layer=False))
         return figures
+
+    def to_html(self, examples: Optional[Sequence[int]] = None) -> str:
+        r"""
+        A self-contained HTML page, the methods side by side: per example, a row
+        per method over its real tokens (a DiffMask's every layer as rows of its
+        own). Keep probabilities are drawn on their absolute 0..1 scale, other
+        scores scaled to the row's largest magnitude; a failed method's row
+        names its error.
+
+        Args:
+
+            examples (sequence of int, optional): which examples; all when None.
+                        Default: None
+
+        Returns:
+            *str*, the HTML document.
+        """
+        chosen = range(self.batch_size) if examples is None else examples
+        tables = [table(f"example {b}", self._html_rows(b)) for b in chosen]
+        return page("Comparison", f"(layer {self.layer})", tables)
+
+    def _html_rows(self, example: int) -> List[Row]:
+        real = self.mask[example].nonzero().flatten().tolist()
+        tokens = [self.tokens[example][t] for t in real]
+        rows: List[Row] = []
+        for name, result in self.methods.items():
+            if result.scores is None:
+                rows.append((f"{name} (failed: {result.error})", [], [], False))
+                continue
+            label = f"{name}, {result.scored}" if result.scored else name
+            rows.append((label, tokens, result.scores[example, real].tolist(), result.probabilities))
+            if result.every_layer is not None:
+                rows += [(f"{name}, layer {k}", tokens, result.every_layer[example, real, k].tolist(),
+                          result.probabilities) for k in range(result.every_layer.shape[-1])]
+        return rows
 
     def to_dict(self) -> Dict[str, Any]:
         r"""Everything as JSON-ready Python values (scores as nested lists)."""

@@ -190,6 +190,19 @@ def test_the_figure_draws_keep_probabilities_as_they_are_and_relative_scores_sca
     assert abs(float(drawn[1].max()) - 1.0) < 1e-6
 
 
+def test_the_html_page_sets_the_methods_side_by_side_on_the_same_scales_as_the_figure():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    result = compare(model, ids, [_DropsEverything(), ("IntegratedGradients", {"n_steps": 4})], layer=1,
+                     additional_forward_args=(mask,))
+    page = result.to_html(examples=[0])
+    real = int(mask[0].sum())
+    assert page.startswith("<!DOCTYPE html>") and page.count("<tr>") == 2
+    assert page.count("class='w'") == 2 * real  # every real token once per method, no padding
+    assert page.count("rgba(0,160,0,0.009)") == real  # the dropped row stays (almost) empty
+    assert "rgba(0,160,0,1.000)" in page or "rgba(200,0,0,1.000)" in page  # IG scaled to its largest
+
+
 def test_a_tokenizers_batch_encoding_is_taken_as_attribute_takes_it():
     from transformers import BatchEncoding
 
