@@ -11,6 +11,7 @@ its methods up with the same :func:`prepare_method`.
 from __future__ import annotations
 
 import inspect
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ..methods import (
     ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
     REINFORCE,
 )
+from .faithfulness import eraser_scores, plausibility, TokenEraser
 from .comparison import Comparison, MethodResult, token_labels
 
 #: The library's methods by name, as :func:`compare` takes them.
@@ -262,6 +264,8 @@ def compare(
     seed: int = 0,
     errors: str = "raise",
     verbose: bool = False,
+    metrics: Sequence[str] = (),
+    rationales: Optional[Tensor] = None,
 ) -> Comparison:
     r"""
     Runs several attribution methods on the same batch of the user's model.
@@ -298,10 +302,21 @@ def compare(
         errors (str, optional): ``"raise"`` a method's error, or ``"record"`` it
                     in its result and go on. Default: ``"raise"``
         verbose (bool, optional): progress bars. Default: False
+        metrics (sequence of str, optional): faithfulness and plausibility scores
+                    per method (:data:`METRICS`): ``"comprehensiveness"`` and
+                    ``"sufficiency"`` (ERASER's, as AOPC over the top-k fractions of
+                    :func:`~captum_diffmask.evaluation.faithfulness.eraser_scores`,
+                    tokens removed by a zero input embedding; a method's ranking
+                    of positions is used whatever site it scored),
+                    ``"plausibility"`` (the average precision against
+                    ``rationales``); each the mean over the batch. Default: ()
+        rationales (Tensor, optional): (B, T) bool, the tokens humans marked, for
+                    ``"plausibility"``. Default: None
 
     Returns:
         :class:`Comparison`.
     """
+    _check_metrics(metrics, rationales)
     if errors not in ("raise", "record"):
         raise ValueError(f"errors must be 'raise' or 'record', got {errors!r}")
     model_forward = ModelForward(model, forward_func, padding_mask_arg)
@@ -324,7 +339,48 @@ def compare(
         result.name = name
         results[name] = result
     seconds = time_forward(model_forward, ids, extra)
-    return Comparison(results, token_labels(ids, tokenizer, tokens), mask, layer, seconds)
+    if metrics:
+        eraser = TokenEraser(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg)
+        for result in results.values():
+            if result.scores is not None:
+                result.metrics = method_metrics(eraser, ids, extra, result.scores, mask, metrics, rationales, target)
+    return Comparison(results, token_labels(ids, tokenizer, tokens), mask, layer, seconds, list(metrics))
+
+
+#: The scores :func:`compare` can add per method (``metrics=``).
+METRICS = ("comprehensiveness", "sufficiency", "plausibility")
+
+
+def _check_metrics(metrics: Sequence[str], rationales: Optional[Tensor]) -> None:
+    unknown = [m for m in metrics if m not in METRICS]
+    if isinstance(metrics, str) or unknown:
+        raise ValueError(f"metrics must be a list of {METRICS}, got {metrics!r}")
+    if "plausibility" in metrics and rationales is None:
+        raise ValueError("metrics: 'plausibility' needs rationales=, a (B, T) bool tensor of the marked tokens")
+
+
+def method_metrics(
+    eraser: TokenEraser, ids: Tensor, extra: Tuple[Any, ...], scores: Tensor, mask: Tensor,
+    metrics: Sequence[str], rationales: Optional[Tensor], target: Any = None,
+) -> Dict[str, float]:
+    r"""
+    One method's ``metrics`` (:data:`METRICS`) on the batch, each the mean over
+    its examples (plausibility over those with a non-empty rationale).
+
+    Returns:
+        *dict* metric name -> float.
+    """
+    values: Dict[str, float] = {}
+    if "comprehensiveness" in metrics or "sufficiency" in metrics:
+        erased = eraser_scores(eraser, ids, scores, extra, target=target)
+        for name in ("comprehensiveness", "sufficiency"):
+            if name in metrics:
+                values[name] = float(erased[f"aopc_{name}"].mean())
+    if "plausibility" in metrics:
+        assert rationales is not None
+        auprc = plausibility(scores, rationales, mask)["auprc"]
+        values["plausibility"] = float(auprc[~auprc.isnan()].mean()) if (~auprc.isnan()).any() else math.nan
+    return values
 
 
 def _run_one(

@@ -39,6 +39,8 @@ class MethodResult:
                     on an absolute [0, 1] scale (``scores_are_probabilities``).
         info (dict): what its setup reports (for a fit made by the call: its
                     steps and per-layer convergence).
+        metrics (dict): the faithfulness and plausibility scores ``compare``
+                    was asked for (``metrics=``), name -> mean over the batch.
     """
 
     name: str
@@ -51,6 +53,7 @@ class MethodResult:
     info: Dict[str, Any] = field(default_factory=dict)
     probabilities: bool = False
     scored: str = ""
+    metrics: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Comparison:
         layer (int, optional): the layer every method attributed at.
         forward_seconds (float): one forward pass of the model on the batch, the
                     median of several, in seconds.
+        metrics (list of str): the metrics each method was scored on, in order.
     """
 
     methods: Dict[str, MethodResult]
@@ -72,6 +76,7 @@ class Comparison:
     mask: Tensor
     layer: Optional[int]
     forward_seconds: float
+    metrics: List[str] = field(default_factory=list)
 
     @property
     def batch_size(self) -> int:
@@ -98,18 +103,21 @@ class Comparison:
             f"Layer {self.layer}, {self.batch_size} examples; one forward pass: "
             f"{self.forward_seconds * 1e3:.3g} ms for the batch.",
             "",
-            "| method | scores | of | s / example | x one forward pass | setup s | top tokens (example 0) |",
-            "|---|---|---|---|---|---|---|",
+            "| method | scores | of | s / example | x one forward pass | setup s | top tokens (example 0) |"
+            + "".join(f" {metric} |" for metric in self.metrics),
+            "|---|---|---|---|---|---|---|" + "---|" * len(self.metrics),
         ]
         for name, result in self.methods.items():
             if result.scores is None:
-                lines.append(f"| {name} | failed | | | | {result.setup_seconds:.3g} | {result.error} |")
+                lines.append(f"| {name} | failed | | | | {result.setup_seconds:.3g} | {result.error} |"
+                             + " |" * len(self.metrics))
                 continue
             shape = "x".join(str(n) for n in result.scores.shape)
             lines.append(
                 f"| {name} | {shape} | {result.scored} | {self.seconds_per_example(name):.3g} "
                 f"| {self.ratio_to_forward(name):.3g} "
                 f"| {result.setup_seconds:.3g} | {', '.join(self.top_tokens(name))} |"
+                + "".join(f" {result.metrics.get(metric, math.nan):.3g} |" for metric in self.metrics)
             )
         sites = {result.scored.split(" ")[0] for result in self.methods.values() if result.scores is not None}
         if len(sites - {""}) > 1:
@@ -214,10 +222,34 @@ class Comparison:
                 "seconds_per_example": None if r.scores is None else _finite(self.seconds_per_example(name)),
                 "ratio_to_forward": None if r.scores is None else _finite(self.ratio_to_forward(name)),
                 "error": r.error, "options": _plain(r.options), "scored": r.scored, "probabilities": r.probabilities,
-                "info": _plain(r.info),
+                "info": _plain(r.info), "metrics": {k: _finite(v) for k, v in r.metrics.items()},
             }
         return {"layer": self.layer, "batch_size": self.batch_size, "forward_seconds": self.forward_seconds,
-                "tokens": self.tokens, "mask": self.mask.int().tolist(), "methods": methods}
+                "tokens": self.tokens, "mask": self.mask.int().tolist(), "methods": methods,
+                "metrics": list(self.metrics)}
+
+    def to_dataframe(self) -> Any:
+        r"""
+        A pandas ``DataFrame``, a row per method: what it scored, its times and
+        its metrics (pandas is an extra: ``pip install captum_diffmask[dataframe]``).
+
+        Raises:
+            ImportError: naming the extra, when pandas is not installed.
+        """
+        try:
+            import pandas
+        except ImportError as error:
+            raise ImportError("Comparison.to_dataframe needs pandas: pip install 'captum_diffmask[dataframe]'") \
+                from error
+        rows = []
+        for name, r in self.methods.items():
+            ran = r.scores is not None
+            rows.append({"method": name, "scored": r.scored, "error": r.error,
+                         "seconds_per_example": self.seconds_per_example(name) if ran else math.nan,
+                         "ratio_to_forward": self.ratio_to_forward(name) if ran else math.nan,
+                         "setup_seconds": r.setup_seconds,
+                         **{metric: r.metrics.get(metric, math.nan) for metric in self.metrics}})
+        return pandas.DataFrame(rows).set_index("method")
 
 
 def _beside(path: PathLike, suffix: str) -> str:

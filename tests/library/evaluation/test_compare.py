@@ -215,3 +215,48 @@ def test_a_tokenizers_batch_encoding_is_taken_as_attribute_takes_it():
     assert (from_mapping.scores["Occlusion"][mask == 0] == 0).all()
     with pytest.raises(ValueError, match="additional_forward_args must be None"):
         compare(model, encoded, ["Occlusion"], additional_forward_args=(mask,))
+
+
+def test_metrics_add_each_methods_faithfulness_and_plausibility_as_the_metric_functions_give_them():
+    from captum_diffmask.evaluation.faithfulness import eraser_scores, plausibility, TokenEraser
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+    rationale = torch.zeros_like(mask, dtype=torch.bool)
+    rationale[:, 1:3] = True
+    result = compare(model, ids, ["Occlusion", ("IntegratedGradients", {"n_steps": 4})], layer=0,
+                     additional_forward_args=(mask,), metrics=["comprehensiveness", "sufficiency", "plausibility"],
+                     rationales=rationale)
+    for name in ("Occlusion", "IntegratedGradients"):
+        scores = result.scores[name]
+        erased = eraser_scores(TokenEraser(model), ids, scores, (mask,))
+        metrics = result.methods[name].metrics
+        assert metrics["comprehensiveness"] == pytest.approx(float(erased["aopc_comprehensiveness"].mean()))
+        assert metrics["sufficiency"] == pytest.approx(float(erased["aopc_sufficiency"].mean()))
+        assert metrics["plausibility"] == pytest.approx(float(plausibility(scores, rationale, mask.bool())["auprc"].mean()))
+    table = result.table()
+    assert "| comprehensiveness | sufficiency | plausibility |" in table
+    assert json.loads(json.dumps(result.to_dict()))["methods"]["Occlusion"]["metrics"]["sufficiency"] is not None
+
+
+def test_metrics_refuse_unknown_names_and_plausibility_without_rationales():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    with pytest.raises(ValueError, match="metrics must be a list of"):
+        compare(model, ids, ["Occlusion"], additional_forward_args=(mask,), metrics=["aopc!"])
+    with pytest.raises(ValueError, match="'plausibility' needs rationales="):
+        compare(model, ids, ["Occlusion"], additional_forward_args=(mask,), metrics=["plausibility"])
+
+
+def test_to_dataframe_needs_pandas_and_says_so(monkeypatch):
+    model = tiny_bert()
+    ids, mask = token_batch()
+    result = compare(model, ids, ["Occlusion"], additional_forward_args=(mask,), metrics=["sufficiency"])
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match=r"captum_diffmask\[dataframe\]"):
+        result.to_dataframe()
+    monkeypatch.undo()
+    pandas = pytest.importorskip("pandas", reason="pandas is the dataframe extra")
+    frame = result.to_dataframe()
+    assert list(frame.index) == ["Occlusion"] and frame.loc["Occlusion", "sufficiency"] == pytest.approx(
+        result.methods["Occlusion"].metrics["sufficiency"])
