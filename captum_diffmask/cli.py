@@ -125,31 +125,14 @@ def _package_model_path(name: str) -> str:
 
 
 def read_texts(path: str) -> List[str]:
-    r"""
-    The texts of a file: one per line, or JSON lines with a ``"text"`` field
-    (a ``.jsonl`` or ``.json`` name); blank lines skipped.
+    r"""The texts of a file (:func:`captum_diffmask.text.read_texts`); a bad file
+    is a :class:`UsageError`."""
+    from .text import read_texts as read
 
-    Raises:
-        UsageError: a missing file, a line without text, or no text at all.
-    """
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as handle:
-        lines = [(n, line.strip()) for n, line in enumerate(handle, 1) if line.strip()]
-    texts = [_json_text(path, n, line) if path.endswith((".jsonl", ".json")) else line for n, line in lines]
-    if not texts:
-        raise UsageError(f"{path}: holds no text")
-    return texts
-
-
-def _json_text(path: str, number: int, line: str) -> str:
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{path}, line {number}: not JSON ({error.msg})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-        raise UsageError(f"{path}, line {number}: needs a string field 'text'")
-    return record["text"]
+        return read(path)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _texts(args: argparse.Namespace) -> List[str]:
@@ -167,20 +150,16 @@ def _layer(value: str) -> Optional[int]:
     return int(value)
 
 
-def _batches(tokenizer: Any, texts: Sequence[str], size: int, max_length: int) -> List[Any]:
-    return [tokenizer(list(texts[i: i + size]), padding=True, truncation=True, max_length=max_length,
-                      return_tensors="pt") for i in range(0, len(texts), size)]
-
-
 def _fit(args: argparse.Namespace) -> int:
     from . import DiffMask
+    from .text import text_batches
 
     if args.batch_size < 1 or args.max_steps < 1 or not args.eps > 0:
         raise UsageError("--batch-size and --max-steps must be >= 1 and --eps > 0")
     texts = read_texts(args.examples)
     model, tokenizer = load_model(args.model, args.head)
     explainer = DiffMask(model, mode=args.mode)
-    explainer.fit(_batches(tokenizer, texts, args.batch_size, args.max_length), eps=args.eps,
+    explainer.fit(text_batches(texts, tokenizer, args.batch_size, args.max_length), eps=args.eps,
                   max_steps=args.max_steps, seed=args.seed, verbose=not args.quiet)
     explainer.save(args.out)
     print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); probe written to {args.out}")

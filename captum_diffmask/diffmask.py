@@ -21,6 +21,7 @@ from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
 from .sites import _HOW_TO_PASS_SITES
+from .text import text_batches
 
 _MODES = ("input", "hidden")
 
@@ -362,6 +363,7 @@ class DiffMask(SiteAttribution):
         freeze_converged: bool = True,
         checkpoint: Optional[Union[str, os.PathLike]] = None,
         checkpoint_every: int = 100,
+        tokenizer: Any = None,
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
@@ -382,6 +384,10 @@ class DiffMask(SiteAttribution):
             dataloader (iterable): batches as ``attribute`` takes them: token ids
                         (B, T), ``(ids, *additional_forward_args)``, or a mapping
                         with ``input_ids``/``attention_mask``; iterated once per epoch.
+                        With ``tokenizer``: texts instead, one string, a list of
+                        strings or a ``pathlib.Path`` of a file of them
+                        (:func:`~captum_diffmask.text.text_batches`, 16 a batch;
+                        pass a DataLoader of tokenised batches for other sizes).
             epochs, eps, lr, lr_baseline, lr_lambda, layers, max_steps, seed,
             verbose, optimizer, validation, eps_valid, agreement_valid,
             multiplier, until_converged, convergence, init_baseline, activations,
@@ -394,6 +400,8 @@ class DiffMask(SiteAttribution):
                         batch, each layer whose probe is its own frozen once
                         converged, run to convergence within the criterion's
                         budget; with ``checkpoint`` a file to resume from).
+            tokenizer (optional): tokenises ``dataloader`` when it holds texts.
+                        Default: None
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it: the means of
@@ -415,6 +423,8 @@ class DiffMask(SiteAttribution):
             precision=precision, vote_sampling=vote_sampling, freeze_converged=freeze_converged,
             checkpoint=checkpoint, checkpoint_every=checkpoint_every,
         )
+        if tokenizer is not None:
+            dataloader = text_batches(dataloader, tokenizer)
         return run_fit(self, dataloader, options)
 
     # -------------------------------------------------------------- attribute

@@ -37,7 +37,8 @@ def _as_ids(ids: Ids, argument: str) -> Tensor:
     r"""A 1-D long tensor of token ids from (S,), (1, S), a list, or a tokenizer's
     output of one sequence (its ``input_ids``); errors name ``argument``."""
     if isinstance(ids, str):
-        raise TypeError(f"{argument} must be token ids, got a string: tokenize it first, e.g. "
+        raise TypeError(f"{argument} must be token ids, got a string: pass tokenizer= (attribute_generation "
+                        f"tokenises a string prompt with it), or tokenize it first, e.g. "
                         f"tokenizer({ids[:20]!r}, return_tensors='pt')")
     if isinstance(ids, Mapping):
         if "input_ids" not in ids:
@@ -92,7 +93,8 @@ def greedy_continuation(
     Args:
 
         model (nn.Module): a causal language model.
-        prompt (Tensor or list of int): (S,) or (1, S) ids.
+        prompt (Tensor, list of int or str): (S,) or (1, S) ids, or a string
+                    that ``tokenizer`` tokenises (its special tokens included).
         max_new_tokens (int): N >= 1.
         eos_token_id (int, optional): generation stops after this token. Default: None
         forward_func (Callable, optional): as in :class:`ModelForward`. Default: None
@@ -320,7 +322,8 @@ def attribute_generation(
         model (nn.Module): a causal language model (its logits (B, T, V)).
         method: any attribution of the library on ``model`` (DiffMask already
                     fitted, e.g. on :func:`prefix_batches` of a corpus).
-        prompt (Tensor or list of int): (S,) or (1, S) ids.
+        prompt (Tensor, list of int or str): (S,) or (1, S) ids, or a string
+                    that ``tokenizer`` tokenises (its special tokens included).
         max_new_tokens (int, optional): N, the tokens to generate; not needed
                     when ``continuation`` is given. Default: None
         layer (int or None, optional): the layer attributed (0: the input
@@ -328,8 +331,8 @@ def attribute_generation(
         continuation (Tensor or list of int, optional): the tokens to attribute
                     instead of the greedy ones (e.g. from ``model.generate`` with
                     sampling). Default: None
-        tokenizer (optional): turns ids into token strings for the plot and HTML.
-                    Default: None
+        tokenizer (optional): tokenises a string prompt, and turns ids into token
+                    strings for the plot and HTML. Default: None
         eos_token_id (int, optional): greedy generation stops after it. Default: None
         batch_size (int, optional): prefixes per ``attribute`` call. Default: 16
         **attribute_options: passed to ``method.attribute`` (e.g. ``n_steps``).
@@ -338,6 +341,8 @@ def attribute_generation(
         :class:`GenerationAttribution` with scores (N, S + N - 1) or
         (N, S + N - 1, L + 1).
     """
+    if isinstance(prompt, str) and tokenizer is not None:
+        prompt = tokenizer(prompt, return_tensors="pt")["input_ids"]
     prompt_ids = _as_ids(prompt, "prompt")
     if continuation is None:
         if max_new_tokens is None:

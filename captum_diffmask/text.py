@@ -20,6 +20,8 @@ Special tokens (``[CLS]``, ``[SEP]``) and padding belong to no word.
 from __future__ import annotations
 
 import io
+import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
@@ -138,6 +140,73 @@ class Explanation:
         return page(self.method, f"({self.rule} over word pieces)", tables)
 
 
+#: Texts as the library takes them: one string, a sequence of strings, or a
+#: file (a ``pathlib.Path``) of one text per line or JSON lines with ``"text"``.
+Texts = Union[str, Sequence[str], "os.PathLike[str]"]
+
+
+def read_texts(path: Union[str, "os.PathLike[str]"]) -> List[str]:
+    r"""
+    The texts of a file: one per line, or JSON lines with a ``"text"`` field (a
+    ``.jsonl`` or ``.json`` name); blank lines skipped.
+
+    Raises:
+        ValueError: naming the file (and line): missing, no text, a line that is
+                    not JSON or has no string ``"text"``.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    with open(path, encoding="utf-8") as handle:
+        lines = [(n, line.strip()) for n, line in enumerate(handle, 1) if line.strip()]
+    texts = [_json_text(path, n, line) if path.endswith((".jsonl", ".json")) else line for n, line in lines]
+    if not texts:
+        raise ValueError(f"{path}: holds no text")
+    return texts
+
+
+def _json_text(path: str, number: int, line: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}, line {number}: not JSON ({error.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise ValueError(f"{path}, line {number}: needs a string field 'text'")
+    return record["text"]
+
+
+def as_texts(texts: Texts, argument: str = "texts") -> List[str]:
+    r"""A list of strings from one string, a sequence of strings or a file
+    (:data:`Texts`); ValueError naming ``argument`` otherwise."""
+    if isinstance(texts, os.PathLike):
+        return read_texts(texts)
+    texts = [texts] if isinstance(texts, str) else list(texts) if isinstance(texts, Sequence) else None
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError(f"{argument} must be a string, a non-empty sequence of strings or a pathlib.Path "
+                         "of a file of texts")
+    return texts
+
+
+def text_batches(texts: Texts, tokenizer: Any, batch_size: int = 16, max_length: Optional[int] = None) -> List[Any]:
+    r"""
+    Texts tokenised into padded batches, as :meth:`DiffMask.fit` and every
+    ``attribute`` take them.
+
+    Args:
+
+        texts: :data:`Texts`.
+        tokenizer: a Hugging Face tokenizer.
+        batch_size (int, optional): texts per batch. Default: 16
+        max_length (int, optional): truncate longer texts. Default: None
+
+    Returns:
+        *list* of the tokenizer's ``BatchEncoding`` (tensors).
+    """
+    texts = as_texts(texts)
+    return [tokenizer(texts[i: i + batch_size], padding=True, truncation=max_length is not None,
+                      max_length=max_length, return_tensors="pt") for i in range(0, len(texts), batch_size)]
+
+
 def explain(
     method: Any,
     texts: Union[str, Sequence[str]],
@@ -156,7 +225,8 @@ def explain(
                     additional_forward_args=..., layer=...)`` (a fitted
                     :class:`~captum_diffmask.DiffMask`, an
                     :class:`~captum_diffmask.methods.IntegratedGradients`, ...).
-        texts (str or sequence of str): the texts.
+        texts: one string, a sequence of strings or a ``pathlib.Path`` of a file
+                    of texts (:data:`Texts`).
         tokenizer: a Hugging Face fast tokenizer (its ``word_ids`` and offsets
                     give the words).
         layer (int or None, optional): as the method's ``attribute`` takes it;
@@ -170,9 +240,7 @@ def explain(
     Returns:
         *Explanation* with tokens, words and their scores.
     """
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts or not all(isinstance(t, str) for t in texts):
-        raise ValueError("texts must be a string or a non-empty sequence of strings")
+    texts = as_texts(texts)
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("tokenizer must be a Hugging Face fast tokenizer (PreTrainedTokenizerFast): its word_ids "
                          f"merge word pieces into words; got {type(tokenizer).__name__}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from ..methods import (
     ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
     REINFORCE,
 )
+from ..text import as_texts
 from .faithfulness import eraser_scores, plausibility, TokenEraser
 from .comparison import Comparison, MethodResult, token_labels
 
@@ -276,7 +278,8 @@ def compare(
         inputs (Tensor or Mapping): (B, T) token ids, or a mapping batch such as
                     a tokenizer's ``BatchEncoding`` (its ``input_ids``; its
                     ``attention_mask`` and ``token_type_ids`` as the model's other
-                    arguments).
+                    arguments); or texts (a string, a list of strings, a
+                    ``pathlib.Path`` of a file of them) with ``tokenizer``.
         methods (sequence): each an object with ``attribute`` (e.g. a fitted
                     :class:`DiffMask`), a name of :data:`METHODS`, or
                     ``(name, options)``; see :func:`prepare_method`.
@@ -320,6 +323,10 @@ def compare(
     if errors not in ("raise", "record"):
         raise ValueError(f"errors must be 'raise' or 'record', got {errors!r}")
     model_forward = ModelForward(model, forward_func, padding_mask_arg)
+    if _holds_text(inputs):
+        if tokenizer is None:
+            raise ValueError("inputs: texts need tokenizer= to turn them into token ids")
+        inputs = tokenizer(as_texts(inputs, "inputs"), padding=True, return_tensors="pt")
     if isinstance(inputs, Mapping):  # a tokenizer's output, as every method's attribute takes it
         if additional_forward_args is not None:
             raise ValueError("additional_forward_args must be None when inputs is a mapping batch "
@@ -345,6 +352,11 @@ def compare(
             if result.scores is not None:
                 result.metrics = method_metrics(eraser, ids, extra, result.scores, mask, metrics, rationales, target)
     return Comparison(results, token_labels(ids, tokenizer, tokens), mask, layer, seconds, list(metrics))
+
+
+def _holds_text(inputs: Any) -> bool:
+    return isinstance(inputs, (str, os.PathLike)) or (
+        isinstance(inputs, (list, tuple)) and bool(inputs) and all(isinstance(t, str) for t in inputs))
 
 
 #: The scores :func:`compare` can add per method (``metrics=``).

@@ -89,8 +89,19 @@ def test_random_and_errors_name_the_argument():
         attribute_generation(model, RandomAttribution(model), PROMPT)
     with pytest.raises(ValueError, match="prompt"):
         attribute_generation(model, RandomAttribution(model), torch.zeros(2, 3, dtype=torch.long), max_new_tokens=2)
-    with pytest.raises(TypeError, match="prompt must be token ids, got a string: tokenize it first"):
+    with pytest.raises(TypeError, match="prompt must be token ids, got a string: pass tokenizer="):
         attribute_generation(model, RandomAttribution(model), "The cat", max_new_tokens=2)
+
+
+def test_a_string_prompt_is_tokenised_by_the_tokenizer_given():
+    from tiny_models import tiny_wordpiece
+
+    tokenizer = tiny_wordpiece(["the", "cat", "sat"])  # ids 0..7, inside the tiny vocabulary
+    model = tiny_causal_lm("gpt2")
+    ids = tokenizer("the cat sat", return_tensors="pt")["input_ids"]
+    from_text = attribute_generation(model, Occlusion(model), "the cat sat", max_new_tokens=2, tokenizer=tokenizer)
+    from_ids = attribute_generation(model, Occlusion(model), ids, max_new_tokens=2, tokenizer=tokenizer)
+    assert torch.equal(from_text.scores, from_ids.scores) and from_text.tokens == from_ids.tokens
 
 
 def test_a_tokenizers_output_of_one_sequence_is_a_prompt():

@@ -90,7 +90,7 @@ def test_an_all_dropped_diffmask_row_is_drawn_empty_not_scaled_up():
 
 def test_clear_errors_for_texts_and_tokenizers(model, tokenizer):
     ig = IntegratedGradients(model)
-    with pytest.raises(ValueError, match="texts must be a string or a non-empty sequence"):
+    with pytest.raises(ValueError, match="texts must be a string, a non-empty sequence of strings or a pathlib.Path"):
         explain(ig, [], tokenizer)
     with pytest.raises(ValueError, match="texts must be a string"):
         explain(ig, [1, 2], tokenizer)
@@ -100,3 +100,27 @@ def test_clear_errors_for_texts_and_tokenizers(model, tokenizer):
 
     with pytest.raises(ValueError, match="tokenizer must be a Hugging Face fast tokenizer.*got Slow"):
         explain(ig, "a film", Slow())
+
+
+def test_texts_come_as_a_string_a_list_or_a_file_and_batch_for_fit_and_compare(model, tokenizer, tmp_path):
+    from captum_diffmask import compare
+    from captum_diffmask.text import read_texts, text_batches
+
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n\n")
+    records = tmp_path / "texts.jsonl"
+    records.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    assert read_texts(lines) == read_texts(records) == TEXTS
+    batches = text_batches(lines, tokenizer, batch_size=1)
+    assert len(batches) == 2 and batches[1]["input_ids"].shape == (1, 5)
+    dm = DiffMask(model, mode="hidden")
+    dm.fit(records, tokenizer=tokenizer, max_steps=2, seed=0, verbose=False, until_converged=False)
+    assert dm.is_fitted
+    from_text = compare(model, TEXTS, ["Occlusion"], tokenizer=tokenizer)
+    encoded = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    assert torch.equal(from_text.scores["Occlusion"], compare(model, encoded, ["Occlusion"]).scores["Occlusion"])
+    with pytest.raises(ValueError, match="texts need tokenizer="):
+        compare(model, TEXTS, ["Occlusion"])
+    records.write_text('{"sentence": "a film"}\n')
+    with pytest.raises(ValueError, match="line 1: needs a string field 'text'"):
+        read_texts(records)
