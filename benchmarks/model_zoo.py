@@ -43,6 +43,8 @@ MAPPINGS = {
     "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
 }
 
+#: the tiny vocabulary: special tokens 0..2, real tokens 3..98
+VOCAB = 99
 #: constructor argument -> tiny value; every family's spelling of the same size
 TINY_SIZES: Dict[str, Any] = {
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "n_embed", "dim", "embed_dim", "d_embed"), 32),
@@ -52,7 +54,7 @@ TINY_SIZES: Dict[str, Any] = {
                      "d_inner", "hidden_dim", "moe_intermediate_size", "shared_expert_intermediate_size"), 64),
     **dict.fromkeys(("head_dim", "d_kv", "d_head", "kv_channels"), 16),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
-    **dict.fromkeys(("vocab_size", "n_words"), 99),
+    **dict.fromkeys(("vocab_size", "n_words"), VOCAB),
     **dict.fromkeys(("entity_vocab_size", "num_latents"), 8),
     "num_experts_per_tok": 1, "mamba_n_heads": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
     "rotary_dim": 8,
@@ -79,7 +81,8 @@ MAX_FORWARD_SECONDS = 0.5
 MAX_DEPTH = 32
 #: a rung whose build and two passes take longer is abandoned
 MAX_BUILD_SECONDS = 8.0
-VOCAB, LENGTHS = 99, (8, 6, 5)
+#: three rows of these lengths, right-padded
+LENGTHS = (8, 6, 5)
 
 
 def architectures(task: str) -> List[Tuple[str, str]]:
@@ -110,7 +113,8 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
     """
     parameters = inspect.signature(config_class.__init__).parameters
     depth, widths = RUNGS[rung]
-    sizes = {**(TINY_SIZES if widths else {"vocab_size": 99, "n_words": 99}), **dict.fromkeys(DEPTHS, depth)}
+    vocabularies = {"vocab_size": VOCAB, "n_words": VOCAB}
+    sizes = {**(TINY_SIZES if widths else vocabularies), **dict.fromkeys(DEPTHS, depth)}
     kwargs: Dict[str, Any] = {name: value for name, value in sizes.items() if name in parameters and value is not None}
     # every other vocabulary (entities, per-layer inputs, pronunciations) the same size
     kwargs.update((name, VOCAB) for name in parameters if widths and _is_vocabulary(name) and name not in kwargs)

@@ -19,11 +19,13 @@ stays the command for the paper's experiments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import logging
 import os
 import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 HEADS = {"classification": "AutoModelForSequenceClassification", "causal-lm": "AutoModelForCausalLM",
          "question-answering": "AutoModelForQuestionAnswering"}
@@ -43,13 +45,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.quiet:
         transformers_logging.disable_progress_bar()
     try:
-        return {"fit": _fit, "explain": _explain, "compare": _compare}[args.command](args)
+        with _log_lines(args.quiet):
+            return {"fit": _fit, "explain": _explain, "compare": _compare}[args.command](args)
     except UsageError as error:
         print(f"captum-diffmask {args.command}: error: {error}", file=sys.stderr)
         return 2
     finally:
         if bars:  # as it was: main() also runs inside other programs (and tests)
             transformers_logging.enable_progress_bar()
+
+
+
+@contextlib.contextmanager
+def _log_lines(quiet: bool) -> Iterator[None]:
+    r"""Off a terminal (where progress bars hide themselves), the fit's log
+    lines go to stderr inside the block; the logger is as it was after."""
+    if quiet or sys.stderr.isatty():
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("captum_diffmask")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -66,6 +66,17 @@ def test_explain_with_another_method_prints_words_on_the_terminal_or_writes_html
     assert page.read_text().count("class='w'") == 3
 
 
+def test_off_a_terminal_fit_writes_log_lines_and_leaves_the_logger_as_it_was(saved, capsys, tmp_path):
+    import logging
+
+    logger = logging.getLogger("captum_diffmask")
+    before = (logger.level, list(logger.handlers))
+    assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / "p.pt"),
+                 "--max-steps", "2", "--batch-size", "2"]) == 0
+    assert "DiffMask fit epoch 1/-, layer 0: KL" in capsys.readouterr().err  # stderr is not a terminal here
+    assert (logger.level, list(logger.handlers)) == before
+
+
 def test_compare_sets_the_methods_side_by_side(saved, probe, capsys):
     assert main(["compare", str(saved / "model"), *TEXTS[:2], "--methods", "DiffMask", "IntegratedGradients",
                  "Occlusion", "--probe", str(probe), "--layer", "1", "--quiet"]) == 0
