@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.choices["explain"].add_argument("--format", choices=("terminal", "html", "json"), default="terminal")
     commands.choices["compare"].add_argument("--methods", nargs="+", required=True)
     commands.choices["compare"].add_argument("--format", choices=("table", "html", "json"), default="table")
+    commands.choices["compare"].add_argument("--metrics", nargs="+", default=[],
+                                             choices=("comprehensiveness", "sufficiency"),
+                                             help="ERASER's faithfulness scores per method (AOPC)")
     return parser
 
 
@@ -239,7 +242,8 @@ def _compare(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, args.head)
     methods = [_method(args, "DiffMask", model, layer)[0] if name == "DiffMask" else name for name in args.methods]
     batch = tokenizer(texts, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
-    result = compare(model, batch, methods, layer=layer, tokenizer=tokenizer, verbose=not args.quiet)
+    result = compare(model, batch, methods, layer=layer, tokenizer=tokenizer, verbose=not args.quiet,
+                     metrics=args.metrics)
     output = {"table": result.table, "html": result.to_html, "json": lambda: json.dumps(result.to_dict())}
     _write(args.out, output[args.format]())
     return 0

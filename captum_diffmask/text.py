@@ -71,6 +71,23 @@ def merge_into_words(scores: Tensor, word_ids: Sequence[Optional[int]], rule: st
     return torch.stack(merged)
 
 
+def encoding_word_ids(encoding: Any) -> Optional[List[List[Optional[int]]]]:
+    r"""Each row's word ids from a fast tokenizer's ``BatchEncoding``, or None
+    when the batch does not carry them (ids, a dict, a slow tokenizer's)."""
+    word_ids = getattr(encoding, "word_ids", None)
+    if not callable(word_ids) or not getattr(encoding, "encodings", None):
+        return None
+    return [list(word_ids(b)) for b in range(len(encoding.encodings))]
+
+
+def piece_words(tokenizer: Any, tokens: Sequence[str], word_ids: Sequence[Optional[int]]) -> List[str]:
+    r"""Each word's text, its pieces joined by the tokenizer
+    (``convert_tokens_to_string``: ``perform ##ances`` -> ``performances``)."""
+    words = sorted({w for w in word_ids if w is not None})
+    return [tokenizer.convert_tokens_to_string([t for t, w in zip(tokens, word_ids) if w == word]).strip()
+            for word in words]
+
+
 @dataclass
 class Explanation:
     r"""

@@ -27,7 +27,7 @@ from ..methods import (
     ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
     REINFORCE,
 )
-from ..text import as_texts
+from ..text import as_texts, encoding_word_ids, piece_words
 from .faithfulness import eraser_scores, plausibility, TokenEraser
 from .comparison import Comparison, MethodResult, token_labels
 
@@ -327,6 +327,7 @@ def compare(
         if tokenizer is None:
             raise ValueError("inputs: texts need tokenizer= to turn them into token ids")
         inputs = tokenizer(as_texts(inputs, "inputs"), padding=True, return_tensors="pt")
+    word_ids = encoding_word_ids(inputs)
     if isinstance(inputs, Mapping):  # a tokenizer's output, as every method's attribute takes it
         if additional_forward_args is not None:
             raise ValueError("additional_forward_args must be None when inputs is a mapping batch "
@@ -351,7 +352,12 @@ def compare(
         for result in results.values():
             if result.scores is not None:
                 result.metrics = method_metrics(eraser, ids, extra, result.scores, mask, metrics, rationales, target)
-    return Comparison(results, token_labels(ids, tokenizer, tokens), mask, layer, seconds, list(metrics))
+    comparison = Comparison(results, token_labels(ids, tokenizer, tokens), mask, layer, seconds, list(metrics))
+    if word_ids is not None and tokenizer is not None:
+        comparison.word_ids = word_ids
+        comparison.words = [piece_words(tokenizer, row, ids_of_row)
+                            for row, ids_of_row in zip(comparison.tokens, word_ids)]
+    return comparison
 
 
 def _holds_text(inputs: Any) -> bool:

@@ -69,6 +69,11 @@ class Comparison:
         forward_seconds (float): one forward pass of the model on the batch, the
                     median of several, in seconds.
         metrics (list of str): the metrics each method was scored on, in order.
+        words (list of list of str, optional): per example its words, when the
+                    batch came from a fast tokenizer (texts, or its
+                    ``BatchEncoding``) and ``tokenizer`` was given; else None.
+        word_ids (list of list, optional): per example the word of each
+                    position (None for special tokens and padding).
     """
 
     methods: Dict[str, MethodResult]
@@ -77,6 +82,8 @@ class Comparison:
     layer: Optional[int]
     forward_seconds: float
     metrics: List[str] = field(default_factory=list)
+    words: Optional[List[List[str]]] = None
+    word_ids: Optional[List[List[Optional[int]]]] = None
 
     @property
     def batch_size(self) -> int:
@@ -124,6 +131,29 @@ class Comparison:
             lines += ["", f"Note: at layer {self.layer} these methods score different things ({', '.join(sorted(sites - {''}))}): "
                       "compare rows of the same site only."]
         return "\n".join(lines)
+
+    def word_scores(self, name: str, example: int = 0) -> Tensor:
+        r"""
+        A method's scores of ``example`` merged into its words
+        (:attr:`words`): the largest piece for keep probabilities, the sum for
+        other scores (:func:`~captum_diffmask.text.merge_into_words`).
+
+        Returns:
+            *Tensor* (W,) for the example's W words.
+
+        Raises:
+            ValueError: when the comparison has no words (see :attr:`words`).
+        """
+        from ..text import merge_into_words
+
+        result = self.methods[name]
+        if self.word_ids is None:
+            raise ValueError("this comparison has no words: give compare texts or a fast tokenizer's BatchEncoding, "
+                             "with tokenizer=")
+        if result.scores is None:
+            raise ValueError(f"{name} failed: {result.error}")
+        return merge_into_words(result.scores[example], self.word_ids[example],
+                                "max" if result.probabilities else "sum")
 
     def top_tokens(self, name: str, example: int = 0, k: int = 3) -> List[str]:
         r"""The ``k`` highest-scoring real tokens of ``example`` for a method."""
@@ -226,7 +256,10 @@ class Comparison:
             }
         return {"layer": self.layer, "batch_size": self.batch_size, "forward_seconds": self.forward_seconds,
                 "tokens": self.tokens, "mask": self.mask.int().tolist(), "methods": methods,
-                "metrics": list(self.metrics)}
+                "metrics": list(self.metrics), "words": self.words,
+                "word_scores": None if self.words is None else {
+                    name: [self.word_scores(name, b).tolist() for b in range(self.batch_size)]
+                    for name, r in self.methods.items() if r.scores is not None}}
 
     def to_dataframe(self) -> Any:
         r"""

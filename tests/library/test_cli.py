@@ -83,8 +83,10 @@ def test_compare_sets_the_methods_side_by_side(saved, probe, capsys):
     table = capsys.readouterr().out
     assert "| DiffMask |" in table and "| IntegratedGradients |" in table and "| Occlusion |" in table
     assert main(["compare", str(saved / "model"), TEXTS[0], "--methods", "Occlusion", "--format", "json",
-                 "--quiet"]) == 0
-    assert list(json.loads(capsys.readouterr().out)["methods"]) == ["Occlusion"]
+                 "--metrics", "sufficiency", "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data["methods"]) == ["Occlusion"] and data["methods"]["Occlusion"]["metrics"]["sufficiency"] is not None
+    assert data["words"] == [["a", "film", "with", "lovely", "performances"]]
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -124,3 +124,24 @@ def test_texts_come_as_a_string_a_list_or_a_file_and_batch_for_fit_and_compare(m
     records.write_text('{"sentence": "a film"}\n')
     with pytest.raises(ValueError, match="line 1: needs a string field 'text'"):
         read_texts(records)
+
+
+def test_a_comparison_of_texts_has_words_merged_by_each_methods_rule(model, tokenizer):
+    from captum_diffmask import compare
+
+    class KeepProbability:
+        scores_are_probabilities = True
+        uses_target = False
+
+        def attribute(self, inputs, additional_forward_args=None, layer=0):
+            return torch.linspace(0, 1, inputs.shape[1]).expand(inputs.shape) * additional_forward_args[0]
+
+    result = compare(model, TEXTS, [KeepProbability(), "Occlusion"], tokenizer=tokenizer)
+    assert result.words == [["a", "film", "with", "lovely", "performances"], ["dull", "and", "slow"]]
+    pieces = result.scores["KeepProbability"][0, 5:7]  # perform ##ances
+    assert float(result.word_scores("KeepProbability")[4]) == pytest.approx(float(pieces.max()))
+    assert float(result.word_scores("Occlusion")[4]) == pytest.approx(float(result.scores["Occlusion"][0, 5:7].sum()))
+    assert len(result.to_dict()["word_scores"]["Occlusion"][1]) == 3
+    ids_only = compare(model, tokenizer(TEXTS, padding=True, return_tensors="pt")["input_ids"], ["Occlusion"])
+    with pytest.raises(ValueError, match="this comparison has no words"):
+        ids_only.word_scores("Occlusion")
