@@ -206,39 +206,55 @@ class Comparison:
                                               per_layer=False))
         return figures
 
-    def to_html(self, examples: Optional[Sequence[int]] = None) -> str:
+    def to_html(self, examples: Optional[Sequence[int]] = None, words: Optional[bool] = None) -> str:
         r"""
         A self-contained HTML page, the methods side by side: per example, a row
-        per method over its real tokens (a DiffMask's every layer as rows of its
-        own). Keep probabilities are drawn on their absolute 0..1 scale, other
-        scores scaled to the row's largest magnitude; a failed method's row
-        names its error.
+        per method over its real tokens or its words (a DiffMask's every layer
+        as rows of its own). Keep probabilities are drawn on their absolute 0..1
+        scale, other scores scaled to the row's largest magnitude; a failed
+        method's row names its error.
 
         Args:
 
             examples (sequence of int, optional): which examples; all when None.
                         Default: None
+            words (bool, optional): cells are words (each method's scores merged
+                        by its rule, :meth:`word_scores`) or word pieces; None:
+                        words where the comparison has them. Default: None
 
         Returns:
             *str*, the HTML document.
         """
+        by_word = self.words is not None if words is None else words
+        if by_word and self.words is None:
+            raise ValueError("words=True: this comparison has no words (give compare texts with tokenizer=)")
         chosen = range(self.batch_size) if examples is None else examples
-        tables = [table(f"example {b}", self._html_rows(b)) for b in chosen]
+        tables = [table(f"example {b}", self._html_rows(b, by_word)) for b in chosen]
         return page("Comparison", f"(layer {self.layer})", tables)
 
-    def _html_rows(self, example: int) -> List[Row]:
+    def _html_rows(self, example: int, by_word: bool) -> List[Row]:
+        from ..text import merge_into_words
+
         real = self.mask[example].nonzero().flatten().tolist()
-        tokens = [self.tokens[example][t] for t in real]
+        labels = self.words[example] if by_word and self.words else [self.tokens[example][t] for t in real]
+
+        def cells(scores: Tensor, probabilities: bool) -> Tensor:
+            if not by_word or self.word_ids is None:
+                return scores[real]
+            return merge_into_words(scores, self.word_ids[example], "max" if probabilities else "sum")
+
         rows: List[Row] = []
         for name, result in self.methods.items():
             if result.scores is None:
                 rows.append((f"{name} (failed: {result.error})", [], [], False))
                 continue
             label = f"{name}, {result.scored}" if result.scored else name
-            rows.append((label, tokens, result.scores[example, real].tolist(), result.probabilities))
+            rows.append((label, labels, cells(result.scores[example], result.probabilities).tolist(),
+                         result.probabilities))
             if result.every_layer is not None:
-                rows += [(f"{name}, layer {k}", tokens, result.every_layer[example, real, k].tolist(),
-                          result.probabilities) for k in range(result.every_layer.shape[-1])]
+                every = cells(result.every_layer[example], result.probabilities)
+                rows += [(f"{name}, layer {k}", labels, every[:, k].tolist(), result.probabilities)
+                         for k in range(every.shape[-1])]
         return rows
 
     def to_dict(self) -> Dict[str, Any]:

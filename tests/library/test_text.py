@@ -142,6 +142,9 @@ def test_a_comparison_of_texts_has_words_merged_by_each_methods_rule(model, toke
     assert float(result.word_scores("KeepProbability")[4]) == pytest.approx(float(pieces.max()))
     assert float(result.word_scores("Occlusion")[4]) == pytest.approx(float(result.scores["Occlusion"][0, 5:7].sum()))
     assert len(result.to_dict()["word_scores"]["Occlusion"][1]) == 3
+    page = result.to_html(examples=[0])
+    assert ">performances</span>" in page and "##ances" not in page and page.count("class='w'") == 2 * 5
+    assert "##ances" in result.to_html(examples=[0], words=False)
     ids_only = compare(model, tokenizer(TEXTS, padding=True, return_tensors="pt")["input_ids"], ["Occlusion"])
     with pytest.raises(ValueError, match="this comparison has no words"):
         ids_only.word_scores("Occlusion")
