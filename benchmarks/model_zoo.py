@@ -56,7 +56,7 @@ TINY_SIZES: Dict[str, Any] = {
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
     **dict.fromkeys(("vocab_size", "n_words"), VOCAB),
     **dict.fromkeys(("entity_vocab_size", "num_latents"), 8),
-    "num_experts_per_tok": 1, "mamba_n_heads": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
+    "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1, "mamba_n_heads": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
     "rotary_dim": 8,
 }
 #: the constructor arguments that set a depth
