@@ -6,8 +6,9 @@ question-answering mappings, :func:`tiny_config` shrinks the config class's
 defaults by one rule for every family (no hand-written list of models), and
 :func:`check_architecture` fits DiffMask for a step on a padded, labelled batch
 and attributes every layer. An architecture **works** when the sites equal the
-model's own hidden states (checked here, independently of the library's own
-self-check), the scores are (B, T, L + 1) in [0, 1] with 0 on padding, and the
+model's own hidden states (compared here, apart from the library's own
+self-check; an encoder-decoder's encoder states fetched as the library fetches
+them, :func:`~captum_diffmask.attribution.own_hidden_states`), the scores are (B, T, L + 1) in [0, 1] with 0 on padding, and the
 labels never reached the model; it is **refused** when DiffMask raises an error
 that names the architecture and says what to pass; anything else (another
 exception, or a check that fails) is a **failure**. An architecture whose tiny
@@ -328,13 +329,14 @@ def _sites_problem(explainer: Any, model: torch.nn.Module, batch: Dict[str, torc
     ``hidden_states[k]`` (an encoder-decoder's encoder states) for k < L, or
     ``hidden.{k + 1}`` is, for every k < L (models whose states start after
     the first block); the last state may be normalised."""
+    from captum_diffmask.attribution import own_hidden_states
     from captum_diffmask.sites import first_tensor
 
     locator = explainer.locator
     with torch.no_grad(), locator.capture() as states:
         output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        output_hidden_states=True)
-    own = getattr(output, "encoder_hidden_states", None) or getattr(output, "hidden_states", None)
+    own = own_hidden_states(model, output, batch["input_ids"], {"attention_mask": batch["attention_mask"]})
     if own is None:
         return "the model returns no hidden_states to check the sites against"
     if len(own) != locator.num_layers + 1:

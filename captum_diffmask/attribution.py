@@ -351,7 +351,7 @@ class SiteAttribution(Attribution):
         with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), \
                 self.locator.capture(names) as states:
             output = self.model(input_ids=call.ids, output_hidden_states=True, **kwargs)
-        reference = getattr(output, "encoder_hidden_states", None) or getattr(output, "hidden_states", None)
+        reference = own_hidden_states(self.model, output, call.ids, kwargs)
         if reference is None:
             self._sites_checked = True  # the model returns no states to compare with
             return
@@ -484,6 +484,26 @@ def _resolve_targets(logits: Tensor, target: Any, argument: str) -> Tensor:
     if bool(((target < 0) | (target >= classes)).any()):
         raise ValueError(f"{argument} must be in 0..{classes - 1}, got {target.tolist()}")
     return target
+
+
+def own_hidden_states(model: nn.Module, output: Any, ids: Tensor, kwargs: Mapping[str, Any]) -> Optional[Sequence[Tensor]]:
+    r"""
+    The hidden states a model reports for the sites to be checked against: an
+    encoder-decoder's encoder states (``encoder_hidden_states``, or its
+    encoder's own ``hidden_states`` when the output carries only the decoder's,
+    as T5Gemma's classifier does), else ``hidden_states``; None when there
+    are none.
+    """
+    encoder_states = getattr(output, "encoder_hidden_states", None)
+    if encoder_states is not None:
+        return encoder_states
+    get_encoder = getattr(model, "get_encoder", None)
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False) and callable(get_encoder):
+        with torch.no_grad():
+            encoded = get_encoder()(input_ids=ids, output_hidden_states=True,
+                                    **{k: v for k, v in kwargs.items() if k == "attention_mask"})
+        return getattr(encoded, "hidden_states", None)
+    return getattr(output, "hidden_states", None)
 
 
 def _states_match(states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor, offset: int) -> bool:
