@@ -36,10 +36,10 @@ from .html_view import page, table
 WORD_RULES = ("max", "sum")
 
 
-def word_rule(method: Any) -> str:
-    r"""``"max"`` for a method whose scores are keep probabilities
-    (``scores_are_probabilities``), ``"sum"`` for additive attributions."""
-    return "max" if getattr(method, "scores_are_probabilities", False) else "sum"
+def word_rule(probabilities: bool) -> str:
+    r"""``"max"`` for keep probabilities (a method's ``scores_are_probabilities``),
+    ``"sum"`` for additive attributions."""
+    return "max" if probabilities else "sum"
 
 
 def merge_into_words(scores: Tensor, word_ids: Sequence[Optional[int]], rule: str) -> Tensor:
@@ -271,7 +271,7 @@ def explain(
     scores = (scores[0] if isinstance(scores, tuple) else scores).detach().float().cpu()
     scores = scores.unsqueeze(-1) if scores.dim() == 2 else scores
     columns = ["score"] if scores.shape[-1] == 1 else [f"layer {k}" for k in range(scores.shape[-1])]
-    rule = word_rule(method)
+    rule = word_rule(getattr(method, "scores_are_probabilities", False))
     result = Explanation(type(method).__name__, texts, columns, rule)
     for b, text in enumerate(texts):
         real = encoding["attention_mask"][b].bool()

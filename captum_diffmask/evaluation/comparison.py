@@ -144,16 +144,21 @@ class Comparison:
         Raises:
             ValueError: when the comparison has no words (see :attr:`words`).
         """
-        from ..text import merge_into_words
-
         result = self.methods[name]
         if self.word_ids is None:
             raise ValueError("this comparison has no words: give compare texts or a fast tokenizer's BatchEncoding, "
                              "with tokenizer=")
         if result.scores is None:
             raise ValueError(f"{name} failed: {result.error}")
-        return merge_into_words(result.scores[example], self.word_ids[example],
-                                "max" if result.probabilities else "sum")
+        return self._by_word(result.scores[example], example, result.probabilities)
+
+    def _by_word(self, scores: Tensor, example: int, probabilities: bool) -> Tensor:
+        r"""(T,) or (T, K) scores of ``example`` merged into its words by the
+        rule for what they are (:func:`~captum_diffmask.text.word_rule`)."""
+        from ..text import merge_into_words, word_rule
+
+        assert self.word_ids is not None
+        return merge_into_words(scores, self.word_ids[example], word_rule(probabilities))
 
     def top_tokens(self, name: str, example: int = 0, k: int = 3) -> List[str]:
         r"""The ``k`` highest-scoring real tokens of ``example`` for a method."""
@@ -233,15 +238,11 @@ class Comparison:
         return page("Comparison", f"(layer {self.layer})", tables)
 
     def _html_rows(self, example: int, by_word: bool) -> List[Row]:
-        from ..text import merge_into_words
-
         real = self.mask[example].nonzero().flatten().tolist()
         labels = self.words[example] if by_word and self.words else [self.tokens[example][t] for t in real]
 
         def cells(scores: Tensor, probabilities: bool) -> Tensor:
-            if not by_word or self.word_ids is None:
-                return scores[real]
-            return merge_into_words(scores, self.word_ids[example], "max" if probabilities else "sum")
+            return self._by_word(scores, example, probabilities) if by_word else scores[real]
 
         rows: List[Row] = []
         for name, result in self.methods.items():
