@@ -26,6 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .forward import model_device, ModelForward
+from .text import decoded_words, merge_into_words, word_rule
 from .visualization import PathLike, save_figure
 
 __all__ = ["GenerationAttribution", "attribute_generation", "greedy_continuation", "left_pad", "prefix_batches"]
@@ -178,6 +179,14 @@ class GenerationAttribution:
         layers (list of int or None): the layers of the last axis of ``scores``;
                     None when ``scores`` is 2-D (``layer`` is then the one layer).
         layer (int or None): the layer attributed when ``scores`` is 2-D.
+        word_ids (list of int or None, optional): the word of each of the
+                    S + N - 1 sources (:func:`~captum_diffmask.text.decoded_words`:
+                    whitespace-delimited; None for special tokens), when a
+                    tokenizer was given.
+        words (list of str, optional): the W source words' text.
+        probabilities (bool): the scores are keep probabilities (pieces merge
+                    into a word by their largest score, else by their sum:
+                    :func:`~captum_diffmask.text.word_rule`), drawn on 0..1.
     """
 
     ids: Tensor
@@ -188,6 +197,9 @@ class GenerationAttribution:
     method: str
     layers: Optional[List[int]] = None
     layer: Optional[int] = None
+    word_ids: Optional[List[Optional[int]]] = None
+    words: Optional[List[str]] = None
+    probabilities: bool = False
 
     @property
     def generated_ids(self) -> Tensor:
@@ -204,10 +216,51 @@ class GenerationAttribution:
         r"""The N generated tokens, one per step."""
         return self.tokens[self.prompt_length:]
 
-    def matrices(self) -> List[Tuple[str, np.ndarray]]:
-        r"""``(title, (N, S + N - 1) array)`` per layer, undefined cells NaN (for drawing)."""
-        scores = self.scores.float().numpy()
-        undefined = ~self.defined.numpy()
+    @property
+    def word_scores(self) -> Tensor:
+        r"""(N, W) or (N, W, L + 1): each step's scores merged into the source
+        words (:attr:`words`) by the rule for what they are."""
+        word_ids = self._word_ids()
+        merged = merge_into_words(self.scores.float().transpose(0, 1), word_ids, word_rule(self.probabilities))
+        return merged.transpose(0, 1)
+
+    @property
+    def word_defined(self) -> Tensor:
+        r"""(N, W) bool, True where some piece of the word precedes the step."""
+        return merge_into_words(self.defined.float().transpose(0, 1), self._word_ids(), "max").transpose(0, 1) > 0
+
+    @property
+    def word_in_prompt(self) -> List[bool]:
+        r"""For each source word, whether it starts in the prompt."""
+        word_ids = self._word_ids()
+        return [min(j for j, w in enumerate(word_ids) if w == word) < self.prompt_length
+                for word in sorted({w for w in word_ids if w is not None})]
+
+    def _word_ids(self) -> List[Optional[int]]:
+        if self.word_ids is None:
+            raise ValueError("this generation has no words: give attribute_generation tokenizer=")
+        return self.word_ids
+
+    def _by_word(self, words: Optional[bool]) -> bool:
+        if words and self.word_ids is None:
+            raise ValueError("words=True: this generation has no words (give attribute_generation tokenizer=)")
+        return self.word_ids is not None if words is None else words
+
+    def matrices(self, words: Optional[bool] = None) -> List[Tuple[str, np.ndarray]]:
+        r"""
+        ``(title, array)`` per layer, undefined cells NaN (for drawing).
+
+        Args:
+
+            words (bool, optional): columns are source words (:attr:`words`) or
+                        source tokens; None: words where there are some. Default: None
+
+        Returns:
+            *list* of ``(title, (N, W) or (N, S + N - 1) array)``.
+        """
+        by_word = self._by_word(words)
+        scores = (self.word_scores if by_word else self.scores).float().numpy()
+        undefined = ~(self.word_defined if by_word else self.defined).numpy()
         if scores.ndim == 2:
             scores = scores[..., None]
         labels = [f"layer {k}" for k in self.layers] if self.layers is not None else [f"layer {self.layer}"]
@@ -218,29 +271,44 @@ class GenerationAttribution:
             out.append((f"{self.method}, {label}", matrix))
         return out
 
-    def plot(self, path: Optional[PathLike] = None, dpi: int = 120) -> Figure:
+    def _columns(self, by_word: bool) -> Tuple[List[str], List[bool]]:
+        r"""The column labels and whether each is in the prompt."""
+        if by_word:
+            assert self.words is not None
+            return list(self.words), self.word_in_prompt
+        return self.source_tokens, [j < self.prompt_length for j in range(len(self.source_tokens))]
+
+    def plot(self, path: Optional[PathLike] = None, dpi: int = 120, words: Optional[bool] = None) -> Figure:
         r"""
-        Steps x sources heatmaps, one panel per layer; each panel's colour scale
-        spans its own defined cells, the prompt's end marked by a line.
+        Steps x sources heatmaps, one panel per layer; keep probabilities on
+        0..1, other scores on the panel's own range, the prompt's end marked by
+        a line.
+
+        Args:
+
+            path (str or Path, optional): where to save the PNG. Default: None
+            dpi (int, optional): its resolution. Default: 120
+            words (bool, optional): columns are words or tokens, as in
+                        :meth:`matrices`. Default: None
 
         Returns:
             *Figure* (saved as PNG at ``path`` when given).
         """
-        panels = self.matrices()
-        sources, steps = len(self.source_tokens), len(self.step_tokens)
+        by_word = self._by_word(words)
+        panels = self.matrices(by_word)
+        labels, in_prompt = self._columns(by_word)
+        sources, steps = len(labels), len(self.step_tokens)
         width, height = max(4.0, 0.35 * sources + 2.0), max(1.6, 0.3 * steps + 1.2)
         figure = Figure(figsize=(width, height * len(panels)))
         FigureCanvasAgg(figure)
         for index, (title, matrix) in enumerate(panels):
             axes = figure.add_subplot(len(panels), 1, index + 1)
-            # probabilities (DiffMask's keep) on [0, 1]; other scores on their own range
-            unit = bool(np.nanmin(matrix) >= 0 and np.nanmax(matrix) <= 1)
             image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap="viridis",
-                                vmin=0.0 if unit else None, vmax=1.0 if unit else None)
-            axes.axvline(self.prompt_length - 0.5, color="white", linewidth=1.0)
+                                vmin=0.0 if self.probabilities else None, vmax=1.0 if self.probabilities else None)
+            axes.axvline(sum(in_prompt) - 0.5, color="white", linewidth=1.0)
             axes.set_title(title, fontsize=9)
             axes.set_xticks(range(sources))
-            axes.set_xticklabels(self.source_tokens, rotation=90, fontsize=7)
+            axes.set_xticklabels(labels, rotation=90, fontsize=7)
             axes.set_yticks(range(steps))
             axes.set_yticklabels(self.step_tokens, fontsize=7)
             axes.set_xlabel("source token")
@@ -249,24 +317,34 @@ class GenerationAttribution:
         figure.tight_layout()
         return save_figure(figure, path, dpi=dpi)
 
-    def to_html(self, path: Optional[PathLike] = None) -> str:
+    def to_html(self, path: Optional[PathLike] = None, words: Optional[bool] = None) -> str:
         r"""
         A self-contained HTML page (inline styles, no script, no external file):
         per layer, a table of steps x sources whose cells are shaded by the score
-        scaled to the row's largest absolute value, and hold it in their tooltip.
+        (keep probabilities on their absolute 0..1 scale, other scores over the
+        row's largest magnitude) and hold it in their tooltip.
+
+        Args:
+
+            path (str or Path, optional): where to write the page. Default: None
+            words (bool, optional): columns are words or tokens, as in
+                        :meth:`matrices`. Default: None
 
         Returns:
             *str*: the page (also written to ``path`` when given).
         """
+        by_word = self._by_word(words)
         title = html.escape(f"{self.method}: attributions of {len(self.step_tokens)} generated tokens")
+        scale = "the keep probability (0..1)" if self.probabilities else "the score over the row's largest magnitude"
         parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>",
                  "<body style='font-family:sans-serif'>", f"<h2>{title}</h2>",
-                 "<p>Rows: generated tokens, in order. Columns: the prompt (bold) and the tokens generated "
-                 "before. Shade: the score over the row's largest absolute score (blue positive, red "
+                 f"<p>Rows: generated tokens, in order. Columns: the prompt (bold) and the "
+                 f"{'words' if by_word else 'tokens'} generated before. Shade: {scale} (blue positive, red "
                  "negative); a blank cell comes after its step.</p>"]
-        for label, matrix in self.matrices():
+        labels, in_prompt = self._columns(by_word)
+        for label, matrix in self.matrices(by_word):
             parts.append(f"<h3>{html.escape(label)}</h3>")
-            parts.append(self._html_table(matrix))
+            parts.append(self._html_table(matrix, labels, in_prompt))
         parts.append("</body></html>\n")
         page = "\n".join(parts)
         if path is not None:
@@ -274,14 +352,14 @@ class GenerationAttribution:
                 handle.write(page)
         return page
 
-    def _html_table(self, matrix: np.ndarray) -> str:
+    def _html_table(self, matrix: np.ndarray, labels: Sequence[str], in_prompt: Sequence[bool]) -> str:
         head = "".join(
-            f"<th style='padding:2px 4px;{'font-weight:bold' if j < self.prompt_length else 'font-weight:normal'}'>"
-            f"{html.escape(token)}</th>" for j, token in enumerate(self.source_tokens))
+            f"<th style='padding:2px 4px;{'font-weight:bold' if prompt else 'font-weight:normal'}'>"
+            f"{html.escape(label)}</th>" for label, prompt in zip(labels, in_prompt))
         rows = [f"<tr><th></th>{head}</tr>"]
         for step, token in enumerate(self.step_tokens):
             values = matrix[step]
-            scale = np.nanmax(np.abs(values)) if np.isfinite(values).any() else 0.0
+            scale = 1.0 if self.probabilities else np.nanmax(np.abs(values)) if np.isfinite(values).any() else 0.0
             cells = "".join(_html_cell(value, scale) for value in values)
             rows.append(f"<tr><th style='text-align:right;padding:2px 4px'>{html.escape(token)}</th>{cells}</tr>")
         return "<table style='border-collapse:collapse;font-size:12px'>" + "".join(rows) + "</table>"
@@ -331,8 +409,10 @@ def attribute_generation(
         continuation (Tensor or list of int, optional): the tokens to attribute
                     instead of the greedy ones (e.g. from ``model.generate`` with
                     sampling). Default: None
-        tokenizer (optional): tokenises a string prompt, and turns ids into token
-                    strings for the plot and HTML. Default: None
+        tokenizer (optional): tokenises a string prompt, turns ids into token
+                    strings and the sources into words (whitespace-delimited:
+                    :func:`~captum_diffmask.text.decoded_words`) for the
+                    result's word scores, plot and HTML. Default: None
         eos_token_id (int, optional): greedy generation stops after it. Default: None
         batch_size (int, optional): prefixes per ``attribute`` call. Default: 16
         **attribute_options: passed to ``method.attribute`` (e.g. ``n_steps``).
@@ -354,9 +434,11 @@ def attribute_generation(
     scores, defined = _align(chunks, len(prompt_ids), len(generated))
     tokens = (list(tokenizer.convert_ids_to_tokens(sequence.tolist())) if tokenizer is not None
               else [str(i) for i in sequence.tolist()])
+    word_ids, words = decoded_words(tokenizer, sequence[:-1].tolist()) if tokenizer is not None else (None, None)
     layers = list(range(scores.shape[-1])) if scores.dim() == 3 else None
     return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, type(method).__name__,
-                                 layers, None if layers is not None else layer)
+                                 layers, None if layers is not None else layer, word_ids, words,
+                                 bool(getattr(method, "scores_are_probabilities", False)))
 
 
 def _attribute_prefixes(

@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -86,6 +86,53 @@ def piece_words(tokenizer: Any, tokens: Sequence[str], word_ids: Sequence[Option
     words = sorted({w for w in word_ids if w is not None})
     return [tokenizer.convert_tokens_to_string([t for t, w in zip(tokens, word_ids) if w == word]).strip()
             for word in words]
+
+
+def decoded_words(tokenizer: Any, ids: Sequence[int]) -> Tuple[List[Optional[int]], List[str]]:
+    r"""
+    Words of a sequence of ids by what its pieces decode to, for text that no
+    tokenizer call produced (a generation): a piece starts a new word when its
+    decoded text starts with whitespace or follows a piece that ended with it
+    (GPT-2's ``Ġ``, SentencePiece's ``▁``, a WordPiece without ``##``).
+    Punctuation joins the word it touches: words are whitespace-delimited.
+
+    Args:
+
+        tokenizer: a Hugging Face tokenizer (``convert_ids_to_tokens``,
+                    ``convert_tokens_to_string``).
+        ids (sequence of int): T token ids.
+
+    Returns:
+        *tuple* ``(word_ids, words)``: the word of each of the T tokens (None
+        for special tokens and pieces that decode to whitespace only), and
+        each word's text.
+    """
+    # an unknown piece is still a word of the text
+    special = set(getattr(tokenizer, "all_special_ids", []) or []) - {getattr(tokenizer, "unk_token_id", None)}
+    tokens = tokenizer.convert_ids_to_tokens(list(ids))
+    word_ids: List[Optional[int]] = []
+    words: List[str] = []
+    run: List[str] = []  # the pieces since the last special token, decoded together
+    decoded, boundary = "", True
+    for identifier, token in zip(ids, tokens):
+        if identifier in special:
+            word_ids.append(None)
+            run, decoded, boundary = [], "", True
+            continue
+        run.append(token)
+        text = tokenizer.convert_tokens_to_string(run)
+        piece = text[len(os.path.commonprefix([decoded, text])):]
+        decoded = text
+        if not piece.strip():
+            word_ids.append(None)
+            boundary = True
+            continue
+        if boundary or piece[0].isspace():
+            words.append("")
+        words[-1] += piece
+        word_ids.append(len(words) - 1)
+        boundary = piece[-1].isspace()
+    return word_ids, [word.strip() for word in words]
 
 
 @dataclass

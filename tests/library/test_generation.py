@@ -110,3 +110,53 @@ def test_a_tokenizers_output_of_one_sequence_is_a_prompt():
     from_mapping = attribute_generation(model, RandomAttribution(model), {"input_ids": ids}, max_new_tokens=2)
     from_ids = attribute_generation(model, RandomAttribution(model), PROMPT, max_new_tokens=2)
     assert torch.equal(from_mapping.scores, from_ids.scores)
+
+
+def test_generation_words_merge_each_steps_pieces_by_the_methods_rule():
+    from tiny_models import tiny_wordpiece
+
+    tokenizer = tiny_wordpiece(["the", "cat", "##s", "sat"])  # ids 5..8
+    model = tiny_causal_lm("gpt2")
+    prompt = "the cats sat"  # [CLS] the cat ##s sat [SEP]
+    continuation = [6, 7, 5]  # cat ##s the: the sources end with "cat ##s", one more word
+    occlusion = attribute_generation(model, Occlusion(model), prompt, continuation=continuation, tokenizer=tokenizer)
+    assert occlusion.words == ["the", "cats", "sat", "cats"] and occlusion.word_in_prompt == [True, True, True, False]
+    assert occlusion.word_ids == [None, 0, 1, 1, 2, None, 3, 3]
+    words = occlusion.word_scores
+    assert words.shape == (3, 4)
+    assert torch.allclose(words[:, 1], occlusion.scores[:, 2] + occlusion.scores[:, 3])  # attributions add up
+    assert torch.allclose(words[:, 2], occlusion.scores[:, 4])
+    # step 0 sees the prompt only; step 1 sees "cat" of the last word, step 2 all of it
+    assert occlusion.word_defined[:, 3].tolist() == [False, True, True]
+
+    dm = DiffMask(model, mode="input")
+    sequence = tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist() + continuation
+    dm.fit(prefix_batches([torch.tensor(sequence)], prompt_lengths=2), max_steps=2, seed=0,
+           until_converged=False, verbose=False)
+    masks = attribute_generation(model, dm, prompt, continuation=continuation, tokenizer=tokenizer)
+    assert masks.probabilities and not occlusion.probabilities
+    assert torch.allclose(masks.word_scores[:, 1], masks.scores[:, 2:4].max(1).values)  # a keep is not additive
+
+
+def test_generation_views_show_words_and_draw_probabilities_on_their_own_scale(tmp_path):
+    from captum_diffmask.generation import GenerationAttribution
+
+    def result(probabilities, word_ids=None, words=None):
+        scores = torch.tensor([[0.01, 0.02, 0.0], [0.01, 0.02, 0.02]])
+        defined = torch.tensor([[True, True, False], [True, True, True]])
+        return GenerationAttribution(torch.arange(4), 2, scores, defined, ["an", "##t", "x", "y"], "M",
+                                     None, 0, word_ids, words, probabilities)
+
+    keep = result(True).to_html(words=False)
+    assert "rgba(0,90,200,0.010)" in keep and "rgba(0,90,200,0.020)" in keep  # a near-empty mask looks empty
+    scaled = result(False).to_html(words=False)
+    assert "rgba(0,90,200,0.500)" in scaled and "rgba(0,90,200,1.000)" in scaled  # row's largest magnitude
+    by_word = result(True, [0, 0, 1], ["ant", "x"])
+    page = by_word.to_html(tmp_path / "words.html")
+    assert ">ant</th>" in page and ">##t</th>" not in page
+    assert by_word.matrices()[0][1].shape == (2, 2) and by_word.matrices(words=False)[0][1].shape == (2, 3)
+    by_word.plot(tmp_path / "words.png")
+    with pytest.raises(ValueError, match="tokenizer="):
+        result(True).to_html(words=True)
+    with pytest.raises(ValueError, match="no words"):
+        result(True).word_scores

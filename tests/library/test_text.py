@@ -148,3 +148,41 @@ def test_a_comparison_of_texts_has_words_merged_by_each_methods_rule(model, toke
     ids_only = compare(model, tokenizer(TEXTS, padding=True, return_tensors="pt")["input_ids"], ["Occlusion"])
     with pytest.raises(ValueError, match="this comparison has no words"):
         ids_only.word_scores("Occlusion")
+
+
+def _byte_level_bpe():
+    r"""A GPT-2-style byte-level BPE tokenizer (``Ġ`` marks a leading space),
+    built in memory: merges for " the" and "cat"."""
+    from tokenizers import Tokenizer, decoders, models
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    merges = [("Ġ", "t"), ("Ġt", "h"), ("Ġth", "e"), ("c", "a"), ("ca", "t")]
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    backend.pre_tokenizer = ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return hf.PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
+
+
+def test_decoded_words_split_at_whitespace_for_byte_level_bpe():
+    from captum_diffmask.text import decoded_words
+
+    bpe = _byte_level_bpe()
+    ids = bpe("cats the cat, sat\nok<|endoftext|>the")["input_ids"]
+    # cat s | Ġthe | Ġ (space only) | cat , | Ġ | s a t | Ċ (newline) | o k | eos | t h e
+    assert bpe.convert_ids_to_tokens(ids)[:4] == ["cat", "s", "Ġthe", "Ġ"]
+    word_ids, words = decoded_words(bpe, ids)
+    assert word_ids == [0, 0, 1, None, 2, 2, None, 3, 3, 3, None, 4, 4, None, 5, 5, 5]
+    assert words == ["cats", "the", "cat,", "sat", "ok", "the"]
+
+
+def test_decoded_words_follow_wordpiece_continuations_and_keep_unknown_words(tokenizer):
+    from captum_diffmask.text import decoded_words
+
+    ids = tokenizer("a film with lovely performances zzz")["input_ids"]  # zzz is [UNK]
+    word_ids, words = decoded_words(tokenizer, ids)
+    assert words == ["a", "film", "with", "lovely", "performances", "[UNK]"]
+    assert word_ids == [None, 0, 1, 2, 3, 4, 4, 5, None]
