@@ -249,6 +249,12 @@ class SiteAttribution(Attribution):
         r"""L, the number of blocks: the sites are ``input``, ``hidden.0`` .. ``hidden.L``."""
         return self.locator.num_layers
 
+    @property
+    def site_names(self) -> List[str]:
+        r"""The names of the model's sites in the order a forward pass runs them
+        (the input, then each block's output)."""
+        return list(self.locator.names)
+
     def attribute_future(self) -> None:
         raise NotImplementedError(f"attribute_future is not implemented for {type(self).__name__}")
 
@@ -292,7 +298,7 @@ class SiteAttribution(Attribution):
         mask = self.model_forward.padding_mask(ids, extra)
         return PreparedCall(ids, extra, mask, site, was_tuple, input_device=device)
 
-    def _prepare_batch(self, batch: Any, layer: Any, argument: str) -> PreparedCall:
+    def prepare_batch(self, batch: Any, layer: Any, argument: str) -> PreparedCall:
         r""":meth:`_prepare` for a data-loader batch (see :mod:`captum_diffmask.batches`)."""
         ids, extra = self.model_forward.split_batch(batch)
         return self._prepare(ids, extra, layer, argument)
@@ -307,7 +313,7 @@ class SiteAttribution(Attribution):
         scores = (scores.detach().float() * mask).to(call.input_device or scores.device)
         return (scores,) if call.was_tuple else scores
 
-    def _capture(
+    def capture(
         self, call: PreparedCall, names: Optional[Iterable[str]] = None, stop_early: bool = False
     ) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
         r"""
@@ -316,7 +322,7 @@ class SiteAttribution(Attribution):
 
         With partial re-runs (``rerun == "partial"``) and a whole pass, it also
         records every site module's output into ``call`` for
-        :meth:`_replaced_logits`. ``stop_early`` ends the pass as soon as the
+        :meth:`replaced_logits`. ``stop_early`` ends the pass as soon as the
         sites are read (no logits, nothing recorded).
 
         Returns:
@@ -374,9 +380,9 @@ class SiteAttribution(Attribution):
                 f"in {model}; " + _HOW_TO_PASS_SITES)
         self._sites_checked = True
 
-    def _replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
+    def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
         r"""Logits with sites replaced; gradients flow into the replacements. After
-        :meth:`_capture` on the same ids (or on ids that Captum repeated along the
+        :meth:`capture` on the same ids (or on ids that Captum repeated along the
         batch), the sites before the first replaced one are not recomputed."""
         reused: Dict[str, Any] = {}
         if call.module_outputs is not None and call.captured_ids is not None:

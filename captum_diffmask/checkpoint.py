@@ -7,13 +7,10 @@ import hashlib
 import os
 import pickle
 import zipfile
-from typing import TYPE_CHECKING, Any, Dict, Union
+from typing import Any, Dict, Mapping, Sequence, Union
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .diffmask import DiffMask
 
 #: The current format; format 1 (no weights fingerprint) still loads.
 CHECKPOINT_FORMAT = 2
@@ -37,21 +34,36 @@ def weights_fingerprint(model: nn.Module) -> str:
     return hashlib.sha1("|".join(parts).encode()).hexdigest()
 
 
-def save_checkpoint(explainer: "DiffMask", path: Union[str, os.PathLike]) -> None:
-    r"""Writes ``explainer``'s probe, baselines and multipliers with what identifies
-    its model: the sites, the parameter shapes and a fingerprint of the weights."""
-    assert explainer.probe is not None and explainer.lambdas is not None
+def save_checkpoint(
+    path: Union[str, os.PathLike], model: nn.Module, sites: Sequence[Sequence[str]], config: Mapping[str, Any],
+    site_sizes: Mapping[str, int], probe: nn.Module, lambdas: nn.Module, fitted_layers: Sequence[int],
+) -> None:
+    r"""
+    Writes a fitted probe, its baselines and multipliers with what identifies
+    its model: the sites, the parameter shapes and a fingerprint of the weights.
+
+    Args:
+
+        path (str or PathLike): the file to write.
+        model (nn.Module): the analysed model.
+        sites (sequence): the model's sites as ``SiteLocator.describe()`` gives them.
+        config (dict): the explainer's options that shape the probe.
+        site_sizes (dict): site name -> H.
+        probe (nn.Module): the gate networks and baselines.
+        lambdas (nn.Module): the Lagrange multipliers.
+        fitted_layers (sequence of int): the layers a fit trained.
+    """
     torch.save(
         {
             "format": CHECKPOINT_FORMAT,
-            "config": explainer._config(),
-            "site_sizes": dict(explainer.site_sizes),
-            "sites": [list(s) for s in explainer.locator.describe()],
-            "model_signature": model_signature(explainer.model),
-            "weights": weights_fingerprint(explainer.model),
-            "probe": explainer.probe.state_dict(),
-            "lambdas": explainer.lambdas.state_dict(),
-            "fitted_layers": list(explainer.fitted_layers),
+            "config": dict(config),
+            "site_sizes": dict(site_sizes),
+            "sites": [list(s) for s in sites],
+            "model_signature": model_signature(model),
+            "weights": weights_fingerprint(model),
+            "probe": probe.state_dict(),
+            "lambdas": lambdas.state_dict(),
+            "fitted_layers": list(fitted_layers),
         },
         path,
     )
@@ -74,17 +86,19 @@ def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     return checkpoint
 
 
-def check_model(checkpoint: Dict[str, Any], explainer: "DiffMask", check_weights: bool) -> None:
-    r"""Refuses a checkpoint fitted on another model: other sites, other parameter
-    shapes, or (``check_weights``) other parameter values."""
+def check_model(checkpoint: Dict[str, Any], model: nn.Module, sites: Sequence[Sequence[str]], check_weights: bool) -> None:
+    r"""Refuses a checkpoint fitted on another model than ``model`` (whose sites
+    are ``sites``, as ``SiteLocator.describe()`` gives them): other sites, other
+    parameter shapes, or (``check_weights``) other parameter values."""
     saved_sites = [tuple(s) for s in checkpoint["sites"]]
-    if saved_sites != explainer.locator.describe():
+    sites = [tuple(s) for s in sites]
+    if saved_sites != sites:
         raise ValueError(f"model: the checkpoint was fitted on a model with sites {saved_sites}, "
-                         f"this model has {explainer.locator.describe()}")
-    if checkpoint["model_signature"] != model_signature(explainer.model):
+                         f"this model has {sites}")
+    if checkpoint["model_signature"] != model_signature(model):
         raise ValueError("model: the checkpoint was fitted on another model (its parameter shapes differ from "
-                         f"those of this {type(explainer.model).__name__})")
+                         f"those of this {type(model).__name__})")
     saved = checkpoint.get("weights")
-    if check_weights and saved is not None and saved != weights_fingerprint(explainer.model):
+    if check_weights and saved is not None and saved != weights_fingerprint(model):
         raise ValueError("model: the checkpoint was fitted on a model with other weights (same architecture, "
                          "other parameter values); pass check_weights=False to load it anyway")

@@ -14,9 +14,9 @@ from .attribution import (
 )
 from .checkpoint import check_model, read_checkpoint, save_checkpoint
 from .distributed import is_main_process
-from .convergence import Convergence
-from .fitting import FitOptions, InitBaseline, run_fit
+from .fitting import fit_options, FitOptions, run_fit, signed_with_options
 from .forward import Batch, frozen, model_device
+from .gates import Gates, layer_sites
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
@@ -188,7 +188,7 @@ class DiffMask(SiteAttribution):
     def _check_fitted(self) -> None:
         if not self.is_fitted:
             raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
-        self._follow_model()
+        self.follow_model()
 
     def _check_layers_fitted(self, layers: Sequence[int]) -> None:
         missing = [k for k in layers if k not in self.fitted_layers]
@@ -198,7 +198,7 @@ class DiffMask(SiteAttribution):
                 f"is untrained: pass one of the fitted layers, or fit(..., layers={sorted(set(self.fitted_layers) | set(missing))})"
             )
 
-    def _follow_model(self) -> None:
+    def follow_model(self) -> None:
         r"""The probe, baselines and multipliers on the model's device (a model moved
         after the fit takes them along)."""
         device = model_device(self.model)
@@ -219,21 +219,25 @@ class DiffMask(SiteAttribution):
             *DiffMask*: itself.
         """
         self.model.to(device)
-        self._follow_model()
+        self.follow_model()
         return self
 
-    # -------------------------------------------------------------- internals
-    def _needed_sites(self, layer: Optional[int]) -> List[str]:
-        last = self.num_layers if layer is None else layer
-        if self.mode == "input":
-            return ["input"] + [f"hidden.{j}" for j in range(last + 1)]
-        if layer is None:
-            return [f"hidden.{j}" for j in range(self.num_layers + 1)]
-        return [f"hidden.{layer}"]
+    # ------------------------------------------- what the fit (fitting.py) uses
+    def build_probe(self, states: Dict[str, Tensor], mask: Tensor, reduce: Optional[Reduce] = None) -> None:
+        r"""
+        Creates the probe and multipliers from the site sizes of a fit's first
+        batch, and starts the baselines at the batch's mean states.
 
-    def _build(self, states: Dict[str, Tensor], mask: Tensor, reduce: Optional[Reduce] = None) -> None:
-        r"""Creates the probe from the site sizes seen in the first batch (its
-        statistics over every process's batch with ``reduce``)."""
+        Args:
+
+            states (dict): site name -> (B, T, H) activations of every site.
+            mask (Tensor): (B, T) padding mask (1 = real token).
+            reduce (callable, optional): sums the statistics over every process's
+                        batch (a distributed fit). Default: None
+
+        Raises:
+            ValueError naming ``sites`` when a site does not hold (B, T, H) states.
+        """
         paths = {name: path for name, path, _ in self.locator.describe()}
         for name, state in states.items():
             if state.dim() != 3 or state.shape[:2] != mask.shape:
@@ -247,9 +251,17 @@ class DiffMask(SiteAttribution):
         assert self.probe is not None
         self.probe.init_baselines(states, mask, reduce)
 
-    def _restore(self, site_sizes: Mapping[str, int], probe: Mapping[str, Any], lambdas: Mapping[str, Any]) -> None:
-        r"""Rebuilds the probe and multipliers for ``site_sizes`` and loads their
-        states (a checkpoint's, or a fit state's)."""
+    def restore_probe(self, site_sizes: Mapping[str, int], probe: Mapping[str, Any], lambdas: Mapping[str, Any]) -> None:
+        r"""
+        Rebuilds the probe and multipliers for ``site_sizes`` and loads their
+        states (a checkpoint's, or a fit state's).
+
+        Args:
+
+            site_sizes (dict): site name -> H.
+            probe (dict): the probe's ``state_dict``.
+            lambdas (dict): the multipliers' ``state_dict``.
+        """
         self.site_sizes = dict(site_sizes)
         self._make_modules()
         assert self.probe is not None and self.lambdas is not None
@@ -281,16 +293,6 @@ class DiffMask(SiteAttribution):
         hidden mode, and input mode with ``votes="per_depth"``."""
         return self.mode == "hidden" or self.votes == "per_depth"
 
-    def _gate_logits(self, states: Dict[str, Tensor], layer: int) -> Tensor:
-        r"""(B, T, layer + 1) vote logits of depth ``layer`` (input mode), (B, T)
-        gate logits (hidden mode). The networks a call needs are evaluated
-        together, in one batched call."""
-        assert self.probe is not None
-        if self.mode == "input":
-            hidden = [states[f"hidden.{j}"] for j in range(layer + 1)]
-            return self.probe(states["input"], hidden)
-        return self.probe(states[f"hidden.{layer}"], layer)
-
     def scored(self, layer: Any) -> str:
         r"""What ``attribute(..., layer=layer)`` scores: input mode scores the
         input tokens at every depth (as a probe reading up to depth k judges
@@ -300,9 +302,6 @@ class DiffMask(SiteAttribution):
             return "every layer"
         return f"input (probe read to depth {layer})" if self.mode == "input" else site
 
-    def _hard_concrete(self, logits: Tensor) -> HardConcrete:
-        return HardConcrete(logits, self.temperature, self.stretch)
-
     def _site(self, layer: Any) -> Optional[str]:
         r"""The site the gates of ``layer`` replace: ``input`` (input mode) or
         ``hidden.k``; None for every layer."""
@@ -310,12 +309,14 @@ class DiffMask(SiteAttribution):
             return None
         return "input" if self.mode == "input" else f"hidden.{layer}"
 
-    def _masked_site(self, layer: int) -> Tuple[str, Tensor]:
-        r"""The site the gates of ``layer`` replace, and its baseline (H,)."""
-        assert self.probe is not None
-        if self.mode == "input":
-            return "input", self.probe.baseline(layer)
-        return f"hidden.{layer}", self.probe.baselines[layer]
+    @property
+    def gates(self) -> Gates:
+        r"""The fitted probe's gates (:class:`~captum_diffmask.gates.Gates`):
+        sampled by the fit, in closed form for ``attribute``, noise-free for the
+        evaluation."""
+        if self.probe is None:
+            raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
+        return Gates(self.probe, self.mode, self.temperature, self.stretch)
 
     def learned_baseline(self, layer: int) -> Tensor:
         r"""
@@ -330,40 +331,17 @@ class DiffMask(SiteAttribution):
             *Tensor* (H,) of the replaced site, detached.
         """
         self._check_fitted()
-        return self._masked_site(check_layer(layer, self.num_layers))[1].detach()
+        return self.gates.masked_site(check_layer(layer, self.num_layers))[1].detach()
 
     # -------------------------------------------------------------------- fit
+    @signed_with_options
     def fit(
         self,
         dataloader: Iterable[Batch],
-        epochs: Optional[int] = None,
-        eps: float = 0.1,
-        lr: float = 3e-3,
-        lr_baseline: float = 1e-3,
-        lr_lambda: Union[None, float, Sequence[float]] = None,
-        layers: Optional[Sequence[int]] = None,
-        max_steps: Optional[int] = None,
-        seed: Optional[int] = None,
-        verbose: bool = True,
-        optimizer: str = "adam",
-        validation: Optional[Iterable[Batch]] = None,
-        eps_valid: Optional[float] = None,
-        agreement_valid: float = 0.0,
-        multiplier: str = "pi",
-        until_converged: bool = True,
-        convergence: Optional[Convergence] = None,
-        init_baseline: InitBaseline = None,
-        activations: str = "all",
-        layers_per_batch: str = "all",
-        lagrangian: str = "plain",
-        constraint: str = "deployed",
-        controller: Optional[Dict[str, float]] = None,
-        precision: str = "float32",
-        vote_sampling: str = "joint",
-        freeze_converged: bool = True,
-        checkpoint: Optional[Union[str, os.PathLike]] = None,
-        checkpoint_every: int = 100,
+        options: Union[None, FitOptions, Mapping[str, Any]] = None,
+        *,
         tokenizer: Any = None,
+        **overrides: Any,
     ) -> List[Dict[str, Any]]:
         r"""
         Trains the probe and the baselines (the model stays frozen) until every
@@ -373,7 +351,7 @@ class DiffMask(SiteAttribution):
         layer, ``layers_per_batch="one"``): it samples the gates, replaces the
         site by ``z * h + (1 - z) * b`` and descends the Lagrangian
         ``L0 + lambda_k * (mean KL - eps)`` (``docs/guide/diffmask.md``). The fit stops
-        once every trained layer has converged (:class:`Convergence`); ``epochs``
+        once every trained layer has converged (:class:`~captum_diffmask.convergence.Convergence`); ``epochs``
         and ``max_steps`` are caps. A layer left unconverged (the cap reached, the
         constraint violated, every gate open with the constraint slack, or every
         gate closed) is named in a :class:`DiffMaskConvergenceWarning` with its
@@ -388,20 +366,20 @@ class DiffMask(SiteAttribution):
                         strings or a ``pathlib.Path`` of a file of them
                         (:func:`~captum_diffmask.text.text_batches`, 16 a batch;
                         pass a DataLoader of tokenised batches for other sizes).
-            epochs, eps, lr, lr_baseline, lr_lambda, layers, max_steps, seed,
-            verbose, optimizer, validation, eps_valid, agreement_valid,
-            multiplier, until_converged, convergence, init_baseline, activations,
-            layers_per_batch, lagrangian, constraint, controller,
-            precision, vote_sampling, freeze_converged, checkpoint,
-            checkpoint_every: the options of the fit, each documented in
+            options (FitOptions or dict, optional): the options of the fit, each
+                        documented once, in
                         :class:`~captum_diffmask.fitting.FitOptions` (defaults: eps
                         0.1, Adam at lr 3e-3, baselines at 1e-3, the PI multiplier on
                         the deployed read-out's constraint, every layer on every
                         batch, each layer whose probe is its own frozen once
                         converged, run to convergence within the criterion's
                         budget; with ``checkpoint`` a file to resume from).
+                        Default: None (the defaults)
             tokenizer (optional): tokenises ``dataloader`` when it holds texts.
                         Default: None
+            **overrides: any option of :class:`~captum_diffmask.fitting.FitOptions`
+                        by name (``eps=0.05, max_steps=500``), over ``options``;
+                        an unknown name is an error that names it.
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it: the means of
@@ -413,19 +391,10 @@ class DiffMask(SiteAttribution):
             ``valid_kl``, ``valid_l0``, ``valid_agreement``, ``valid_seconds``
             and ``selected`` (True on the rows of the restored epoch).
         """
-        options = FitOptions(
-            epochs=epochs, eps=eps, lr=lr, lr_baseline=lr_baseline, lr_lambda=lr_lambda, layers=layers,
-            max_steps=max_steps, seed=seed, verbose=verbose, optimizer=optimizer, validation=validation,
-            eps_valid=eps_valid, agreement_valid=agreement_valid, multiplier=multiplier,
-            until_converged=until_converged, convergence=convergence, init_baseline=init_baseline,
-            activations=activations, layers_per_batch=layers_per_batch,
-            lagrangian=lagrangian, constraint=constraint, controller=controller,
-            precision=precision, vote_sampling=vote_sampling, freeze_converged=freeze_converged,
-            checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-        )
+        chosen = fit_options(options, overrides)
         if tokenizer is not None:
             dataloader = text_batches(dataloader, tokenizer)
-        return run_fit(self, dataloader, options)
+        return run_fit(self, dataloader, chosen)
 
     # -------------------------------------------------------------- attribute
     @attribution_call
@@ -461,41 +430,17 @@ class DiffMask(SiteAttribution):
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
         call = self._prepare(inputs, additional_forward_args, layer)
         self._check_layers_fitted(range(self.num_layers + 1) if layer is None else [layer])
-        states, _ = self._capture(call, self._needed_sites(layer), stop_early=True)
+        states, _ = self.capture(call, layer_sites(self.mode, layer, self.num_layers), stop_early=True)
         for name, state in states.items():
             if not bool(torch.isfinite(state).all()):
                 raise FloatingPointError(f"DiffMask.attribute: the model's {name} states are not finite (NaN or inf)")
         with torch.no_grad():
-            keep = self._keep_probabilities(states, layer)
+            gates = self.gates
+            keep = (gates.keep_probabilities_every_layer(states, self.num_layers) if layer is None
+                    else gates.keep_probabilities(states, layer))
         return self._finish(keep, call)
 
-    def _keep_probabilities(self, states: Dict[str, Tensor], layer: Optional[int]) -> Tensor:
-        r"""(B, T) ``P(z != 0)`` at ``layer`` (input mode: of every vote of that
-        depth), or (B, T, L + 1) at every layer when ``layer`` is None."""
-        assert self.probe is not None
-        if layer is not None:
-            log_keep = self._hard_concrete(self._gate_logits(states, layer)).log_prob_nonzero()
-            return (log_keep.sum(-1) if self.mode == "input" else log_keep).exp()
-        every = range(self.num_layers + 1)
-        hidden = [states[f"hidden.{j}"] for j in every]
-        if self.mode == "hidden":
-            return self._hard_concrete(self.probe.layers(hidden, every)).prob_nonzero()
-        votes = self.probe.every_depth(states["input"], hidden)
-        return torch.stack([self._hard_concrete(v).log_prob_nonzero().sum(-1).exp() for v in votes], -1)
-
     # ------------------------------------------------------------- evaluation
-    def _deterministic_gates(self, states: Dict[str, Tensor], layer: int, rule: str) -> Tensor:
-        r"""(B, T) noise-free gates of ``layer``: ``"threshold"`` keeps a position
-        when its attribution (``P(z != 0)``; input mode: of every vote up to
-        ``layer``) exceeds 0.5; ``"louizos"`` is the clamped test-time gate
-        (input mode: the product of the votes' gates)."""
-        if rule == "threshold":
-            return (self._keep_probabilities(states, layer) > 0.5).float()
-        if rule != "louizos":
-            raise ValueError(f"rule must be 'threshold' or 'louizos', got {rule!r}")
-        gates = self._hard_concrete(self._gate_logits(states, layer)).deterministic_gate("louizos")
-        return gates.prod(-1) if self.mode == "input" else gates
-
     @torch.no_grad()
     def masked_forward(
         self,
@@ -565,13 +510,13 @@ class DiffMask(SiteAttribution):
     ) -> Dict[int, Tuple[Tensor, Tensor, Tensor]]:
         r"""One capture pass, then for each layer its deterministic gates and the
         masked logits (only the part after the site re-run where possible)."""
-        states, original = self._capture(call, self.locator.names)
+        states, original = self.capture(call, self.locator.names)
         assert original is not None
-        results = {}
+        results, read_out = {}, self.gates
         for k in layers:
-            gates = self._deterministic_gates(states, k, rule)
-            site, baseline = self._masked_site(k)
-            masked = self._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline)})
+            gates = read_out.deterministic(states, k, rule)
+            site, baseline = read_out.masked_site(k)
+            masked = self.replaced_logits(call, {site: mix_baseline(states[site], gates, baseline)})
             results[k] = (gates, masked, original)
         return results
 
@@ -610,7 +555,7 @@ class DiffMask(SiteAttribution):
         sums = {k: {"kl": 0.0, "agreement": 0.0, "kept": 0.0} for k in layers}
         examples, positions = 0, 0.0
         for batch in dataloader:
-            call = self._prepare_batch(batch, None, "validation batch")
+            call = self.prepare_batch(batch, None, "validation batch")
             mask = call.mask.float()
             with torch.no_grad():
                 for k, (gates, masked, original) in self._masked_batch(call, layers, rule).items():
@@ -628,7 +573,10 @@ class DiffMask(SiteAttribution):
         }
 
     # ------------------------------------------------------------ checkpoints
-    def _config(self) -> Dict[str, Any]:
+    def config(self) -> Dict[str, Any]:
+        r"""The constructor's options that shape the probe (JSON-ready): what a
+        checkpoint and a fit state are written with, and a loaded one is built
+        from."""
         return {
             "mode": self.mode,
             "temperature": self.temperature,
@@ -656,7 +604,9 @@ class DiffMask(SiteAttribution):
         if not self.is_fitted:
             raise ValueError("DiffMask is not fitted: nothing to save")
         if is_main_process():  # under torch.distributed every rank holds the same probe
-            save_checkpoint(self, path)
+            assert self.probe is not None and self.lambdas is not None
+            save_checkpoint(path, self.model, self.locator.describe(), self.config(), self.site_sizes, self.probe,
+                            self.lambdas, self.fitted_layers)
 
     @classmethod
     def load(
@@ -693,8 +643,8 @@ class DiffMask(SiteAttribution):
         config["stretch"] = tuple(config["stretch"])
         config.setdefault("votes", "tied")  # written before per-depth votes existed
         explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg, **config)
-        check_model(checkpoint, explainer, check_weights)
-        explainer._restore(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
+        check_model(checkpoint, explainer.model, explainer.locator.describe(), check_weights)
+        explainer.restore_probe(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
         # written before fitted layers were recorded: every layer, as then
         explainer.fitted_layers = list(checkpoint.get("fitted_layers", range(explainer.num_layers + 1)))
         return explainer

@@ -15,6 +15,8 @@ import collections.abc
 import contextlib
 import copy
 import dataclasses
+import difflib
+import inspect
 import itertools
 import logging
 import math
@@ -22,7 +24,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -37,7 +39,7 @@ from .distributed import (
     shared_seed, shared_uniform, sharded,
 )
 from .forward import Batch, frozen
-from .hard_concrete import HardConcrete
+from .gates import Gates, VOTE_SAMPLING
 from .lookahead import Lookahead
 from .objective import (
     example_kl, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction,
@@ -45,9 +47,6 @@ from .objective import (
 from .probes import mix_baseline
 from .resume import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
 from .rng import preserved_rng
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .diffmask import DiffMask
 
 #: Where the fit reports its progress: one line per trained layer and epoch, at
 #: INFO, when ``verbose`` (attach a handler, or ``logging.basicConfig(level=logging.INFO)``).
@@ -57,8 +56,6 @@ LOGGER = logging.getLogger("captum_diffmask")
 OPTIMIZERS = ("adam", "rmsprop", "lookahead-rmsprop")
 #: What :class:`FitOptions` ``layers_per_batch`` takes.
 LAYERS_PER_BATCH = ("one", "all")
-#: What :class:`FitOptions` ``vote_sampling`` takes.
-VOTE_SAMPLING = ("product", "joint")
 #: What :class:`FitOptions` ``precision`` takes.
 PRECISIONS = ("float32", "bfloat16")
 #: What :class:`FitOptions` ``constraint`` takes.
@@ -69,6 +66,54 @@ CONTROLLER_SETTINGS = ("kp", "ki", "smoothing", "max_error", "floor")
 DEFAULT_PI_RATE = 0.01
 #: A pinned starting baseline: one (H,) vector (input mode), or layer -> (H,) (hidden mode).
 InitBaseline = Union[None, Tensor, Mapping[int, Tensor]]
+
+
+class Fittable(Protocol):
+    r"""
+    What the fit needs of the explainer it trains (:class:`~captum_diffmask.DiffMask`
+    offers it): the model and its sites, the probe and multipliers with their
+    gates, and the passes that read and replace sites.
+    """
+
+    model: torch.nn.Module
+    mode: str
+    l0: str
+    probe: Optional[torch.nn.Module]
+    lambdas: Optional[LagrangeMultipliers]
+    site_sizes: Dict[str, int]
+    fitted_layers: List[int]
+    convergence: Dict[int, Any]
+
+    @property
+    def num_layers(self) -> int: ...  # noqa: E704 - a protocol's signature
+
+    @property
+    def independent_layers(self) -> bool: ...  # noqa: E704
+
+    @property
+    def gates(self) -> Gates: ...  # noqa: E704
+
+    @property
+    def site_names(self) -> List[str]: ...  # noqa: E704
+
+    def follow_model(self) -> None: ...  # noqa: E704
+
+    def config(self) -> Dict[str, Any]: ...  # noqa: E704
+
+    def prepare_batch(self, batch: Any, layer: Any, argument: str) -> PreparedCall: ...  # noqa: E704
+
+    def capture(self, call: PreparedCall, names: Optional[Iterable[str]] = None,
+                stop_early: bool = False) -> Tuple[Dict[str, Tensor], Optional[Tensor]]: ...  # noqa: E704
+
+    def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Any]) -> Tensor: ...  # noqa: E704
+
+    def build_probe(self, states: Dict[str, Tensor], mask: Tensor, reduce: Any = None) -> None: ...  # noqa: E704
+
+    def restore_probe(self, site_sizes: Mapping[str, int], probe: Mapping[str, Any],
+                      lambdas: Mapping[str, Any]) -> None: ...  # noqa: E704
+
+    def evaluate(self, dataloader: Iterable[Batch], layers: Optional[Sequence[int]] = None,
+                 rule: str = "threshold") -> Dict[int, Dict[str, float]]: ...  # noqa: E704
 
 
 @dataclass
@@ -145,7 +190,7 @@ class FitOptions:
                     ``"product"`` (the authors': the product of k + 1 relaxed
                     vote samples) or ``"joint"`` (one Hard Concrete gate whose
                     ``P(z != 0)`` is the product of the votes' probabilities,
-                    :meth:`HardConcrete.with_prob_nonzero`). Both have the
+                    :meth:`~captum_diffmask.hard_concrete.HardConcrete.with_prob_nonzero`). Both have the
                     same keep probability, L0 and attribution; a product of
                     relaxed samples also shrinks the kept tokens (each factor a
                     little below 1), which the deterministic read-out does not.
@@ -260,6 +305,44 @@ class FitOptions:
         return layers
 
 
+def fit_options(options: Union[None, FitOptions, Mapping[str, Any]], overrides: Mapping[str, Any]) -> FitOptions:
+    r"""
+    The options of a fit: ``options`` (a :class:`FitOptions`, a dict of its
+    fields, or None for the defaults) with ``overrides`` set over them.
+
+    Raises:
+        TypeError naming an unknown option (with the closest known name) or an
+        ``options`` of another type.
+    """
+    if options is None:
+        options = FitOptions()
+    elif isinstance(options, Mapping):
+        overrides, options = {**options, **overrides}, FitOptions()
+    elif not isinstance(options, FitOptions):
+        raise TypeError(f"options must be a FitOptions, a dict of its fields or None, got {type(options).__name__}")
+    known = [f.name for f in dataclasses.fields(FitOptions)]
+    for name in overrides:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "."
+            raise TypeError(f"fit: unknown option {name!r}{hint} The options are FitOptions' fields: {', '.join(known)}")
+    return dataclasses.replace(options, **overrides)
+
+
+def signed_with_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    r"""Gives ``function`` (which takes the options as ``**overrides``) a
+    signature that lists every :class:`FitOptions` field as a keyword-only
+    parameter with its default: ``help()``, editors and the option routing of
+    ``compare`` see the options by name, documented once in :class:`FitOptions`."""
+    signature = inspect.signature(function)
+    kept = [p for p in signature.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in kept}
+    options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+               for f in dataclasses.fields(FitOptions) if f.name not in taken]
+    function.__signature__ = signature.replace(parameters=kept + options)  # type: ignore[attr-defined]
+    return function
+
+
 def _check_int(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -346,12 +429,12 @@ class _FitLoop:
 
 
 # ------------------------------------------------------------------ the fit
-def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOptions) -> List[Dict[str, Any]]:
+def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOptions) -> List[Dict[str, Any]]:
     r"""Trains ``explainer``'s probe as :meth:`DiffMask.fit` documents; returns
     the history and sets ``explainer.convergence``."""
     layers = options.check(explainer.num_layers)
     _check_reiterable(dataloader, options.epochs)
-    explainer._follow_model()
+    explainer.follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
     loop = _FitLoop(options, layers, independent_layers=explainer.independent_layers)
     explainer.fitted_layers = sorted(set(explainer.fitted_layers) | set(loop.trained))
@@ -361,7 +444,7 @@ def run_fit(explainer: "DiffMask", dataloader: Iterable[Batch], options: FitOpti
     with frozen(explainer.model), seeded:
         run = _Run(explainer, loop, selection, saver)
         if saver is not None and saver.exists():
-            run.resume(saver.read(explainer, layers))
+            run.resume(saver.read(explainer.config(), layers))
         if not run.finished:
             run.train(dataloader)
             if selection is not None:
@@ -377,7 +460,7 @@ class _Run:
     r"""One call of the fit: the epochs it trains, where it stands in them, and
     the writes of its state to ``saver`` (with the resumption from it)."""
 
-    def __init__(self, explainer: "DiffMask", loop: _FitLoop, selection: Optional["CheckpointSelection"],
+    def __init__(self, explainer: Fittable, loop: _FitLoop, selection: Optional["CheckpointSelection"],
                  saver: Optional[FitCheckpoint]) -> None:
         self.explainer, self.loop, self.selection, self.saver = explainer, loop, selection, saver
         self.history: List[Dict[str, Any]] = []
@@ -446,7 +529,7 @@ class _Run:
         explainer, (probe_opt, multipliers) = self.explainer, self.loop.optimizers
         assert explainer.probe is not None and explainer.lambdas is not None
         self.saver.write({
-            "config": explainer._config(), "layers": self.loop.layers, "site_sizes": explainer.site_sizes,
+            "config": explainer.config(), "layers": self.loop.layers, "site_sizes": explainer.site_sizes,
             "probe": explainer.probe.state_dict(), "lambdas": explainer.lambdas.state_dict(),
             "probe_optimizer": probe_opt.state_dict(), "multipliers": multipliers.state_dict(),
             "loop": self.loop.state_dict(), "selection": None if self.selection is None else self.selection.best,
@@ -457,7 +540,7 @@ class _Run:
     def resume(self, state: Mapping[str, Any]) -> None:
         r"""Restores a state :meth:`save` wrote."""
         explainer = self.explainer
-        explainer._restore(state["site_sizes"], state["probe"], state["lambdas"])
+        explainer.restore_probe(state["site_sizes"], state["probe"], state["lambdas"])
         self.loop.optimizers = build_optimizers(explainer, self.loop.options)
         self.loop.optimizers[0].load_state_dict(state["probe_optimizer"])
         self.loop.optimizers[1].load_state_dict(state["multipliers"])
@@ -501,7 +584,7 @@ def _log_epoch(epoch: int, epochs: Optional[int], rows: List[Dict[str, Any]]) ->
 
 
 def train_epoch(
-    explainer: "DiffMask", batches: Iterable[Batch], loop: _FitLoop, sums: Optional[Dict[int, Dict[str, float]]] = None,
+    explainer: Fittable, batches: Iterable[Batch], loop: _FitLoop, sums: Optional[Dict[int, Dict[str, float]]] = None,
     after_step: Optional[Callable[[], None]] = None,
 ) -> Dict[int, Dict[str, float]]:
     r"""One pass over ``batches`` (or fewer steps, when the loop ends); the sums
@@ -511,14 +594,14 @@ def train_epoch(
     for batch in batches:
         if loop.done:  # a fit resumed from the step that ended it
             break
-        call = explainer._prepare_batch(batch, None, "dataloader batch")
+        call = explainer.prepare_batch(batch, None, "dataloader batch")
         layers = loop.draw()
         with model_precision(loop.options.precision, call.ids.device):
-            states, original = explainer._capture(call, _sites_to_keep(explainer, max(layers), loop))
+            states, original = explainer.capture(call, _sites_to_keep(explainer, max(layers), loop))
         assert original is not None
         if loop.optimizers is None:
             if explainer.probe is None:
-                explainer._build(states, call.mask, all_sum if is_distributed() else None)
+                explainer.build_probe(states, call.mask, all_sum if is_distributed() else None)
             pin_baselines(explainer, loop.options.init_baseline)
             loop.optimizers = build_optimizers(explainer, loop.options)
         records = training_step(explainer, call, states, original, layers, loop)
@@ -542,18 +625,18 @@ def train_epoch(
     return sums
 
 
-def _sites_to_keep(explainer: "DiffMask", layer: int, loop: _FitLoop) -> List[str]:
+def _sites_to_keep(explainer: Fittable, layer: int, loop: _FitLoop) -> List[str]:
     r"""The sites whose activations a step keeps: every site (``activations="all"``,
     and the first batch, which builds the probe), or those up to ``hidden.k``, the
     ones a step whose deepest layer is k reads or re-uses (``"needed"``)."""
-    names = explainer.locator.names
+    names = explainer.site_names
     if loop.options.activations == "all" or explainer.probe is None or loop.optimizers is None:
         return names
     return names[: names.index(f"hidden.{layer}") + 1]
 
 
 def training_step(
-    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layers: Sequence[int],
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layers: Sequence[int],
     loop: _FitLoop,
 ) -> Dict[int, Dict[str, float]]:
     r"""One optimiser step on the sum of the Lagrangians of ``layers``; per layer,
@@ -578,7 +661,7 @@ def training_step(
 
 
 def _layer_lagrangian(
-    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int,
     sizes: Sequence[int], loop: _FitLoop,
 ) -> Tuple[Tensor, Dict[str, float]]:
     r"""``L0 + lambda_k * (mean KL - eps)`` at ``layer`` with freshly sampled
@@ -587,22 +670,13 @@ def _layer_lagrangian(
     assert explainer.probe is not None and explainer.lambdas is not None
     rank, world = rank_and_world()
     options = loop.options
-    dist = explainer._hard_concrete(explainer._gate_logits(states, layer))
-    log_keep = dist.log_prob_nonzero()
-    if explainer.mode == "input":
-        log_keep = log_keep.sum(-1)  # kept only if every vote up to k is non-zero
-        if options.vote_sampling == "joint":
-            # one gate with that probability: no product of k + 1 relaxed samples,
-            # each a little below 1, shrinking the kept tokens at depth
-            dist = HardConcrete.with_prob_nonzero(log_keep, explainer.temperature, explainer.stretch)
-    uniform = shared_uniform(dist.logits.shape, sizes, rank, dist.logits.device) if world > 1 else None
-    gates = dist.rsample(uniform=uniform)
-    if explainer.mode == "input" and options.vote_sampling == "product":
-        gates = gates.prod(-1)
-    site, baseline = explainer._masked_site(layer)
+    noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
+    read_out = explainer.gates
+    gates, log_keep = read_out.sample(states, layer, options.vote_sampling, noise)
+    site, baseline = read_out.masked_site(layer)
     replaced = {site: mix_baseline(states[site], gates, baseline)}
     with model_precision(options.precision, call.ids.device):
-        masked = explainer._replaced_logits(call, replaced)
+        masked = explainer.replaced_logits(call, replaced)
     log_p, log_q = log_probs(original), log_probs(masked)
     kl = example_kl(log_p, log_q)
     penalty = l0_penalty(log_keep, call.mask, explainer.l0)
@@ -632,7 +706,7 @@ def _layer_lagrangian(
 
 
 def _deployed_kl(
-    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
     site: str, baseline: Tensor,
 ) -> float:
     r"""The mean KL of the batch under the deterministic gates the probe would
@@ -642,7 +716,7 @@ def _deployed_kl(
 
 
 def _closure_kl(
-    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
     site: str, baseline: Tensor, open_share: float,
 ) -> float:
     r"""The mean KL with every gate open but those of the ``1 - open_share``
@@ -658,7 +732,7 @@ def _closure_kl(
 
 
 def _mean_kl_with_gates(
-    explainer: "DiffMask", call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, keep: Tensor,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, keep: Tensor,
     site: str, baseline: Tensor,
 ) -> float:
     r"""The batch's mean KL(original || masked) with binary gates ``keep``
@@ -670,7 +744,7 @@ def _mean_kl_with_gates(
             kl = torch.zeros(log_p.shape[0], device=log_p.device)
         else:
             gates = keep.to(states[site].dtype)
-            masked = explainer._replaced_logits(call, {site: mix_baseline(states[site], gates, baseline.detach())})
+            masked = explainer.replaced_logits(call, {site: mix_baseline(states[site], gates, baseline.detach())})
             kl = example_kl(log_p, log_probs(masked))
         if not is_distributed():
             return float(kl.mean())
@@ -708,7 +782,7 @@ def _check_finite(step: int, layer: int, values: Mapping[str, Tensor]) -> None:
         )
 
 
-def build_optimizers(explainer: "DiffMask", options: FitOptions) -> Tuple[torch.optim.Optimizer, "MultiplierUpdate"]:
+def build_optimizers(explainer: Fittable, options: FitOptions) -> Tuple[torch.optim.Optimizer, "MultiplierUpdate"]:
     r"""The probe's optimiser (gate networks at ``lr``, baselines at
     ``lr_baseline``) and the multipliers' update."""
     assert explainer.probe is not None and explainer.lambdas is not None
@@ -791,7 +865,7 @@ class MultiplierUpdate:
         self.lambdas.clamp_()
 
 
-def pin_baselines(explainer: "DiffMask", init_baseline: InitBaseline) -> None:
+def pin_baselines(explainer: Fittable, init_baseline: InitBaseline) -> None:
     r"""Copies ``init_baseline`` into the probe's baselines (see
     :class:`FitOptions`); errors name ``init_baseline``."""
     if init_baseline is None:
@@ -823,7 +897,7 @@ def last_rows(history: Iterable[Mapping[str, Any]]) -> Dict[int, Mapping[str, An
 
 
 def epoch_rows(
-    explainer: "DiffMask", epoch: int, sums: Mapping[int, Mapping[str, float]], seconds: float,
+    explainer: Fittable, epoch: int, sums: Mapping[int, Mapping[str, float]], seconds: float,
     monitors: Mapping[int, LayerMonitor],
 ) -> List[Dict[str, Any]]:
     r"""The history rows of one epoch, one per layer trained in it."""
@@ -867,10 +941,10 @@ class CheckpointSelection:
         self.agreement = float(options.agreement_valid)
         self.best: Optional[Tuple[float, int, Dict[str, Any]]] = None  # (mean kept, epoch, state)
 
-    def after_epoch(self, explainer: "DiffMask", epoch: int, rows: List[Dict[str, Any]]) -> None:
+    def after_epoch(self, explainer: Fittable, epoch: int, rows: List[Dict[str, Any]]) -> None:
         r"""Scores the probe into ``rows`` and keeps its state if it is the best yet."""
         start = time.perf_counter()
-        scores = explainer._evaluate(self.validation, self.layers, "threshold")
+        scores = explainer.evaluate(self.validation, self.layers, "threshold")
         seconds = time.perf_counter() - start
         for row in rows:
             row.update({f"valid_{key}": value for key, value in scores[row["layer"]].items()})
@@ -880,7 +954,7 @@ class CheckpointSelection:
         if keeps and (self.best is None or sparsity < self.best[0]):
             self.best = (sparsity, epoch, _state(explainer))
 
-    def restore(self, explainer: "DiffMask", history: List[Dict[str, Any]]) -> None:
+    def restore(self, explainer: Fittable, history: List[Dict[str, Any]]) -> None:
         r"""Restores the best epoch's probe (or warns that none kept the bound)
         and marks its rows ``selected``."""
         if self.best is None:
@@ -896,12 +970,12 @@ class CheckpointSelection:
             row["selected"] = row["epoch"] == chosen
 
 
-def _state(explainer: "DiffMask") -> Dict[str, Any]:
+def _state(explainer: Fittable) -> Dict[str, Any]:
     assert explainer.probe is not None and explainer.lambdas is not None
     return copy.deepcopy({"probe": explainer.probe.state_dict(), "lambdas": explainer.lambdas.state_dict()})
 
 
-def _load_state(explainer: "DiffMask", state: Mapping[str, Any]) -> None:
+def _load_state(explainer: Fittable, state: Mapping[str, Any]) -> None:
     assert explainer.probe is not None and explainer.lambdas is not None
     explainer.probe.load_state_dict(state["probe"])
     explainer.lambdas.load_state_dict(state["lambdas"])

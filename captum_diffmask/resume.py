@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, TYPE_CHECKING, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 
 from .rng import cuda_devices
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .diffmask import DiffMask
 
 #: Bumped when the layout of a fit state changes.
 FIT_STATE_FORMAT = 1
@@ -86,16 +83,16 @@ class FitCheckpoint:
         torch.save({"format": FIT_STATE_FORMAT, **state}, temporary)
         os.replace(temporary, self.path)
 
-    def read(self, explainer: "DiffMask", layers: List[int]) -> Dict[str, Any]:
-        r"""The state written by a fit of the same probe and layers; ValueError
-        naming ``checkpoint`` otherwise."""
+    def read(self, config: Mapping[str, Any], layers: List[int]) -> Dict[str, Any]:
+        r"""The state written by a fit of the same probe (its ``config``) and
+        ``layers``; ValueError naming ``checkpoint`` otherwise."""
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=False)
         except Exception as error:  # noqa: BLE001 - any unreadable file
             raise ValueError(f"checkpoint: {self.path} is not a readable fit state ({type(error).__name__})") from None
         if not isinstance(state, dict) or state.get("format") != FIT_STATE_FORMAT:
             raise ValueError(f"checkpoint: {self.path} is not a fit state of this version (format {FIT_STATE_FORMAT})")
-        if state["config"] != explainer._config() or state["layers"] != layers:
+        if state["config"] != dict(config) or state["layers"] != layers:
             raise ValueError(
                 f"checkpoint: {self.path} was written by a fit of another probe or other layers "
                 f"({state['config']}, layers {state['layers']}); pass a new path to start afresh"

@@ -152,8 +152,8 @@ class PerSampleBottleneck(SiteAttribution):
             for index, batch in enumerate(dataloader):
                 if max_batches is not None and index >= max_batches:
                     break
-                call = self._prepare_batch(batch, layer, "dataloader batch")
-                states, _ = self._capture(call, stop_early=True)
+                call = self.prepare_batch(batch, layer, "dataloader batch")
+                states, _ = self.capture(call, stop_early=True)
                 real = states[site][call.mask].double()  # (N, H): real tokens only
                 total = real.sum(0) if total is None else total + real.sum(0)
                 total_sq = real.pow(2).sum(0) if total_sq is None else total_sq + real.pow(2).sum(0)
@@ -217,7 +217,7 @@ class PerSampleBottleneck(SiteAttribution):
         check_positive_int(samples, "samples")
         if beta is not None:
             check_non_negative(beta, "beta")
-        states, original = self._capture(call)
+        states, original = self.capture(call)
         assert original is not None
         state = states[call.site]
         mean, std = self._statistics(layer, state)
@@ -270,7 +270,7 @@ class PerSampleBottleneck(SiteAttribution):
             for _ in range(samples):
                 noise = mean + std * torch.randn_like(state, dtype=torch.float32)
                 z = (lam * state.float() + (1.0 - lam) * noise).to(state.dtype)
-                log_q = log_probs(self._replaced_logits(call, {call.site: z}))
+                log_q = log_probs(self.replaced_logits(call, {call.site: z}))
                 task = task - log_q.gather(-1, target_index.unsqueeze(-1)).sum()
             capacity = (capacity_nats(alpha, state, mean, std).sum(-1) * real).sum(-1) / tokens
             return task / samples + beta * capacity.sum()

@@ -260,7 +260,7 @@ class ExactErasure(SiteAttribution):
         self, call: PreparedCall, target: TargetType, all_solutions: bool, baselines: BaselineType
     ) -> ErasureResult:
         self._check_options()
-        states, logits = self._capture(call)
+        states, logits = self.capture(call)
         assert logits is not None
         state = states[call.site].detach()
         chosen = self.baseline if baselines is None else baselines
@@ -332,7 +332,7 @@ class ExactErasure(SiteAttribution):
             for a in call.extra
         )
         sub_call = _replace_fields(call, ids=call.ids[index], extra=extra, mask=call.mask[index])
-        logits = self._replaced_logits(sub_call, {call.site: masked})
+        logits = self.replaced_logits(sub_call, {call.site: masked})
         same = log_probs(logits).argmax(-1) == wanted[index]
         return same.reshape(same.shape[0], -1).all(-1).tolist()
 

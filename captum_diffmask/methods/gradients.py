@@ -59,7 +59,7 @@ class _SiteFunction:
 
     def __call__(self, state: Tensor, ids: Tensor, *extra: Any) -> Tensor:
         call = _replace_fields(self.call, ids=ids, extra=tuple(extra))
-        logits = self.method._replaced_logits(call, {call.site: state})
+        logits = self.method.replaced_logits(call, {call.site: state})
         if logits.dim() == 2 and logits.shape[1] == 1:
             logits = logits.reshape(-1)  # one binary logit: attribute it directly
         if logits.dim() == 3:
@@ -215,7 +215,7 @@ class IntegratedGradients(SiteAttribution):
         self._check_options(n_steps, method, reduction, internal_batch_size)
 
         call = self._prepare(inputs, additional_forward_args, layer)
-        states, logits = self._capture(call)
+        states, logits = self.capture(call)
         assert logits is not None
         state = states[call.site].detach()
         captum_target, targets = _split_targets(logits, target)
@@ -326,7 +326,7 @@ class Occlusion(SiteAttribution):
             perturbations_per_eval = self.perturbations_per_eval
         check_positive_int(perturbations_per_eval, "perturbations_per_eval")
         call = self._prepare(inputs, additional_forward_args, layer)
-        states, logits = self._capture(call)
+        states, logits = self.capture(call)
         assert logits is not None
         state = states[call.site].detach()
         captum_target, targets = _split_targets(logits, target)

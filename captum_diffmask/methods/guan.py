@@ -130,7 +130,7 @@ class Guan(SiteAttribution):
         r"""The attributed site's states and what the deviation is measured
         against: the original logits, or the states of ``deviation_site``."""
         if deviation_site is None:
-            states, original = self._capture(call)
+            states, original = self.capture(call)
             assert original is not None
             return states[call.site], original.float()
         names = self.locator.names
@@ -141,7 +141,7 @@ class Guan(SiteAttribution):
                 f"deviation_site must come after the attributed site {call.site!r} "
                 f"(in the order {names}), got {deviation_site!r}"
             )
-        states, _ = self._capture(call, [call.site, deviation_site])
+        states, _ = self.capture(call, [call.site, deviation_site])
         return states[call.site], states[deviation_site].float()
 
     def _loss(
@@ -165,10 +165,10 @@ class Guan(SiteAttribution):
             noise = torch.randn_like(state, dtype=torch.float32)
             noisy_state = (state.float() + sigma.unsqueeze(-1) * noise).to(state.dtype)
             if deviation_site is None:
-                noisy = self._replaced_logits(call, {call.site: noisy_state})
+                noisy = self.replaced_logits(call, {call.site: noisy_state})
             else:
                 with self.locator.capture([deviation_site]) as seen:
-                    self._replaced_logits(call, {call.site: noisy_state})
+                    self.replaced_logits(call, {call.site: noisy_state})
                 noisy = seen[deviation_site]
             # log softplus(s), computed stably for very negative s
             log_sigma = torch.where(s < -15.0, s, torch.log(F.softplus(s.clamp(min=-15.0))))

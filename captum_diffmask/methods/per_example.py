@@ -163,7 +163,7 @@ class _PerExampleMask(SiteAttribution):
         call = search.call
         gates = torch.where(call.mask, gates, torch.ones_like(gates))  # padding is never replaced
         masked = mix_baseline(search.state, gates, search.baseline)
-        return log_probs(self._replaced_logits(call, {call.site: masked}))
+        return log_probs(self.replaced_logits(call, {call.site: masked}))
 
     def _keep(self, logits: Tensor) -> Tensor:
         raise NotImplementedError
@@ -251,7 +251,7 @@ class _PerExampleMask(SiteAttribution):
                 return self._result(search, selection)
 
     def _start(self, call: PreparedCall, baselines: BaselineType, eps: float) -> _Search:
-        states, original = self._capture(call)
+        states, original = self.capture(call)
         assert original is not None
         state = states[call.site]
         call.mask = call.mask.to(state.device)

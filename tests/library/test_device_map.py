@@ -34,12 +34,12 @@ def test_partial_and_full_reruns_agree_and_accelerates_hooks_survive():
     assert sum(hook != "NoneType" for _, hook, _ in before) > 10
     dm = DiffMask(model, mode="hidden")
     call = dm._prepare(ids, (mask,), None)
-    states, original = dm._capture(call, dm.locator.names)
+    states, original = dm.capture(call, dm.locator.names)
     assert torch.allclose(original, reference, atol=1e-6)
     for k in range(dm.num_layers + 1):
         site = f"hidden.{k}"
-        partial = dm._replaced_logits(call, {site: 0.5 * states[site]})
-        full = dm._replaced_logits(dm._prepare(ids, (mask,), None), {site: 0.5 * states[site]})
+        partial = dm.replaced_logits(call, {site: 0.5 * states[site]})
+        full = dm.replaced_logits(dm._prepare(ids, (mask,), None), {site: 0.5 * states[site]})
         assert torch.allclose(partial, full, atol=1e-5), site
     dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, until_converged=False, verbose=False)
     assert dm.attribute(ids, additional_forward_args=(mask,), layer=1).shape == ids.shape

@@ -148,7 +148,7 @@ def test_partial_rerun_gives_the_masked_logits_of_a_full_rerun(kind):
     dm = DiffMask(model, mode="hidden")
     ids, mask = token_batch()
     call = dm._prepare(ids, (mask,), None)
-    states, original = dm._capture(call, dm.locator.names)  # records the site modules' outputs
+    states, original = dm.capture(call, dm.locator.names)  # records the site modules' outputs
     assert call.module_outputs
     fresh = dm._prepare(ids, (mask,), None)  # nothing recorded: a full re-run
     torch.manual_seed(0)
@@ -157,8 +157,8 @@ def test_partial_rerun_gives_the_masked_logits_of_a_full_rerun(kind):
         gates = torch.rand(ids.shape)
         noise = 3.0 * torch.randn(states[site].shape[-1])
         masked_state = gates.unsqueeze(-1) * states[site] + (1 - gates.unsqueeze(-1)) * noise
-        full = dm._replaced_logits(fresh, {site: masked_state})
-        partial = dm._replaced_logits(call, {site: masked_state})
+        full = dm.replaced_logits(fresh, {site: masked_state})
+        partial = dm.replaced_logits(call, {site: masked_state})
         assert torch.allclose(partial, full, atol=1e-5), (kind, k)
         assert (full - original).abs().max() > 1e-4  # the mask matters
     assert not any("forward" in vars(m) for m in model.modules())  # patches removed
@@ -169,13 +169,13 @@ def test_partial_rerun_skips_the_blocks_before_the_site():
     dm = DiffMask(model, mode="hidden")
     ids, mask = token_batch()
     call = dm._prepare(ids, (mask,), None)
-    states, _ = dm._capture(call, dm.locator.names)
+    states, _ = dm.capture(call, dm.locator.names)
     ran = []
     handle = model.bert.encoder.layer[0].attention.register_forward_hook(lambda *a: ran.append(1))
     try:
-        dm._replaced_logits(call, {"hidden.1": states["hidden.1"]})
+        dm.replaced_logits(call, {"hidden.1": states["hidden.1"]})
         assert ran == []  # block 0 was not recomputed
-        dm._replaced_logits(dm._prepare(ids, (mask,), None), {"hidden.1": states["hidden.1"]})
+        dm.replaced_logits(dm._prepare(ids, (mask,), None), {"hidden.1": states["hidden.1"]})
         assert ran == [1]
     finally:
         handle.remove()
@@ -183,8 +183,10 @@ def test_partial_rerun_skips_the_blocks_before_the_site():
 
 # ---------------------------------------------------- evaluation, selection
 def _constant_gates(monkeypatch, dm, logit):
-    probe_logits = dm._gate_logits
-    monkeypatch.setattr(dm, "_gate_logits", lambda states, layer: torch.full_like(probe_logits(states, layer), logit))
+    from captum_diffmask.gates import Gates
+
+    probe_logits = Gates.logits
+    monkeypatch.setattr(Gates, "logits", lambda gates, states, layer: torch.full_like(probe_logits(gates, states, layer), logit))
 
 
 @pytest.mark.parametrize("mode", ["input", "hidden"])
@@ -326,8 +328,8 @@ def test_keeping_only_the_needed_activations_fits_the_same_probe(mode, monkeypat
     for activations in ("all", "needed"):
         dm = DiffMask(model, mode=mode)
         seen = []
-        capture = dm._capture
-        monkeypatch.setattr(dm, "_capture", lambda call, names=None, **kw: (seen.append(len(list(names))), capture(call, names, **kw))[1])
+        capture = dm.capture
+        monkeypatch.setattr(dm, "capture", lambda call, names=None, **kw: (seen.append(len(list(names))), capture(call, names, **kw))[1])
         # one layer drawn per batch: a step at a shallow layer needs fewer sites
         dm.fit(_loader(6), epochs=1, seed=0, until_converged=False, verbose=False, activations=activations,
                layers_per_batch="one")
@@ -342,8 +344,8 @@ def test_keeping_only_the_needed_activations_fits_the_same_probe(mode, monkeypat
 def test_every_layer_per_batch_trains_each_layer_once_a_step_on_one_capture(mode, monkeypatch):
     dm = DiffMask(tiny_bert(), mode=mode)
     captures = []
-    capture = dm._capture
-    monkeypatch.setattr(dm, "_capture", lambda call, names=None, **kw: (captures.append(1), capture(call, names, **kw))[1])
+    capture = dm.capture
+    monkeypatch.setattr(dm, "capture", lambda call, names=None, **kw: (captures.append(1), capture(call, names, **kw))[1])
     history = dm.fit(_loader(5), epochs=2, eps=0.05, seed=0, verbose=False, until_converged=False,
                      layers_per_batch="all", layers=[0, 2])
     assert len(captures) == 10  # one capture pass a batch, shared by the layers
@@ -370,8 +372,8 @@ def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multipli
     dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)
     with torch.no_grad():
         dm.lambdas.values.fill_(3.0)
-    call = dm._prepare_batch(_loader(1, seed=5)[0], None, "batch")
-    states, original = dm._capture(call, dm.locator.names)
+    call = dm.prepare_batch(_loader(1, seed=5)[0], None, "batch")
+    states, original = dm.capture(call, dm.locator.names)
     grads, lambda_grads = {}, {}
     for kind in ("plain", "normalized"):
         options = dataclasses.replace(fitting.FitOptions(eps=0.01), lagrangian=kind)
@@ -398,8 +400,8 @@ def test_masked_forward_layers_equals_masked_forward_at_each_layer_with_one_capt
     ids, mask = token_batch(seed=5)
     one_by_one = {k: dm.masked_forward(ids, (mask,), layer=k) for k in range(dm.num_layers + 1)}
     captures = []
-    capture = dm._capture
-    monkeypatch.setattr(dm, "_capture", lambda *args, **kwargs: captures.append(1) or capture(*args, **kwargs))
+    capture = dm.capture
+    monkeypatch.setattr(dm, "capture", lambda *args, **kwargs: captures.append(1) or capture(*args, **kwargs))
     together = dm.masked_forward_layers(ids, (mask,))
     assert len(captures) == 1 and sorted(together) == list(range(dm.num_layers + 1))
     for k, (gates, masked, original) in together.items():

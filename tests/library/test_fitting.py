@@ -36,8 +36,8 @@ def _midway(mode):
 
 
 def _one_step(dm, options, layer, seed=0):
-    call = dm._prepare_batch(_loader(1, seed=7)[0], None, "batch")
-    states, original = dm._capture(call, dm.locator.names)
+    call = dm.prepare_batch(_loader(1, seed=7)[0], None, "batch")
+    states, original = dm.capture(call, dm.locator.names)
     loop = fitting._FitLoop(options, list(range(dm.num_layers + 1)), independent_layers=dm.mode == "hidden")
     torch.manual_seed(seed)
     loss, record = fitting._layer_lagrangian(dm, call, states, original, layer, [call.ids.shape[0]], loop)
@@ -68,8 +68,8 @@ def test_the_deployed_kl_of_all_open_gates_is_zero_without_a_masked_pass(mode, m
     dm = DiffMask(tiny_bert(), mode=mode)
     dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)  # the gates start open (bias 5)
     passes = []
-    replaced = dm._replaced_logits
-    monkeypatch.setattr(dm, "_replaced_logits", lambda *a, **k: passes.append(1) or replaced(*a, **k))
+    replaced = dm.replaced_logits
+    monkeypatch.setattr(dm, "replaced_logits", lambda *a, **k: passes.append(1) or replaced(*a, **k))
     _, _, record = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deployed"), dm.num_layers)
     assert record["kl_deployed"] == 0.0 and record["constraint"] == record["kl"]
     assert len(passes) == 1  # the sampled gates' pass only
@@ -192,3 +192,24 @@ def test_bfloat16_runs_the_models_passes_of_the_fit_only(mode):
     assert all(p.dtype == torch.float32 for p in dm.probe.parameters())
     with pytest.raises(ValueError, match="precision"):
         DiffMask(tiny_bert(), mode=mode).fit(_loader(1), precision="half")
+
+
+def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
+    from captum_diffmask.fitting import fit_options, FitOptions
+
+    base = FitOptions(eps=0.05, max_steps=7)
+    assert fit_options(base, {"max_steps": 3}) == FitOptions(eps=0.05, max_steps=3)
+    assert fit_options({"eps": 0.05}, {"seed": 1}) == FitOptions(eps=0.05, seed=1)
+    assert fit_options(None, {}) == FitOptions()
+    with pytest.raises(TypeError, match="unknown option 'stepz'. The options are FitOptions' fields: epochs, eps"):
+        fit_options(None, {"stepz": 5})
+    with pytest.raises(TypeError, match="unknown option 'max_step'; did you mean 'max_steps'"):
+        fit_options(None, {"max_step": 5})
+    with pytest.raises(TypeError, match="options must be a FitOptions"):
+        fit_options(5, {})
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.raises(TypeError, match="unknown option 'epoch'; did you mean 'epochs'"):
+        dm.fit(_loader(2), epoch=1)
+    assert dm.probe is None  # refused before any pass
+    history = dm.fit(_loader(2), FitOptions(max_steps=2, verbose=False), seed=0, until_converged=False)
+    assert [row["steps"] for row in history] == [2] * (dm.num_layers + 1)

@@ -1,0 +1,156 @@
+"""DiffMask's gates in one place: from a probe's logits to Hard Concrete gates,
+for either mode.
+
+- **hidden mode**: the gates of ``hidden.k`` come from one gate network reading
+  ``hidden.k``; a position is kept with ``P(z != 0)`` of its Hard Concrete.
+- **input mode**: the gates of the input tokens at depth k are the product of
+  k + 1 votes, one from each of ``hidden.0 .. hidden.k``; a token is kept only
+  if every vote is non-zero, so its ``log P(z != 0)`` is the sum of the votes'.
+
+The fit samples them (:meth:`Gates.sample`), ``attribute`` returns the keep
+probabilities (:meth:`Gates.keep_probabilities`) and the evaluation applies the
+noise-free read-out (:meth:`Gates.deterministic`): all three take the votes'
+product here, so the trained and the deployed gates cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import torch
+from torch import nn, Tensor
+
+from .checks import check_choice
+from .hard_concrete import HardConcrete
+
+#: How the fit samples input mode's gate from its votes: ``"joint"``, one Hard
+#: Concrete with the votes' product as its ``P(z != 0)``; ``"product"``, the
+#: product of one relaxed sample per vote (the authors' code).
+VOTE_SAMPLING = ("product", "joint")
+
+#: Draws the fit's uniform noise of a given shape (a distributed fit shares it).
+Noise = Callable[[torch.Size], Tensor]
+
+
+class Gates:
+    r"""
+    The gates a fitted (or fitting) probe predicts, mode-aware.
+
+    Args:
+
+        probe (nn.Module): an :class:`~captum_diffmask.probes.InputGateProbe`
+                    (input mode) or a :class:`~captum_diffmask.probes.HiddenGateProbe`.
+        mode (str): ``"input"`` or ``"hidden"``.
+        temperature (float): the Hard Concrete's temperature.
+        stretch (tuple of float): its stretch interval ``(l, r)``.
+
+    Every ``states`` argument maps site names (``input``, ``hidden.k``) to
+    (B, T, H) activations.
+    """
+
+    def __init__(self, probe: nn.Module, mode: str, temperature: float, stretch: Tuple[float, float]) -> None:
+        self.probe, self.mode, self.temperature, self.stretch = probe, mode, temperature, tuple(stretch)
+
+    def distribution(self, logits: Tensor) -> HardConcrete:
+        r"""The Hard Concrete of ``logits`` (any shape)."""
+        return HardConcrete(logits, self.temperature, self.stretch)
+
+    def logits(self, states: Dict[str, Tensor], layer: int) -> Tensor:
+        r"""(B, T, layer + 1) vote logits of depth ``layer`` (input mode), (B, T)
+        gate logits (hidden mode); the networks a call needs are evaluated
+        together, in one batched call."""
+        if self.mode == "input":
+            return self.probe(states["input"], [states[f"hidden.{j}"] for j in range(layer + 1)])
+        return self.probe(states[f"hidden.{layer}"], layer)
+
+    def log_keep(self, distribution: HardConcrete) -> Tensor:
+        r"""(B, T) ``log P(z != 0)`` of a position under ``distribution`` (of
+        :meth:`logits`): input mode's votes summed (kept only if every vote is)."""
+        log_keep = distribution.log_prob_nonzero()
+        return log_keep.sum(-1) if self.mode == "input" else log_keep
+
+    def sample(
+        self, states: Dict[str, Tensor], layer: int, vote_sampling: str = "joint", noise: Optional[Noise] = None,
+    ) -> Tuple[Tensor, Tensor]:
+        r"""
+        The fit's relaxed gates of ``layer``, differentiable in the probe.
+
+        Args:
+
+            states (dict): the activations.
+            layer (int): 0..L.
+            vote_sampling (str, optional): see :data:`VOTE_SAMPLING` (input
+                        mode only). Default: ``"joint"``
+            noise (callable, optional): the uniform noise for a shape; None
+                        draws it from torch's RNG. Default: None
+
+        Returns:
+            *tuple* ``(gates, log_keep)``, both (B, T): the sampled gates in
+            [0, 1] and ``log P(z != 0)``.
+        """
+        check_choice(vote_sampling, VOTE_SAMPLING, "vote_sampling")
+        sampled = self.distribution(self.logits(states, layer))
+        log_keep = self.log_keep(sampled)
+        if self.mode == "input" and vote_sampling == "joint":
+            # one gate with that probability: no product of k + 1 relaxed samples,
+            # each a little below 1, shrinking the kept tokens at depth
+            sampled = HardConcrete.with_prob_nonzero(log_keep, self.temperature, self.stretch)
+        gates = sampled.rsample(uniform=None if noise is None else noise(sampled.logits.shape))
+        if self.mode == "input" and vote_sampling == "product":
+            gates = gates.prod(-1)
+        return gates, log_keep
+
+    def keep_probabilities(self, states: Dict[str, Tensor], layer: int) -> Tensor:
+        r"""(B, T) ``P(z != 0)`` of ``layer`` (0..L), in closed form (no sampling)."""
+        return self.log_keep(self.distribution(self.logits(states, layer))).exp()
+
+    def keep_probabilities_every_layer(self, states: Dict[str, Tensor], num_layers: int) -> Tensor:
+        r"""(B, T, L + 1) ``P(z != 0)`` of every layer 0..L (``num_layers`` = L),
+        each network evaluated once."""
+        every = range(num_layers + 1)
+        hidden = [states[f"hidden.{j}"] for j in every]
+        if self.mode == "hidden":
+            return self.distribution(self.probe.layers(hidden, every)).prob_nonzero()
+        votes = self.probe.every_depth(states["input"], hidden)
+        return torch.stack([self.log_keep(self.distribution(v)).exp() for v in votes], -1)
+
+    def deterministic(self, states: Dict[str, Tensor], layer: int, rule: str = "threshold") -> Tensor:
+        r"""
+        (B, T) noise-free gates of ``layer``.
+
+        Args:
+
+            states (dict): the activations.
+            layer (int): 0..L.
+            rule (str, optional): ``"threshold"`` keeps a position when its
+                        ``P(z != 0)`` exceeds 0.5 (the read-out ``attribute``
+                        implies); ``"louizos"`` is the clamped test-time gate
+                        (input mode: the product of the votes'). Default: ``"threshold"``
+
+        Returns:
+            *Tensor* (B, T) in [0, 1].
+        """
+        if rule == "threshold":
+            return (self.keep_probabilities(states, layer) > 0.5).float()
+        if rule != "louizos":
+            raise ValueError(f"rule must be 'threshold' or 'louizos', got {rule!r}")
+        gates = self.distribution(self.logits(states, layer)).deterministic_gate("louizos")
+        return gates.prod(-1) if self.mode == "input" else gates
+
+    def masked_site(self, layer: int) -> Tuple[str, Tensor]:
+        r"""The site the gates of ``layer`` replace (``input`` or ``hidden.k``)
+        and its learned baseline (H,)."""
+        if self.mode == "input":
+            return "input", self.probe.baseline(layer)
+        return f"hidden.{layer}", self.probe.baselines[layer]
+
+
+def layer_sites(mode: str, layer: Optional[int], num_layers: int) -> Sequence[str]:
+    r"""The sites the gates of ``layer`` (None: every layer) read: input mode
+    the input and ``hidden.0 .. hidden.k``; hidden mode ``hidden.k``."""
+    last = num_layers if layer is None else layer
+    if mode == "input":
+        return ["input"] + [f"hidden.{j}" for j in range(last + 1)]
+    if layer is None:
+        return [f"hidden.{j}" for j in range(num_layers + 1)]
+    return [f"hidden.{layer}"]
