@@ -27,7 +27,7 @@ from .forward import (
     is_hf_model, model_device, ModelForward,
 )
 from .rng import preserved_rng
-from .sites import _HOW_TO_PASS_SITES, repeat_batch, Replacement, SiteLocator
+from .sites import HOW_TO_PASS_SITES, repeat_batch, Replacement, SiteLocator
 
 #: Captum-style targets: a class for every example, one per example, or None.
 TargetType = Union[None, int, List[int], Tensor]
@@ -366,18 +366,18 @@ class SiteAttribution(Attribution):
         if len(reference) != self.num_layers + 1:
             raise ValueError(
                 f"sites: {self.num_layers} blocks were found (hidden.1 read at {paths['hidden.1']}, ...), but "
-                f"{model} returns {len(reference)} hidden_states, not {self.num_layers + 1}; " + _HOW_TO_PASS_SITES)
+                f"{model} returns {len(reference)} hidden_states, not {self.num_layers + 1}; " + HOW_TO_PASS_SITES)
         for k in range(self.num_layers + 1):
             if f"hidden.{k}" not in states:
                 raise ValueError(f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) did not run in a forward pass "
-                                 f"of {model}; " + _HOW_TO_PASS_SITES)
+                                 f"of {model}; " + HOW_TO_PASS_SITES)
         _check_finite(self.model, reference[: self.num_layers])
         real = call.mask.bool()
         if not any(_states_match(states, reference, real, offset) for offset in (0, 1)):
             k = next(k for k in range(self.num_layers) if not _same_state(states[f"hidden.{k}"], reference[k], real))
             raise ValueError(
                 f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
-                f"in {model}; " + _HOW_TO_PASS_SITES)
+                f"in {model}; " + HOW_TO_PASS_SITES)
         self._sites_checked = True
 
     def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:

@@ -20,7 +20,7 @@ from .gates import Gates, layer_sites
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
-from .sites import _HOW_TO_PASS_SITES
+from .sites import HOW_TO_PASS_SITES
 from .text import text_batches
 
 _MODES = ("input", "hidden")
@@ -245,7 +245,7 @@ class DiffMask(SiteAttribution):
                     f"sites: {name} (read at {paths[name]}) holds activations of shape {tuple(state.shape)} in "
                     f"{type(self.model).__name__}; "
                     f"DiffMask gates (batch, tokens, features) states, {tuple(mask.shape)} + (H,) here (a model "
-                    f"with several residual streams, or tokens last, needs other sites). " + _HOW_TO_PASS_SITES)
+                    f"with several residual streams, or tokens last, needs other sites). " + HOW_TO_PASS_SITES)
         self.site_sizes = {name: int(state.shape[-1]) for name, state in states.items()}
         self._make_modules()
         assert self.probe is not None

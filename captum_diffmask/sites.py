@@ -44,7 +44,7 @@ SiteSpec = Union[nn.Module, str, Tuple[Union[nn.Module, str], str], Tuple[Union[
 Replacement = Union[Tensor, Callable[[Tensor], Tensor]]
 
 _PORTS = ("output", "input")
-_HOW_TO_PASS_SITES = (
+HOW_TO_PASS_SITES = (
     "Pass them explicitly: sites={'input': <token embedding module or dotted path>, "
     "'hidden': [<module or path whose output is hidden.0>, <block 0>, ..., "
     "<block L-1>]}; use (module, 'input') to read a module's first input instead "
@@ -196,7 +196,7 @@ def _generic_sites(model: nn.Module) -> Tuple[SiteSpec, List[SiteSpec]]:
             if embeddings is None
             else "a list of blocks (an nn.ModuleList of same-class modules)"
         )
-        raise ValueError(f"sites: could not locate {missing} in {type(model).__name__}. " + _HOW_TO_PASS_SITES)
+        raise ValueError(f"sites: could not locate {missing} in {type(model).__name__}. " + HOW_TO_PASS_SITES)
     return embeddings, _hidden_specs(*blocks)
 
 
@@ -216,7 +216,7 @@ def _encoder_sites(model: nn.Module, encoder: nn.Module) -> Tuple[SiteSpec, List
     blocks = _block_lists(encoder, embeddings)
     if not isinstance(embeddings, nn.Module) or blocks is None:
         raise ValueError(f"sites: could not locate the encoder's embeddings and blocks in {type(model).__name__}. "
-                         + _HOW_TO_PASS_SITES)
+                         + HOW_TO_PASS_SITES)
     get_decoder = getattr(model, "get_decoder", None)
     decoder = get_decoder() if callable(get_decoder) else None
     shared = any(m is embeddings for m in decoder.modules()) if isinstance(decoder, nn.Module) else False
@@ -376,7 +376,7 @@ class SiteLocator:
             if not isinstance(sites, Mapping) or set(sites) != {"input", "hidden"}:
                 raise ValueError(
                     "sites must be a SiteLocator or a dict with exactly the keys "
-                    "'input' and 'hidden'. " + _HOW_TO_PASS_SITES
+                    "'input' and 'hidden'. " + HOW_TO_PASS_SITES
                 )
             return cls(model, sites["input"], sites["hidden"])
         return cls._from_registry(model)

@@ -41,3 +41,75 @@ def test_the_checks_would_catch_an_offender(tmp_path):
     offender.write_text("import benchmarks.runner\nfrom benchmarks import run_suite\nDATA = '../shared/data'\n")
     assert list(_imported_modules(offender)) == ["benchmarks.runner", "benchmarks"]
     assert "../shared" in offender.read_text()
+
+
+def _package_imports(path: pathlib.Path):
+    r"""``(module, names)`` for each import of a package module, anywhere in the
+    file (function bodies and ``TYPE_CHECKING`` blocks included), relative
+    imports resolved to dotted names."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module.split(".")[0] == PACKAGE.name:
+                yield module, [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == PACKAGE.name:
+                    yield alias.name, []
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph():
+    names = {_module_name(p) for p in MODULES}
+    graph = {}
+    for path in MODULES:
+        edges = set()
+        for module, imported in _package_imports(path):
+            targets = [f"{module}.{n}" for n in imported if f"{module}.{n}" in names] or [module]
+            edges |= {t for t in targets if t in names}
+        # a package's __init__ gathering its own modules is no circle
+        graph[_module_name(path)] = {t for t in edges if not t.startswith(_module_name(path) + ".")}
+    return graph
+
+
+def _cycles(graph):
+    r"""The import circles of ``graph`` (each a sorted list of modules)."""
+    found, done = [], set()
+
+    def visit(node, trail):
+        if node in trail:
+            found.append(sorted(trail[trail.index(node):]))
+            return
+        if node in done:
+            return
+        for target in sorted(graph.get(node, ())):
+            visit(target, trail + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+    return found
+
+
+def test_no_import_circle_in_the_package_not_even_for_type_checking():
+    assert _cycles(_import_graph()) == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    names = {_module_name(p) for p in MODULES}
+    private = [(_module_name(path), module, name) for path in MODULES for module, imported in _package_imports(path)
+               for name in imported if name.startswith("_") and not name.startswith("__")
+               and f"{module}.{name}" not in names]
+    assert private == []
+
+
+def test_the_circle_check_would_catch_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
