@@ -5,11 +5,13 @@
 writes ``DIR/results.json``, ``DIR/report.md`` and ``DIR/figures/*.png``.
 From Python: :func:`run_suite` (the same, with configuration overrides).
 
-The harness reuses the library (``captum_diffmask.tasks``, ``.methods``,
-``.metrics``, ``.plots``) and holds no method code: a suite per experiment
+The harness reuses the library (``captum_diffmask.methods``,
+``captum_diffmask.evaluation``) and holds no method code: the data sets and
+models of the paper's tasks (:mod:`benchmarks.tasks`), a suite per experiment
 (:mod:`benchmarks.suites`), one runner (:mod:`benchmarks.runner`), one report
-writer (:mod:`benchmarks.report`) and the method registry
-(:mod:`benchmarks.methods`).
+writer (:mod:`benchmarks.report`) and the method registry, built from the
+methods' own descriptions (:mod:`benchmarks.methods`); the studies beside the
+suites (``sst_sweep``, ``model_zoo``, ...) are listed in ``docs/architecture.md``.
 """
 
 from .runner import build_config, run_suite, SUITES

@@ -18,25 +18,16 @@ import torch
 from torch import nn
 
 from captum_diffmask.evaluation import METHODS, prepare_method, PreparedMethod, route_options
+from captum_diffmask.attribution import method_trait
+from captum_diffmask.evaluation.compare import LIBRARY_METHODS
 
 __all__ = ["MethodContext", "PreparedMethod", "REGISTRY", "prepare", "route_options"]
 
-#: One line per method, for ``python -m benchmarks list`` and the reports.
-REGISTRY: Dict[str, str] = {
-    "DiffMask": "amortised DiffMask: a probe predicts the gates; one pass to attribute",
-    "IntegratedGradients": "Integrated Gradients at the site, |sum over H| per token",
-    "Occlusion": "leave-one-token-out (Captum's Occlusion, window 1)",
-    "ExactErasure": "smallest kept subset that keeps the prediction (exhaustive)",
-    "PerSampleBottleneck": "Schulz et al. 2020, per-example Gaussian bottleneck",
-    "Guan": "Guan et al. 2019, per-token noise scale with an entropy bonus",
-    "PerExampleDiffMask": "DiffMask gates optimised per example (no probe)",
-    "REINFORCE": "hard Bernoulli gates, score-function gradient, per example",
-    "Random": "uniform random scores: the chance reference",
-}
-#: Registry names that differ from the library's class names.
-ALIASES = {"Random": "RandomAttribution"}
-#: Methods that read training data while being set up.
-_NEEDS_DATA = ("DiffMask", "PerSampleBottleneck")
+#: One line per method, for ``python -m benchmarks list`` and the reports: each
+#: method's own ``name()`` and ``summary``, in the library's order.
+REGISTRY: Dict[str, str] = {cls.name(): cls.summary for cls in LIBRARY_METHODS}
+#: Registry names that differ from the library's class names (a method's ``label``).
+ALIASES: Dict[str, str] = {cls.name(): cls.__name__ for cls in LIBRARY_METHODS if cls.name() != cls.__name__}
 
 
 @dataclass
@@ -77,7 +68,7 @@ def prepare(name: str, ctx: MethodContext, options: Mapping[str, Any]) -> Prepar
     batch_size = int(options.pop("batch_size", 128))
     if name == "Random":
         options.setdefault("seed", ctx.seed + 7919)  # its own stream, apart from the other methods'
-    train = ctx.train_loader(batch_size, ctx.seed) if name in _NEEDS_DATA else None
+    train = ctx.train_loader(batch_size, ctx.seed) if method_trait(METHODS[library_name], "needs_data") else None
     torch.manual_seed(ctx.seed)
     prepared = prepare_method(
         (library_name, options), ctx.model, train_data=train, layer=ctx.layer, sites=ctx.sites(),

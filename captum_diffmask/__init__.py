@@ -6,6 +6,10 @@ from .diffmask import DiffMask
 from .forward import ModelForward
 from .generation import attribute_generation, GenerationAttribution, prefix_batches
 from .hard_concrete import HardConcrete
+from .methods import (
+    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
+    REINFORCE,
+)
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
 from .sites import Site, SiteLocator
 from .evaluation import compare, Comparison, fit_stability, seed_std
@@ -18,11 +22,19 @@ __all__ = [
     "Convergence",
     "DiffMask",
     "DiffMaskConvergenceWarning",
+    "ExactErasure",
     "Explanation",
     "GenerationAttribution",
+    "Guan",
+    "IntegratedGradients",
     "HardConcrete",
     "LagrangeMultipliers",
     "ModelForward",
+    "Occlusion",
+    "PerExampleDiffMask",
+    "PerSampleBottleneck",
+    "RandomAttribution",
+    "REINFORCE",
     "Site",
     "SiteLocator",
     "attribute_generation",

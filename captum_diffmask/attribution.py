@@ -222,6 +222,16 @@ class SiteAttribution(Attribution):
     #: [0, 1] on an absolute scale: figures draw them as they are, never scaled
     #: to their maximum (a mask that drops every token must look empty).
     scores_are_probabilities: bool = False
+    #: The method's name in tables and reports (the class name when None).
+    label: Optional[str] = None
+    #: One line on what the method does, for listings.
+    summary: str = ""
+    #: Whether the method learns from a data set before it attributes
+    #: (:meth:`prepare_on_data`): a fit, statistics.
+    needs_data: bool = False
+    #: The name of the method's own call that learns from data (``"fit"``,
+    #: ``"fit_statistics"``), whose options ``compare`` routes to it.
+    data_step: Optional[str] = None
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
@@ -248,6 +258,44 @@ class SiteAttribution(Attribution):
     def num_layers(self) -> int:
         r"""L, the number of blocks: the sites are ``input``, ``hidden.0`` .. ``hidden.L``."""
         return self.locator.num_layers
+
+    @classmethod
+    def name(cls) -> str:
+        r"""The method's name in tables and reports: :attr:`label`, else the class name."""
+        return cls.label or cls.__name__
+
+    def is_prepared(self, layer: Optional[int]) -> bool:
+        r"""Whether the method can attribute at ``layer`` now; a method that
+        :attr:`needs_data` is not before :meth:`prepare_on_data`."""
+        return True
+
+    def prepare_on_data(
+        self, train_data: Iterable[Any], layer: Optional[int], options: Mapping[str, Any], seed: int = 0,
+        verbose: bool = False, max_steps: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        r"""
+        Learns what the method needs from a data set to attribute at ``layer``
+        (nothing, for a method that does not :attr:`needs_data`).
+
+        Args:
+
+            train_data (iterable): batches as ``DiffMask.fit`` takes them.
+            layer (int or None): the layer to attribute (None: every layer).
+            options (dict): options of :attr:`data_step`.
+            seed (int, optional): seeds what is learned. Default: 0
+            verbose (bool, optional): progress bars. Default: False
+            max_steps (int, optional): a budget of optimisation steps, where
+                        the method optimises and ``options`` set none. Default: None
+
+        Returns:
+            *dict*: what the preparation reports (JSON-ready).
+        """
+        return {}
+
+    def attributes_every_layer(self) -> bool:
+        r"""Whether ``attribute(layer=None)`` gives every layer's scores at once
+        ((B, T, L + 1)) now."""
+        return False
 
     @property
     def site_names(self) -> List[str]:
@@ -537,3 +585,11 @@ def _check_finite(model: nn.Module, reference: Sequence[Tensor]) -> None:
             raise FloatingPointError(
                 f"the model's hidden_states[{k}] are not finite (NaN or inf): "
                 + (f"its parameters {bad[:5]} hold NaN or inf" if bad else "check its inputs and weights"))
+
+
+def method_trait(method: Any, trait: str) -> Any:
+    r"""What ``method`` says of itself (``uses_target``, ``needs_data``,
+    ``scores_are_probabilities``, ...), with :class:`SiteAttribution`'s default
+    for an object that does not say (e.g. one of Captum's own attributions):
+    the defaults live in one place."""
+    return getattr(method, trait, getattr(SiteAttribution, trait))

@@ -133,6 +133,9 @@ class DiffMask(SiteAttribution):
 
     uses_target = False
     scores_are_probabilities = True
+    summary = "amortised DiffMask: a probe predicts the gates; one pass to attribute"
+    needs_data = True
+    data_step = "fit"
 
     def __init__(
         self,
@@ -395,6 +398,45 @@ class DiffMask(SiteAttribution):
         if tokenizer is not None:
             dataloader = text_batches(dataloader, tokenizer)
         return run_fit(self, dataloader, chosen)
+
+    def is_prepared(self, layer: Optional[int]) -> bool:
+        r"""Whether the probe is fitted (a fitted probe attributes its fitted
+        layers; :meth:`attribute` names the others)."""
+        return self.is_fitted
+
+    def prepare_on_data(
+        self, train_data: Iterable[Batch], layer: Optional[int], options: Mapping[str, Any], seed: int = 0,
+        verbose: bool = False, max_steps: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        r"""
+        Fits the probe at ``layer`` (every layer when None) for ``compare``.
+
+        Args:
+
+            train_data, layer, seed, verbose: as
+                        :meth:`SiteAttribution.prepare_on_data`.
+            options (dict): :meth:`fit`'s options, over ``layers``, ``seed`` and
+                        ``verbose``.
+            max_steps (int, optional): the fit's ``max_steps`` unless ``options``
+                        set one. Default: None
+
+        Returns:
+            *dict*: ``fit_steps`` (steps in all), ``fit_last`` (the history's last
+            row), ``convergence`` (per layer) and ``fit_options`` (the JSON-ready ones).
+        """
+        chosen = {"layers": None if layer is None else [layer], "seed": seed, "verbose": verbose, **options}
+        if max_steps is not None:
+            chosen.setdefault("max_steps", max_steps)
+        history = self.fit(train_data, **chosen)
+        return {"fit_steps": int(sum(row["steps"] for row in history)), "fit_last": history[-1],
+                "convergence": dict(self.convergence),
+                "fit_options": {k: v for k, v in chosen.items()
+                                if isinstance(v, (int, float, str, bool, list, type(None)))}}
+
+    def attributes_every_layer(self) -> bool:
+        r"""True once every layer is fitted: ``attribute(layer=None)`` then gives
+        (B, T, L + 1)."""
+        return self.is_fitted and len(self.fitted_layers) == self.num_layers + 1
 
     # -------------------------------------------------------------- attribute
     @attribution_call

@@ -794,7 +794,7 @@ def build_optimizers(explainer: Fittable, options: FitOptions) -> Tuple[torch.op
         # The authors' choice (wrapped in Lookahead in their code). Centred: it
         # divides by the gradient's spread, which vanishes once the multiplier is
         # ~0 and the L0 term alone drives the gates, and they then close all
-        # together within a few dozen steps (docs/guide/diffmask.md, "Convergence").
+        # together within a few dozen steps (docs/reproduction/fit-defaults.md, "The damped rule").
         probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
         if options.optimizer == "lookahead-rmsprop":
             probe_opt = Lookahead(probe_opt)

@@ -25,6 +25,7 @@ from torch import nn, Tensor
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .attribution import method_trait
 from .forward import model_device, ModelForward
 from .text import decoded_words, merge_into_words, word_rule
 from .visualization import PathLike, save_figure
@@ -438,7 +439,7 @@ def attribute_generation(
     layers = list(range(scores.shape[-1])) if scores.dim() == 3 else None
     return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, type(method).__name__,
                                  layers, None if layers is not None else layer, word_ids, words,
-                                 bool(getattr(method, "scores_are_probabilities", False)))
+                                 bool(method_trait(method, "scores_are_probabilities")))
 
 
 def _attribute_prefixes(
@@ -454,7 +455,7 @@ def _attribute_prefixes(
         chunk = lengths[start:start + batch_size]
         ids, mask = left_pad([sequence[:n] for n in chunk])
         call = dict(options)
-        if getattr(method, "uses_target", False) and "target" not in call:
+        if method_trait(method, "uses_target") and "target" not in call:
             call["target"] = sequence[chunk]
         scores = method.attribute(ids, additional_forward_args=(mask,), layer=layer, **call)
         yield chunk, scores.detach().cpu().float()

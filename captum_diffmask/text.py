@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 import torch
 from torch import Tensor
 
+from .attribution import method_trait
 from .batches import split_batch
 from .html_view import page, table
 
@@ -318,7 +319,7 @@ def explain(
     scores = (scores[0] if isinstance(scores, tuple) else scores).detach().float().cpu()
     scores = scores.unsqueeze(-1) if scores.dim() == 2 else scores
     columns = ["score"] if scores.shape[-1] == 1 else [f"layer {k}" for k in range(scores.shape[-1])]
-    rule = word_rule(getattr(method, "scores_are_probabilities", False))
+    rule = word_rule(method_trait(method, "scores_are_probabilities"))
     result = Explanation(type(method).__name__, texts, columns, rule)
     for b, text in enumerate(texts):
         real = encoding["attention_mask"][b].bool()

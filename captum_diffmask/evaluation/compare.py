@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import torch
 from torch import nn, Tensor
 
+from ..attribution import method_trait
 from ..diffmask import DiffMask
 from ..forward import Batch, check_token_ids, format_additional_args, frozen, ModelForward
 from ..methods import (
@@ -31,12 +32,12 @@ from ..text import as_texts, encoding_word_ids, piece_words
 from .faithfulness import eraser_scores, plausibility, TokenEraser
 from .comparison import Comparison, MethodResult, token_labels
 
-#: The library's methods by name, as :func:`compare` takes them.
-METHODS: Dict[str, type] = {
-    cls.__name__: cls
-    for cls in (DiffMask, IntegratedGradients, Occlusion, PerSampleBottleneck, Guan, ExactErasure,
-                PerExampleDiffMask, REINFORCE, RandomAttribution)
-}
+#: The library's methods, in the order tables list them.
+LIBRARY_METHODS: Tuple[type, ...] = (DiffMask, IntegratedGradients, Occlusion, ExactErasure, PerSampleBottleneck, Guan,
+                                     PerExampleDiffMask, REINFORCE, RandomAttribution)
+#: The library's methods by class name, as :func:`compare` takes them (each
+#: describes itself: ``name()``, ``summary``, ``needs_data``, ``data_step``).
+METHODS: Dict[str, type] = {cls.__name__: cls for cls in LIBRARY_METHODS}
 #: A method for :func:`compare`: an object with ``attribute`` (fitted or not), a
 #: name of :data:`METHODS`, or ``(name, options)``.
 MethodSpec = Union[Any, str, Tuple[str, Mapping[str, Any]]]
@@ -67,7 +68,7 @@ class PreparedMethod:
         (B, T, L + 1) for DiffMask's ``layer=None``); ``target`` is passed only to
         methods that attribute a class."""
         kwargs = dict(self.attribute_kwargs)
-        if target is not None and getattr(self.explainer, "uses_target", True):
+        if target is not None and method_trait(self.explainer, "uses_target"):
             kwargs["target"] = target
         result = self.explainer.attribute(ids, additional_forward_args=additional_forward_args, layer=layer, **kwargs)
         if isinstance(result, (tuple, list)) and len(result) == 1:
@@ -218,7 +219,8 @@ def _construct(
 
 
 def _fit_targets(explainer: Any) -> List[Tuple[str, Optional[Callable[..., Any]]]]:
-    return [("fit", getattr(explainer, "fit", None)), ("statistics", getattr(explainer, "fit_statistics", None)),
+    step = method_trait(explainer, "data_step")
+    return [("data", getattr(explainer, step, None) if step else None),
             ("attribute", getattr(explainer, "attribute", None))]
 
 
@@ -226,26 +228,17 @@ def _fit_if_needed(
     explainer: Any, routed: Mapping[str, Dict[str, Any]], train_data: Optional[Iterable[Batch]],
     layer: Optional[int], fit_steps: Optional[int], seed: int, verbose: bool,
 ) -> Dict[str, Any]:
-    r"""Fits an unfitted DiffMask and gives a bottleneck its statistics; what the
-    fit reports."""
-    if isinstance(explainer, DiffMask) and not explainer.is_fitted:
-        if train_data is None:
-            raise ValueError(f"train_data is needed to fit {type(explainer).__name__} (or pass it fitted)")
-        options = {"layers": None if layer is None else [layer], "seed": seed, "verbose": verbose, **routed["fit"]}
-        if fit_steps is not None:
-            options.setdefault("max_steps", fit_steps)
-        history = explainer.fit(train_data, **options)
-        return {"fit_steps": int(sum(row["steps"] for row in history)), "fit_last": history[-1],
-                "convergence": dict(explainer.convergence), "fit_options": _jsonable_options(options)}
-    if isinstance(explainer, PerSampleBottleneck) and layer not in explainer.statistics:
-        if train_data is None:
-            raise ValueError("train_data is needed for PerSampleBottleneck's statistics (fit_statistics)")
-        explainer.fit_statistics(train_data, layer=layer, **routed["statistics"])
-    return {}
-
-
-def _jsonable_options(options: Mapping[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool, list, type(None)))}
+    r"""Prepares a method that learns from data and is not prepared for
+    ``layer`` yet (an unfitted DiffMask, a bottleneck without statistics); what
+    the preparation reports."""
+    if not method_trait(explainer, "needs_data") or explainer.is_prepared(layer):
+        return {}
+    if train_data is None:
+        name = type(explainer).__name__
+        raise ValueError(f"train_data is needed to prepare {name} ({name}.{explainer.data_step} learns from data), "
+                         f"or pass it prepared")
+    return explainer.prepare_on_data(train_data, layer, routed["data"], seed=seed, verbose=verbose,
+                                     max_steps=fit_steps)
 
 
 # ------------------------------------------------------------------ compare
@@ -414,8 +407,8 @@ def _run_one(
         seconds = time.perf_counter() - start
         every = None
         explainer = prepared.explainer
-        if isinstance(explainer, DiffMask) and setup["layer"] is not None \
-                and len(explainer.fitted_layers) == explainer.num_layers + 1:  # every layer's scores where it can
+        if setup["layer"] is not None and callable(getattr(explainer, "attributes_every_layer", None)) \
+                and explainer.attributes_every_layer():  # every layer's scores where it can
             every = prepared.attribute(ids, extra, None)
     except Exception as error:  # noqa: BLE001 - recorded when asked to, else raised
         if errors == "raise":
@@ -425,7 +418,7 @@ def _run_one(
         every, scores = scores, scores.mean(-1)
     scored = explainer.scored(setup["layer"]) if callable(getattr(explainer, "scored", None)) else ""
     return MethodResult(prepared.name, scores, seconds, prepared.setup_seconds, every, None, options, prepared.info,
-                        bool(getattr(explainer, "scores_are_probabilities", False)), scored)
+                        bool(method_trait(explainer, "scores_are_probabilities")), scored)
 
 
 def time_forward(model_forward: ModelForward, ids: Tensor, extra: Tuple[Any, ...], repeats: int = 5) -> float:

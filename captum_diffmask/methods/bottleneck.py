@@ -12,7 +12,7 @@ upper bound given by the KL of the bottleneck's distribution to the noise prior.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +106,10 @@ class PerSampleBottleneck(SiteAttribution):
         >>> scores = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3)
     """
 
+    summary = "Schulz et al. 2020, per-example Gaussian bottleneck"
+    needs_data = True
+    data_step = "fit_statistics"
+
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
@@ -115,6 +119,22 @@ class PerSampleBottleneck(SiteAttribution):
         self.statistics: Dict[int, Tuple[Tensor, Tensor]] = {}
 
     @torch.no_grad()
+    def is_prepared(self, layer: Optional[int]) -> bool:
+        r"""Whether the statistics of ``layer``'s site are estimated."""
+        return layer in self.statistics
+
+    def prepare_on_data(
+        self, train_data: Iterable[Batch], layer: Optional[int], options: Mapping[str, Any], seed: int = 0,
+        verbose: bool = False, max_steps: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        r"""Estimates the statistics of ``layer``'s site (:meth:`fit_statistics`
+        with ``options``); ``seed``, ``verbose`` and ``max_steps`` are unused (an
+        average over the data, no optimisation)."""
+        if layer is None:
+            raise ValueError("layer: PerSampleBottleneck attributes one layer at a time, got None")
+        self.fit_statistics(train_data, layer=layer, **options)
+        return {}
+
     def fit_statistics(
         self,
         dataloader: Iterable[Batch],

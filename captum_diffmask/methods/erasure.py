@@ -162,6 +162,7 @@ class ExactErasure(SiteAttribution):
         verbose (bool, optional): show a tqdm progress bar. Default: True
     """
 
+    summary = "smallest kept subset that keeps the prediction (exhaustive)"
     scores_are_probabilities = True  # a 0/1 mask
 
     def __init__(

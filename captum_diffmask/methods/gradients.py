@@ -132,6 +132,8 @@ class IntegratedGradients(SiteAttribution):
                     ``n_steps * B`` path points; all at once when None. Default: None
     """
 
+    summary = "Integrated Gradients at the site, |sum over H| per token"
+
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
@@ -280,6 +282,8 @@ class Occlusion(SiteAttribution):
         perturbations_per_eval (int, optional): occlusions per forward pass (each
                     of batch size B). Default: 16
     """
+
+    summary = "leave-one-token-out (Captum's Occlusion, window 1)"
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,

@@ -68,6 +68,7 @@ class Guan(SiteAttribution):
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
+    summary = "Guan et al. 2019, per-token noise scale with an entropy bonus"
     uses_target = False
 
     @attribution_call

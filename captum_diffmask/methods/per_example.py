@@ -303,14 +303,15 @@ class _PerExampleMask(SiteAttribution):
                         ``check_every``, as in :meth:`fit_masks` (its defaults).
 
         Returns:
-            *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple), higher = more
-            important, 0 at padding.
+            *Tensor* (B, T) float (a 1-tuple when ``inputs`` is a tuple), higher =
+            more important, 0 at padding, on the device of the inputs (as every
+            method's).
         """
         reject_target(target, self._name)
         check_choice(readout, _READOUTS, "readout")
+        call = self._prepare(inputs, additional_forward_args, layer)  # for the finish: device, structure
         result = self.fit_masks(inputs, additional_forward_args, layer, **search_options)
-        scores = result.keep if readout == "keep" else result.mask
-        return (scores,) if isinstance(inputs, tuple) else scores
+        return self._finish(result.keep if readout == "keep" else result.mask, call)
 
 
 class PerExampleDiffMask(_PerExampleMask):
@@ -345,6 +346,7 @@ class PerExampleDiffMask(_PerExampleMask):
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
     """
 
+    summary = "DiffMask gates optimised per example (no probe)"
     _name = "PerExampleDiffMask"
 
     def _keep(self, logits: Tensor) -> Tensor:
@@ -414,6 +416,7 @@ class REINFORCE(_PerExampleMask):
                     Default: ``"lagrangian"``
     """
 
+    summary = "hard Bernoulli gates, score-function gradient, per example"
     _name = "REINFORCE"
 
     def __init__(

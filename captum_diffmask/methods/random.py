@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import torch
-from captum.attr import Attribution
 from torch import nn, Tensor
 
-from ..attribution import attribution_call, InputType, reject_target
-from ..forward import check_token_ids, ModelForward
+from ..attribution import (
+    attribution_call, ForwardFunc, InputType, PaddingMaskArg, reject_target, SiteAttribution, SitesType,
+)
 
 
 def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -39,35 +39,38 @@ def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Opti
     return scores.to(mask.device) * mask.bool().float()
 
 
-class RandomAttribution(Attribution):
+class RandomAttribution(SiteAttribution):
     r"""
     Independent uniform scores in [0, 1) at the real positions, 0 at padding:
     what any attribution must beat to mean something. Drawn from the instance's
     own generator, so successive calls differ, a run repeats, and the global RNG
-    is not touched. The model is never run.
+    is not touched. The model is never run; it is read for its padding
+    convention and, as every method's, its sites (``layer`` is checked against
+    them; the scores do not depend on it).
 
     Args:
 
-        model (nn.Module): the analysed model (only its padding convention is used).
-        forward_func (Callable, optional): accepted for the common signature;
-                    unused. Default: None
-        padding_mask_arg (int, str or None, optional): index of the padding mask in
-                    ``additional_forward_args``. Default: ``"auto"``
+        model (nn.Module): the analysed model.
+        sites, forward_func, padding_mask_arg, output: as every method's
+                    (:class:`~captum_diffmask.attribution.SiteAttribution`).
         seed (int, optional): seeds the generator. Default: 0
     """
 
+    label = "Random"
+    summary = "uniform random scores: the chance reference"
     uses_target = False
     uses_baselines = False
 
     def __init__(
         self,
         model: nn.Module,
-        forward_func: Optional[Callable[..., Any]] = None,
-        padding_mask_arg: Union[int, str, None] = "auto",
+        sites: SitesType = None,
+        forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto",
+        output: str = "auto",
         seed: int = 0,
     ) -> None:
-        self.model_forward = ModelForward(model, forward_func, padding_mask_arg)
-        Attribution.__init__(self, self.model_forward)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
         self.generator = torch.Generator().manual_seed(int(seed))
 
     @attribution_call
@@ -78,18 +81,18 @@ class RandomAttribution(Attribution):
         r"""
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            inputs (Tensor, tuple[Tensor] or mapping): token ids (B, T), or a
+                        tokenizer's batch.
             target: must be None (the scores preserve nothing). Default: None
             additional_forward_args (Any, optional): the model's other arguments;
                         only the padding mask is read. Default: None
-            layer (int, optional): accepted for the common signature; the scores
-                        do not depend on it. Default: 0
+            layer (int, optional): 0..L (checked); the scores do not depend on
+                        it. Default: 0
 
         Returns:
-            *Tensor* (B, T) in [0, 1), 0 at padding (a 1-tuple if ``inputs`` was).
+            *Tensor* (B, T) in [0, 1), 0 at padding (a 1-tuple if ``inputs`` was),
+            on the device of the inputs.
         """
         reject_target(target, "RandomAttribution", "nothing")
-        ids, was_tuple = check_token_ids(inputs)
-        mask = self.model_forward.padding_mask(ids, additional_forward_args)
-        scores = random_attribution(mask, generator=self.generator)
-        return (scores,) if was_tuple else scores
+        call = self._prepare(inputs, additional_forward_args, layer)
+        return self._finish(random_attribution(call.mask, generator=self.generator), call)

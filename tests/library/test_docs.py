@@ -26,3 +26,19 @@ def test_page_code_runs(name):
     namespace: dict = {}
     for block in blocks:  # blocks of one page share a namespace, as in a session
         exec(compile(block, str(page), "exec"), namespace)
+
+
+def test_the_api_table_is_generated_from_all_and_current():
+    import subprocess
+    import sys
+
+    script = DOCS / "api_table.py"
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True,
+                          cwd=DOCS.parent)
+    assert done.returncode == 0, done.stderr
+    table = (DOCS / "api.md").read_text()
+    import captum_diffmask
+
+    for name in captum_diffmask.__all__:
+        if not name.startswith("__"):
+            assert f"| `{name}` |" in table, name
