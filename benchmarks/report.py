@@ -23,7 +23,7 @@ import math
 import os
 from typing import Any, List, Mapping, Sequence, Union
 
-from .runner import to_jsonable
+from .records import to_jsonable
 
 
 def fmt(value: Any, digits: int = 3) -> str:

@@ -39,7 +39,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import torch
 
-from .runner import merge, to_jsonable
+from .runner import merge
+
+from .records import to_jsonable
 from .suites.sst_erasure import settings
 from .suites.sst_erasure.attributions import MaskedPredictor, run_mask_method
 from .suites.sst_erasure.loading import load_bench

@@ -50,7 +50,8 @@ from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
 
 from .report import fmt, table
-from .runner import limit_onednn_cache, merge, to_jsonable
+from .runner import limit_onednn_cache, merge
+from .records import to_jsonable
 from .suites import sst as suite
 
 

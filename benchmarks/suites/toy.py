@@ -37,7 +37,7 @@ from captum_diffmask.toy import (
 
 from ..methods import MethodContext, prepare, PreparedMethod, route_options
 from ..progress import bar, error_text, log
-from ..runner import cached, median_seconds
+from ..records import cached, median_seconds
 
 DESCRIPTION = (
     "toy task (paper Sec. 4): attributions to the FFNN output scored against the ground truth "
@@ -263,7 +263,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     first = _FirstSeed({}, [], [], {})
 
     for seed_index, seed in enumerate(bar(list(config["seeds"]), verbose, desc="seeds")):
-        train, valid = _seed_data(config, seed)
+        train, valid = seed_data(config, seed)
         model, model_info = load_toy_model(config, seed, train, valid, verbose)
         models.append(model_info)
         how = "cached" if model_info["cached"] else f"trained in {model_info['train_seconds']:.1f} s"
@@ -303,7 +303,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     return results
 
 
-def _seed_data(config: Mapping[str, Any], seed: int) -> Tuple[ToyData, ToyData]:
+def seed_data(config: Mapping[str, Any], seed: int) -> Tuple[ToyData, ToyData]:
     r"""The seed's training and held-out sets (the held-out set cut to
     ``eval_examples`` when set)."""
     data_cfg = config["data"]

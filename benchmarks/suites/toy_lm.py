@@ -24,14 +24,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from captum_diffmask.diffmask import DAMPED_FIT
-from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
 
 from ..methods import MethodContext, prepare, PreparedMethod
 from ..progress import bar, error_text, log
-from ..runner import cached
+from ..records import cached
 from ..tasks.toy_lm import decoder_accuracy, encode_toy, toy_decoder, ToyText, train_decoder
-from .toy import aggregate, _seed_data
-from .toy_lm_extras import first_seed_extras, ground_truth_check
+from .toy import aggregate, seed_data
+from .toy_lm_extras import first_seed_extras, ground_truth_check, score
 
 DESCRIPTION = (
     "toy task written as text for a tiny Llama-style decoder: attributions of the answer token to the digits' "
@@ -137,18 +136,6 @@ def load_decoder(config: Mapping[str, Any], seed: int, train: ToyText, valid: To
     return model, info
 
 
-def score(scores: torch.Tensor, data: ToyText) -> Dict[str, Any]:
-    r"""JS and KL of ``scores`` (N, T) on the digits of ``x`` to the ground truth."""
-    js = js_to_ground_truth(scores, data.truth, data.digits)
-    kl = kl_to_ground_truth(scores, data.truth, data.digits)
-    has_truth = data.truth.sum(-1) > 0
-    js_summary, kl_summary = summarize(js), summarize(kl)
-    return {"js": js_summary["mean"], "js_std_examples": js_summary["std"], "kl": kl_summary["mean"],
-            "kl_std_examples": kl_summary["std"], "kl_finite": kl_summary["finite_mean"],
-            "kl_inf_share": kl_summary["inf_share"], "scored": js_summary["count"],
-            "unscored": int((torch.isnan(js) & has_truth).sum())}
-
-
 def _context(model: Any, train: ToyText, layer: int, seed: int, verbose: bool) -> MethodContext:
     return MethodContext(model=model, sites=lambda: None, padding_mask_arg="auto",
                          train_loader=lambda batch_size, s: list(train.batches(batch_size, shuffle=True, seed=s)),
@@ -192,7 +179,7 @@ def _one_seed(config: Mapping[str, Any], seed: int, verbose: bool
     r"""Data, decoder and every method on one seed: (model info, records per
     method, per method its prepared method and held-out scores, the model, the
     held-out prompts)."""
-    train_data, valid_data = _seed_data(config, seed)
+    train_data, valid_data = seed_data(config, seed)
     digits = int(config["data"]["vocab_size"])
     train, valid = encode_toy(train_data, digits), encode_toy(valid_data, digits)
     model, info = load_decoder(config, seed, train, valid, verbose)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
+from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
 from captum_diffmask.forward import ModelForward
 from captum_diffmask.generation import attribute_generation, greedy_continuation
 from captum_diffmask.methods import IntegratedGradients, Occlusion
@@ -22,8 +23,20 @@ from ..progress import log
 from ..tasks.toy_lm import ToyText, token_text
 
 
+def score(scores: torch.Tensor, data: ToyText) -> Dict[str, Any]:
+    r"""JS and KL of ``scores`` (N, T) on the digits of ``x`` to the ground truth."""
+    js = js_to_ground_truth(scores, data.truth, data.digits)
+    kl = kl_to_ground_truth(scores, data.truth, data.digits)
+    has_truth = data.truth.sum(-1) > 0
+    js_summary, kl_summary = summarize(js), summarize(kl)
+    return {"js": js_summary["mean"], "js_std_examples": js_summary["std"], "kl": kl_summary["mean"],
+            "kl_std_examples": kl_summary["std"], "kl_finite": kl_summary["finite_mean"],
+            "kl_inf_share": kl_summary["inf_share"], "scored": js_summary["count"],
+            "unscored": int((torch.isnan(js) & has_truth).sum())}
+
+
 def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: ToyText,
-                score: Callable[..., Dict[str, Any]], verbose: bool) -> Tuple[List[Dict[str, Any]], DiffMask]:
+                verbose: bool) -> Tuple[List[Dict[str, Any]], DiffMask]:
     r"""A DiffMask fitted on every layer at once (``diffmask_every_layer``), scored
     at each: rows with JS, KL, the mean keep probability over real tokens and the
     fit's convergence status; and the fitted DiffMask."""
@@ -142,10 +155,9 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
                       prepared: Mapping[str, PreparedMethod], held_out: Mapping[str, torch.Tensor], out_dir: Path,
                       verbose: bool) -> Dict[str, Any]:
     r"""The first seed's DiffMask at every layer, speed per generated token and figures."""
-    from .toy_lm import score
 
     extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)}
-    extras["diffmask_layers"], dm = every_layer(config, model, train, valid, score, verbose)
+    extras["diffmask_layers"], dm = every_layer(config, model, train, valid, verbose)
     if config.get("figures", True):
         figure_dir = out_dir / "figures"
         layers = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)

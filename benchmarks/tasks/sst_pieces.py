@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from .sst import _minilm_tables, random_word_vectors, SSTData, SSTSentence
+from .sst import minilm_tables, random_word_vectors, SSTData, SSTSentence
 from .sst_bert import encode_sst, tiny_bert
 
 #: The piece sources :func:`piece_tokenizer` and :func:`piece_vectors` know.
@@ -55,7 +55,7 @@ def piece_tokenizer(name: str, train: Sequence[SSTSentence]) -> Any:
     """
     _check_source(name)
     if name == "minilm":
-        return _minilm_tables()[0]
+        return minilm_tables()[0]
     return tiny_bert([w for s in train for w in s.words], spell_unknown=False)[1]
 
 
@@ -78,7 +78,7 @@ def piece_vectors(name: str, tokenizer: Any, dim: int = 32, seed: int = 0) -> Te
     """
     _check_source(name)
     if name == "minilm":
-        table = _minilm_tables()[1]
+        table = minilm_tables()[1]
         if len(tokenizer) != table.shape[0]:
             raise ValueError(f"tokenizer: {len(tokenizer)} ids, but the MiniLM table has {table.shape[0]} rows")
         return table.clone()

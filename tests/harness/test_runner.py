@@ -10,7 +10,8 @@ from benchmarks import build_config, run_suite
 from benchmarks.__main__ import main
 from benchmarks.methods import REGISTRY
 from captum_diffmask.evaluation import METHODS
-from benchmarks.runner import cache_dir, cached, load_suite, median_seconds, to_jsonable, write_json
+from benchmarks.runner import load_suite
+from benchmarks.records import cache_dir, cached, median_seconds, to_jsonable, write_json
 
 # Small enough for about half a minute on one thread, large enough that the toy
 # model learns the task (97% held-out accuracy) and DiffMask's fit converges (JS

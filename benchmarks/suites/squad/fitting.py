@@ -12,7 +12,7 @@ from torch import Tensor
 
 from captum_diffmask import DiffMask
 from benchmarks.tasks.squad import best_spans, span_text, squad_scores
-from benchmarks.tasks.squad_qa import window_batches
+from benchmarks.tasks.squad import window_batches
 
 from ...progress import bar, log_to_stderr
 from ..sst.attributions import per_sentence

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from torch import nn
 
 from ...progress import log
-from ...runner import cached
+from ...records import cached
 from ..sst.loading import subset
 from ...tasks.sst import default_data_dir
 from ...tasks.squad import (

@@ -13,7 +13,7 @@ from torch import Tensor
 from captum_diffmask.methods import IntegratedGradients
 
 from ...progress import bar
-from ...runner import median_seconds
+from ...records import median_seconds
 from .loading import Bench
 
 

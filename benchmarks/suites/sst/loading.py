@@ -15,7 +15,7 @@ from benchmarks.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...progress import log_to_stderr
-from ...runner import cached
+from ...records import cached
 
 
 def _build_model(config: Mapping[str, Any], train: Sequence[SSTSentence]) -> Tuple[nn.Module, Any]:

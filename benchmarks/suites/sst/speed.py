@@ -15,7 +15,7 @@ from torch import nn, Tensor
 from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...progress import bar
-from ...runner import median_seconds
+from ...records import median_seconds
 from .attributions import attribute_at
 from .loading import Bench
 

@@ -28,7 +28,7 @@ from benchmarks.tasks.sst import (
 )
 
 from ...progress import log
-from ...runner import cached
+from ...records import cached
 
 #: The token units: the classifier's word pieces with [CLS]/[SEP] (the paper's), or words.
 UNITS = ("piece", "word")
