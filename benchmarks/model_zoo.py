@@ -190,6 +190,10 @@ def _built(model_type: str, architecture: str, task: str, rung: str) -> torch.nn
     model = model_class(config).eval()
     batch = labelled_batch(config, task)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        # a plain forward, as the library runs it (forward.cache_off): a hybrid
+        # stack's cache of linear-attention layers cannot even be started here
+        inputs["use_cache"] = False
     with torch.no_grad():
         model(**inputs)  # the first pass may set up lazily
         start = time.perf_counter()
@@ -330,10 +334,11 @@ def _sites_problem(explainer: Any, model: torch.nn.Module, batch: Dict[str, torc
     ``hidden.{k + 1}`` is, for every k < L (models whose states start after
     the first block); the last state may be normalised."""
     from captum_diffmask.attribution import own_hidden_states
+    from captum_diffmask.forward import cache_off
     from captum_diffmask.sites import first_tensor
 
     locator = explainer.locator
-    with torch.no_grad(), locator.capture() as states:
+    with torch.no_grad(), cache_off(model), locator.capture() as states:
         output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        output_hidden_states=True)
     own = own_hidden_states(model, output, batch["input_ids"], {"attention_mask": batch["attention_mask"]})

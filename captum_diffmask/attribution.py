@@ -23,11 +23,12 @@ from torch import nn, Tensor
 
 from .batches import to_device
 from .forward import (
-    check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, frozen, hooks_and_attributes_restored,
-    is_hf_model, model_device, ModelForward,
+    cache_off, check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, frozen,
+    hooks_and_attributes_restored, is_hf_model, model_device, ModelForward,
 )
 from .rng import preserved_rng
-from .sites import HOW_TO_PASS_SITES, repeat_batch, Replacement, SiteLocator
+from .site_finding import HOW_TO_PASS_SITES
+from .sites import repeat_batch, Replacement, SiteLocator
 
 #: Captum-style targets: a class for every example, one per example, or None.
 TargetType = Union[None, int, List[int], Tensor]
@@ -402,7 +403,7 @@ class SiteAttribution(Attribution):
         names = [f"hidden.{k}" for k in range(self.num_layers + 1)]
         kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), \
+        with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), cache_off(self.model), \
                 self.locator.capture(names) as states:
             output = self.model(input_ids=call.ids, output_hidden_states=True, **kwargs)
         reference = own_hidden_states(self.model, output, call.ids, kwargs)

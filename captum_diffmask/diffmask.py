@@ -20,7 +20,7 @@ from .gates import Gates, layer_sites
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
-from .sites import HOW_TO_PASS_SITES
+from .site_finding import HOW_TO_PASS_SITES
 from .text import text_batches
 
 _MODES = ("input", "hidden")

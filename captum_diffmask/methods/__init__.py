@@ -3,7 +3,8 @@
 (B, T) scores for the input tokens (``layer=0``) or the states of ``hidden.k``,
 higher = more important, 0 at padding."""
 
-from .base import optimize, SiteAttribution, site_for_layer
+from ..attribution import site_for_layer, SiteAttribution
+from .optimization import optimize
 from .bottleneck import PerSampleBottleneck
 from .erasure import ErasureResult, ExactErasure
 from .gradients import IntegratedGradients, Occlusion

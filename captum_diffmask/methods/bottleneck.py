@@ -18,11 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from ..attribution import attribution_call, ForwardFunc, InputType, PaddingMaskArg, resolve_target, SitesType
+from ..attribution import (
+    attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
+    SiteAttribution, SitesType,
+)
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import Batch, frozen
 from ..objective import log_probs
-from .base import make_optimizer, optimize, PreparedCall, site_for_layer, SiteAttribution
+from .optimization import make_optimizer, optimize
 
 _READOUTS = ("alpha", "capacity")
 

@@ -24,12 +24,11 @@ from tqdm.auto import tqdm
 from ..forward import frozen
 from ..objective import log_probs
 from ..attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, resolve_baseline, resolve_target,
-    SitesType, TargetType,
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_baseline,
+    resolve_target, SiteAttribution, SitesType, TargetType,
 )
 from ..checks import check_positive_int
 from ..rng import preserved_rng
-from .base import PreparedCall, SiteAttribution
 
 
 @dataclass
@@ -148,7 +147,7 @@ class ExactErasure(SiteAttribution):
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
-        baseline (float or Tensor, optional): the state that replaces erased
+        baselines (float or Tensor, optional): the state that replaces erased
                     tokens, the same for every position: None for zeros (erasing as
                     the authors' exact search did, by zeroing), a float constant, or
                     a vector (H,) — e.g. a fitted DiffMask's learned baseline
@@ -168,13 +167,13 @@ class ExactErasure(SiteAttribution):
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
-        baseline: Union[None, float, Tensor] = None,
+        baselines: Union[None, float, Tensor] = None,
         budget: int = 20_000,
         eval_batch_size: int = 256,
         verbose: bool = True,
     ) -> None:
         super().__init__(model, sites, forward_func, padding_mask_arg, output)
-        self.baseline = baseline
+        self.baselines = baselines
         self.budget = budget
         self.eval_batch_size = eval_batch_size
         self.verbose = verbose
@@ -206,7 +205,7 @@ class ExactErasure(SiteAttribution):
             layer (int, optional): 0 for the token embeddings, k >= 1 for
                         ``hidden.k``. Default: 0
             baselines (float or Tensor, optional): what replaces an erased state
-                        in this call (the constructor's ``baseline`` when None).
+                        in this call (the constructor's ``baselines`` when None).
                         Default: None
 
         Returns:
@@ -264,9 +263,8 @@ class ExactErasure(SiteAttribution):
         states, logits = self.capture(call)
         assert logits is not None
         state = states[call.site].detach()
-        chosen = self.baseline if baselines is None else baselines
-        argument = "baseline" if baselines is None else "baselines"
-        baseline = resolve_baseline(chosen, state, call.mask, argument=argument)
+        chosen = self.baselines if baselines is None else baselines
+        baseline = resolve_baseline(chosen, state, call.mask, argument="baselines")
         explicit = resolve_target(logits, target)  # also validates target
         wanted = log_probs(logits).argmax(-1) if explicit is None else explicit
 

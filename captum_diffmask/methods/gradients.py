@@ -22,13 +22,12 @@ from captum.attr import Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
 from ..attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, resolve_baseline, resolve_target,
-    SitesType, TargetType,
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_baseline,
+    resolve_target, SiteAttribution, SitesType, TargetType,
 )
 from ..checks import check_positive_int
 from ..forward import frozen
 from ..objective import log_probs
-from .base import PreparedCall, SiteAttribution
 
 _REDUCTIONS = ("abs_sum", "sum", "l2")
 _IG_METHODS = ("riemann_trapezoid", "gausslegendre", "riemann_left", "riemann_right", "riemann_middle")
@@ -118,7 +117,7 @@ class IntegratedGradients(SiteAttribution):
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
-        baseline (float or Tensor, optional): the reference state: None for zeros
+        baselines (float or Tensor, optional): the reference state: None for zeros
                     (the authors'), a constant, a vector (H,) for every token (e.g.
                     a learned DiffMask baseline), or a full (B, T, H) tensor.
                     Padded positions always keep their state. Default: None
@@ -137,7 +136,7 @@ class IntegratedGradients(SiteAttribution):
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
-        baseline: BaselineType = None,
+        baselines: BaselineType = None,
         n_steps: int = 50,
         method: str = "riemann_trapezoid",
         reduction: str = "abs_sum",
@@ -145,7 +144,7 @@ class IntegratedGradients(SiteAttribution):
     ) -> None:
         super().__init__(model, sites, forward_func, padding_mask_arg, output)
         self._check_options(n_steps, method, reduction, internal_batch_size)
-        self.baseline = baseline
+        self.baselines = baselines
         self.n_steps = n_steps
         self.method = method
         self.reduction = reduction
@@ -196,7 +195,7 @@ class IntegratedGradients(SiteAttribution):
             layer (int, optional): 0 for the token embeddings (``input`` site),
                         k >= 1 for ``hidden.k``. Default: 0
             baselines (float or Tensor, optional): the reference state for this
-                        call (as the constructor's ``baseline``, which is used when
+                        call (as the constructor's ``baselines``, which is used when
                         None). Default: None
             n_steps, method, reduction, internal_batch_size (optional): override
                         the constructor's values for this call.
@@ -221,7 +220,7 @@ class IntegratedGradients(SiteAttribution):
         assert logits is not None
         state = states[call.site].detach()
         captum_target, targets = _split_targets(logits, target)
-        baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
+        baseline = resolve_baseline(self.baselines if baselines is None else baselines, state, call.mask)
 
         attributions, delta = self._integrate(
             _SiteFunction(self, call, targets), state, baseline, captum_target, n_steps, method,
@@ -276,7 +275,7 @@ class Occlusion(SiteAttribution):
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
                     to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
-        baseline (float or Tensor, optional): what replaces an occluded state: None
+        baselines (float or Tensor, optional): what replaces an occluded state: None
                     for zeros, a constant, a vector (H,) (e.g. a learned DiffMask
                     baseline) or a (B, T, H) tensor. Default: None
         perturbations_per_eval (int, optional): occlusions per forward pass (each
@@ -288,12 +287,12 @@ class Occlusion(SiteAttribution):
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
-        baseline: BaselineType = None,
+        baselines: BaselineType = None,
         perturbations_per_eval: int = 16,
     ) -> None:
         super().__init__(model, sites, forward_func, padding_mask_arg, output)
         check_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        self.baseline = baseline
+        self.baselines = baselines
         self.perturbations_per_eval = perturbations_per_eval
 
     uses_baselines = True
@@ -318,7 +317,7 @@ class Occlusion(SiteAttribution):
             layer (int, optional): 0 for the token embeddings, k >= 1 for
                         ``hidden.k``. Default: 0
             baselines (float or Tensor, optional): what replaces an occluded state
-                        in this call (the constructor's ``baseline`` when None).
+                        in this call (the constructor's ``baselines`` when None).
                         Default: None
             perturbations_per_eval (int, optional): overrides the constructor's.
 
@@ -334,7 +333,7 @@ class Occlusion(SiteAttribution):
         assert logits is not None
         state = states[call.site].detach()
         captum_target, targets = _split_targets(logits, target)
-        baseline = resolve_baseline(self.baseline if baselines is None else baselines, state, call.mask)
+        baseline = resolve_baseline(self.baselines if baselines is None else baselines, state, call.mask)
 
         hidden = state.shape[-1]
         occlusion = _CaptumOcclusion(_SiteFunction(self, call, targets))

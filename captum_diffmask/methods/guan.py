@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attribution import attribution_call, InputType, reject_target
+from ..attribution import attribution_call, InputType, PreparedCall, reject_target, SiteAttribution
 from ..checks import check_choice, check_non_negative
 from ..forward import frozen
-from .base import make_optimizer, optimize, PreparedCall, SiteAttribution
+from .optimization import make_optimizer, optimize
 
 _READOUTS = ("inverse", "neg_sigma")
 

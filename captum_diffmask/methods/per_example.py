@@ -25,14 +25,15 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 
 from ..attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, reject_target, resolve_baseline, SitesType,
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
+    resolve_baseline, SiteAttribution, SitesType,
 )
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import frozen
 from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from ..objective import example_kl, LagrangeMultipliers, log_probs, same_prediction
 from ..probes import mix_baseline
-from .base import make_optimizer, optimize, OPTIMIZERS, PreparedCall, SiteAttribution
+from .optimization import make_optimizer, optimize, OPTIMIZERS
 
 _READOUTS = ("keep", "mask")
 _SELECTIONS = ("last", "feasible", "sparsest")

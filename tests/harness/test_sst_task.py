@@ -246,7 +246,7 @@ def test_exact_erasure_on_the_gru_matches_brute_force():
         ids[row, :n] = torch.randint(2, 20, (n,), generator=generator)
     mask = ids != 0
     baseline = model.embedding.weight[2:].mean(0)
-    result = ExactErasure(model, sites=sst_sites(model), padding_mask_arg=0, baseline=baseline, verbose=False).search(
+    result = ExactErasure(model, sites=sst_sites(model), padding_mask_arg=0, baselines=baseline, verbose=False).search(
         ids, (mask,), all_solutions=True
     )
     with torch.no_grad():

@@ -67,7 +67,7 @@ def run_erasure(model: SSTClassifier, data: SSTData, baseline: Tensor, options: 
     by length so that chunks pad little)."""
     options = dict(options)
     chunk = int(options.pop("chunk", 256))
-    erasure = ExactErasure(model, sites=sst_sites(model), padding_mask_arg=0, baseline=baseline,
+    erasure = ExactErasure(model, sites=sst_sites(model), padding_mask_arg=0, baselines=baseline,
                            verbose=False, **options)
     length = data.ids.shape[1]
     sizes, solved, complete, evaluations, all_masks = [], [], [], [], []
@@ -193,7 +193,7 @@ def run_scoring_method(
             return explainer.attribute(ids, additional_forward_args=(mask,), layer=layer)
     else:
         if name in ("IntegratedGradients", "Occlusion"):
-            options["baseline"] = baseline  # the erasure baseline (runtime value, not in the config)
+            options["baselines"] = baseline  # the erasure baseline (runtime value, not in the config)
         prepared = prepare(name, ctx, options)
         setup = prepared.setup_seconds
 

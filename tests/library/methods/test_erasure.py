@@ -115,7 +115,7 @@ def test_the_kept_subset_keeps_the_prediction_with_a_vector_baseline():
     ids = torch.randint(3, VOCAB, (6, 7), generator=g)
     mask = torch.ones_like(ids)
     baseline = torch.randn(32, generator=g)
-    erasure = ExactErasure(model, baseline=baseline, verbose=False)
+    erasure = ExactErasure(model, baselines=baseline, verbose=False)
     for layer, site in ((0, "input"), (2, "hidden.2")):
         result = erasure.search(ids, (mask,), layer=layer)
         assert result.solved.all()
@@ -165,7 +165,7 @@ def test_budget(short_toy):
     with pytest.raises(ValueError, match="eval_batch_size"):
         ExactErasure(model, sites=toy_sites(model), padding_mask_arg=1, eval_batch_size=0)
     with pytest.raises(ValueError, match="baseline"):
-        ExactErasure(model, sites=toy_sites(model), padding_mask_arg=1, baseline=torch.zeros(3)).search(
+        ExactErasure(model, sites=toy_sites(model), padding_mask_arg=1, baselines=torch.zeros(3)).search(
             ids, additional_forward_args=(query, mask), layer=1)
 
 
@@ -183,7 +183,7 @@ def test_hindsight_bias_on_the_toy_task(toy_setup):
     mean_state = states["hidden.1"][train.mask].mean(0)
 
     held = valid.subset(torch.arange(200))
-    erasure = ExactErasure(model, sites=sites, padding_mask_arg=1, baseline=mean_state, verbose=False)
+    erasure = ExactErasure(model, sites=sites, padding_mask_arg=1, baselines=mean_state, verbose=False)
     result = erasure.search(held.ids, additional_forward_args=(held.query, held.mask), layer=1)
     assert result.solved.all()
     with torch.no_grad():

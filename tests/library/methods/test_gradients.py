@@ -112,7 +112,7 @@ def test_ig_target_and_errors():
     with pytest.raises(ValueError, match="n_steps"):
         IntegratedGradients(model, n_steps=0)
     with pytest.raises(ValueError, match="baseline"):
-        IntegratedGradients(model, baseline=torch.zeros(5)).attribute(ids, additional_forward_args=(mask,))
+        IntegratedGradients(model, baselines=torch.zeros(5)).attribute(ids, additional_forward_args=(mask,))
     with pytest.raises(ValueError, match="layer"):
         ig.attribute(ids, additional_forward_args=(mask,), layer=3)
 
@@ -121,8 +121,8 @@ def test_ig_vector_baseline_equals_full_baseline():
     model = wide_bert()
     ids, mask = token_batch()
     vector = torch.randn(32, generator=torch.Generator().manual_seed(0))
-    a = IntegratedGradients(model, baseline=vector, n_steps=8).attribute(ids, additional_forward_args=(mask,))
-    b = IntegratedGradients(model, baseline=vector.expand(*ids.shape, 32).clone(), n_steps=8).attribute(
+    a = IntegratedGradients(model, baselines=vector, n_steps=8).attribute(ids, additional_forward_args=(mask,))
+    b = IntegratedGradients(model, baselines=vector.expand(*ids.shape, 32).clone(), n_steps=8).attribute(
         ids, additional_forward_args=(mask,))
     assert torch.allclose(a, b)
     zero = IntegratedGradients(model, n_steps=8).attribute(ids, additional_forward_args=(mask,))

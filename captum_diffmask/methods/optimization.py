@@ -1,5 +1,5 @@
-"""What the comparison methods share beyond :class:`SiteAttribution`: the
-per-example optimisation loop and its optimisers."""
+"""The per-example optimisation loop of the learned-mask methods (the
+bottleneck, Guan, per-example DiffMask, REINFORCE) and their optimisers."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..attribution import PreparedCall, site_for_layer, SiteAttribution
 from ..checks import check_choice, check_positive_int
 
-__all__ = ["PreparedCall", "SiteAttribution", "OPTIMIZERS", "make_optimizer", "optimize", "site_for_layer"]
+__all__ = ["OPTIMIZERS", "make_optimizer", "optimize"]
 
 #: The optimisers of the per-example methods.
 OPTIMIZERS = ("rmsprop", "adam")
