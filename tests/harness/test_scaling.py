@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from benchmarks import distributed_fit
-from benchmarks.scaling import estimate, ModelShape, write_report
+from benchmarks.studies import distributed_fit
+from benchmarks.studies.scaling import estimate, ModelShape, write_report
 
 
 def test_estimate_counts_a_small_shape_by_hand():

@@ -224,7 +224,7 @@ def test_the_fit_caveat_counts_converged_and_violated_layers():
 
 
 def test_squad_convergence_reports_each_chunk_of_every_layer(tmp_path, monkeypatch):
-    from benchmarks import squad_convergence
+    from benchmarks.studies import squad_convergence
 
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
     tiny = {"train_questions": None, "scored_questions": None, "analysis_questions": None,

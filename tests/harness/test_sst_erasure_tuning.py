@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import sst_erasure_tuning as tuning
+from benchmarks.studies import sst_erasure_tuning as tuning
 from benchmarks.suites import sst_erasure
 from captum_diffmask.methods import REINFORCE
 from tiny_models import needs_sst, shared_sst

@@ -1,4 +1,4 @@
-"""The DiffMask settings sweep on the sst suite's model (benchmarks.sst_sweep), on a
+"""The DiffMask settings sweep on the sst suite's model (benchmarks.studies.sst_sweep), on a
 config-built tiny BERT and a few dozen real SST sentences."""
 
 import inspect
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import sst_sweep
+from benchmarks.studies import sst_sweep
 from benchmarks.suites import sst as suite
 from benchmarks.suites.sst.fitting import SUITE_KEYS
 from captum_diffmask import DiffMask
@@ -102,7 +102,7 @@ def test_sweep_scored_on_train_sentences(tmp_path):
 
 
 def _sst_sweeps():
-    # the sweeps of benchmarks.sst_sweep (a list of runs); the others are other harnesses'
+    # the sweeps of benchmarks.studies.sst_sweep (a list of runs); the others are other harnesses'
     paths = sorted((Path(__file__).parents[2] / "benchmarks" / "sweeps").glob("*.json"))
     return [p for p in paths if "runs" in json.loads(p.read_text(encoding="utf-8"))]
 

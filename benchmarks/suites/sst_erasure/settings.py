@@ -65,7 +65,7 @@ DEFAULTS: Dict[str, Any] = {
     # embeddings and the GRU outputs (attribute layer 1, input mode).
     "method_options": {
         # Chosen on SST *train* sentences only (101 scored of 120 searched, not the
-        # evaluated split): python -m benchmarks.sst_erasure_tuning
+        # evaluated split): python -m benchmarks.studies.sst_erasure_tuning
         # benchmarks/sweeps/sst-erasure-masks.json, results in
         # docs/results/sst-erasure-tuning.jsonl. The same 1000 steps, centred RMSprop,
         # lr_lambda 1, checks every 5 steps, and the same grid for the three rows:

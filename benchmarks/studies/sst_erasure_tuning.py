@@ -11,8 +11,8 @@ skipped, so a stopped tuning resumes.
 
 Usage::
 
-    python -m benchmarks.sst_erasure_tuning GRID.json --out tuning.jsonl [--sentences 120] [--threads 1]
-    python -m benchmarks.sst_erasure_tuning GRID.json --out tuning.jsonl --summary
+    python -m benchmarks.studies.sst_erasure_tuning GRID.json --out tuning.jsonl [--sentences 120] [--threads 1]
+    python -m benchmarks.studies.sst_erasure_tuning GRID.json --out tuning.jsonl --summary
 
 ``GRID.json``::
 
@@ -39,14 +39,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import torch
 
-from .runner import merge
+from ..runner import merge
 
-from .records import to_jsonable
-from .suites.sst_erasure import settings
-from .suites.sst_erasure.attributions import MaskedPredictor, run_mask_method
-from .suites.sst_erasure.loading import load_bench
-from .suites.sst_erasure.orchestration import erasure_reference, mask_run_info
-from .suites.sst_erasure.scoring import miss_breakdown, summarize
+from ..records import to_jsonable
+from ..suites.sst_erasure import settings
+from ..suites.sst_erasure.attributions import MaskedPredictor, run_mask_method
+from ..suites.sst_erasure.loading import load_bench
+from ..suites.sst_erasure.orchestration import erasure_reference, mask_run_info
+from ..suites.sst_erasure.scoring import miss_breakdown, summarize
 
 
 def combinations(grid: Mapping[str, Sequence[Any]]) -> Iterator[Dict[str, Any]]:
@@ -146,7 +146,7 @@ def summary(lines: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sst_erasure_tuning", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_erasure_tuning", description=__doc__.split("\n\n")[1])
     parser.add_argument("grid", help="the grid, a JSON file")
     parser.add_argument("--out", required=True, help="JSON-lines file (appended; done combinations skipped)")
     parser.add_argument("--sentences", type=int, default=120, help="train sentences searched (default 120)")

@@ -15,7 +15,7 @@ exception, or a check that fails) is a **failure**. An architecture whose tiny
 config cannot be built or is still too big is **not built**: the rule's gap,
 not the library's, and listed as such.
 
-Command: ``python -m benchmarks.model_zoo --markdown docs/results/model-zoo.md``.
+Command: ``python -m benchmarks.studies.model_zoo --markdown docs/results/model-zoo.md``.
 """
 
 from __future__ import annotations
@@ -510,11 +510,11 @@ def coverage_report(results: Sequence[ZooResult]) -> str:
     return "\n".join([
         "# DiffMask on every architecture of transformers' auto-mappings",
         "",
-        "Command: `python -m benchmarks.model_zoo --markdown docs/results/model-zoo.md`; the same run is the test "
+        "Command: `python -m benchmarks.studies.model_zoo --markdown docs/results/model-zoo.md`; the same run is the test "
         "`tests/harness/test_every_architecture.py`. transformers " + hf.__version__ + ", torch " + torch.__version__ + ".",
         "",
         "Each architecture of the sequence-classification, causal-LM and question-answering mappings is built from its "
-        "config class with one shrinking rule for every family (`benchmarks/model_zoo.py`: no list of models), then "
+        "config class with one shrinking rule for every family (`benchmarks/studies/model_zoo.py`: no list of models), then "
         "DiffMask (hidden mode, no `sites=`, no `forward_func`) fits one step on a padded, labelled batch and "
         "attributes every layer. **works**: the sites equal the model's own hidden states (checked by the zoo, apart "
         "from the library's self-check), the scores are (B, T, L + 1) in [0, 1] with 0 on padding, the labels never "

@@ -23,7 +23,7 @@ moment decay (fit's default 0.99) by patching the probe's optimiser.
 
 Usage::
 
-    python -m benchmarks.sst_seed_spread --mode hidden --seeds 0 1 --epochs 10 --out spread.pt [--beta2 0.9]
+    python -m benchmarks.studies.sst_seed_spread --mode hidden --seeds 0 1 --epochs 10 --out spread.pt [--beta2 0.9]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class _Watch:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sst_seed_spread", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_seed_spread", description=__doc__.split("\n\n")[1])
     parser.add_argument("--mode", choices=("input", "hidden"), default="hidden")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--epochs", type=int, default=10)

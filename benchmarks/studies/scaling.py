@@ -2,10 +2,10 @@
 one and two ``gloo`` processes on this machine, and a paper-and-pencil estimate
 of memory and time for a 7B-parameter model.
 
-    python -m benchmarks.scaling measure --out out/scaling    # the grid of runs (a few minutes)
-    python -m benchmarks.scaling report --runs out/scaling --out docs/results/scaling.md
+    python -m benchmarks.studies.scaling measure --out out/scaling    # the grid of runs (a few minutes)
+    python -m benchmarks.studies.scaling report --runs out/scaling --out docs/results/scaling.md
 
-``measure`` launches :mod:`benchmarks.distributed_fit` once per task (toy, SST
+``measure`` launches :mod:`benchmarks.studies.distributed_fit` once per task (toy, SST
 MiniLM), mode and layout: one process with every core, one process with one
 thread, and two processes under ``torchrun`` with one thread each. The SST runs
 need the sst suite's cached MiniLM (``python -m benchmarks run sst`` fine-tunes
@@ -39,10 +39,10 @@ def measure(out: Path, tasks: Sequence[str] = ("toy", "sst"), modes: Sequence[st
     for task in tasks:
         for mode in modes:
             for processes, threads in LAYOUTS:
-                launcher = [sys.executable, "-m", "benchmarks.distributed_fit"]
+                launcher = [sys.executable, "-m", "benchmarks.studies.distributed_fit"]
                 if processes > 1:
                     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                f"--nproc_per_node={processes}", "-m", "benchmarks.distributed_fit"]
+                                f"--nproc_per_node={processes}", "-m", "benchmarks.studies.distributed_fit"]
                 command = launcher + ["--task", task, "--mode", mode, "--steps", str(STEPS[task]),
                                       "--threads", str(threads), "--out", str(out)]
                 print(" ".join(command[1:]), file=sys.stderr, flush=True)
@@ -132,7 +132,7 @@ def estimate(shape: ModelShape, tokens_per_step: int, tokens_per_epoch: int, flo
 def _load_runs(runs: Path) -> List[Dict[str, Any]]:
     found = [json.loads(p.read_text()) for p in sorted(runs.glob("run-*-*-*x*.json"))]
     if not found:
-        raise FileNotFoundError(f"runs: no run-*.json in {runs}; run `python -m benchmarks.scaling measure --out {runs}`")
+        raise FileNotFoundError(f"runs: no run-*.json in {runs}; run `python -m benchmarks.studies.scaling measure --out {runs}`")
     return found
 
 
@@ -172,7 +172,7 @@ def _estimate_lines(found: List[Dict[str, Any]]) -> Tuple[List[str], Dict[str, A
         f"MLP {shape.ffn}, bf16), {tokens_per_step} real tokens a step (e.g. 32 sentences of 128 tokens), "
         f"an epoch of SST train ({tokens_per_epoch} tokens"
         f"{' with the MiniLM tokenizer' if sst else ', assumed'}), {rate / 1e12:.0f} TFLOP/s sustained "
-        "(about 40 % of an H100's dense bf16 peak). The formulas are `benchmarks.scaling.estimate`'s docstring.",
+        "(about 40 % of an H100's dense bf16 peak). The formulas are `benchmarks.studies.scaling.estimate`'s docstring.",
         "", "| | input mode | hidden mode |", "|---|---|---|",
     ]
     for term in result["input"]["memory_gb"]:
@@ -195,13 +195,13 @@ def write_report(runs: Path, out: Path, device_note: Optional[str] = None) -> No
     found = _load_runs(runs)
     lines = [
         "# Scaling DiffMask's fit", "",
-        "Commands: `python -m benchmarks.scaling measure --out out/scaling` then "
-        "`python -m benchmarks.scaling report --runs out/scaling --out docs/results/scaling.md`. "
+        "Commands: `python -m benchmarks.studies.scaling measure --out out/scaling` then "
+        "`python -m benchmarks.studies.scaling report --runs out/scaling --out docs/results/scaling.md`. "
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
         f"torch {_torch_version()}; the runs one after the other on an otherwise idle machine.", "",
         "## One and two processes (gloo, CPU)", "",
         "Each run fits DiffMask for a fixed number of global steps of batch 32 per process "
-        "(`benchmarks.distributed_fit`; the first batch's statistics included): toy task (the toy suite's model, "
+        "(`benchmarks.studies.distributed_fit`; the first batch's statistics included): toy task (the toy suite's model, "
         "eps 0.05) and the SST MiniLM of the `sst` suite (l0 'mean', eps 0.02). Tokens are real (unpadded) tokens "
         "of every rank's batches. Two processes take a global batch twice as large per step, so the ratio compares "
         "throughput, not steps.", "",
@@ -234,7 +234,7 @@ def _torch_version() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.scaling", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("measure", help="run the grid of fits")
     run.add_argument("--out", required=True)

@@ -13,7 +13,7 @@ measures; it only runs faster where the model sits on a GPU (``--device cuda``).
 
 Usage::
 
-    python -m benchmarks.sst_sweep SWEEP.json --out results.jsonl [--device cuda]
+    python -m benchmarks.studies.sst_sweep SWEEP.json --out results.jsonl [--device cuda]
 
 ``SWEEP.json``::
 
@@ -49,10 +49,10 @@ from captum_diffmask.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
 
-from .report import fmt, table
-from .runner import limit_onednn_cache, merge
-from .records import to_jsonable
-from .suites import sst as suite
+from ..report import fmt, table
+from ..runner import limit_onednn_cache, merge
+from ..records import to_jsonable
+from ..suites import sst as suite
 
 
 #: Where a sweep's runs are scored (see :func:`_splits`) and the gates they are scored with.
@@ -251,7 +251,7 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sst_sweep", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_sweep", description=__doc__.split("\n\n")[1])
     parser.add_argument("sweep", help="the sweep's JSON file (see the module docstring)")
     parser.add_argument("--out", required=True, help="JSON lines file the runs are appended to")
     parser.add_argument("--device", default="cpu", help="where the model and DiffMask run (default: cpu)")
@@ -296,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f.write(json.dumps(to_jsonable(result)) + "\n")
         done.append(to_jsonable(result))
         if args.markdown:  # rewritten after every run: a long sweep's report grows as it goes
-            command = "python -m benchmarks.sst_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
+            command = "python -m benchmarks.studies.sst_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
             Path(args.markdown).write_text(convergence_markdown(done, command), encoding="utf-8")
         summary = ", ".join(f"seed {s['seed']}: {s['mean_masked']:.1f} % masked, F1 {s['mean_f1']:.2f} "
                             f"(unmasked {s['unmasked_f1']:.2f})" for s in result["seeds"])

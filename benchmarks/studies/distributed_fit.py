@@ -1,8 +1,8 @@
 """DiffMask fitted by several processes under ``torchrun``: the launcher, and the
 throughput measurement behind ``docs/results/scaling.md``.
 
-    torchrun --nproc_per_node=2 -m benchmarks.distributed_fit --task sst --steps 60 --out out/scaling
-    python -m benchmarks.distributed_fit --task sst --steps 60 --out out/scaling      # one process
+    torchrun --nproc_per_node=2 -m benchmarks.studies.distributed_fit --task sst --steps 60 --out out/scaling
+    python -m benchmarks.studies.distributed_fit --task sst --steps 60 --out out/scaling      # one process
 
 Every rank reads its shard of the training batches (the fit shards them: every
 rank reads the loader and keeps its batch of each group of ``world`` batches), the
@@ -10,7 +10,7 @@ gradients are averaged, and rank 0 writes
 ``DIR/run-<task>-<mode>-<processes>x<threads>.json``: the fit's throughput
 (training examples and real tokens a second, counting every rank's batch), its
 steps, and the largest difference between any rank's probe and rank 0's.
-:mod:`benchmarks.scaling` runs the grid of these and writes the report. Backend
+:mod:`benchmarks.studies.scaling` runs the grid of these and writes the report. Backend
 ``gloo`` on CPUs, ``nccl`` when every rank has a GPU (``--device cuda``).
 """
 
@@ -97,7 +97,7 @@ def run(task: str, steps: int, batch_size: int, mode: str, device: str) -> Dict[
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.distributed_fit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.distributed_fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=("toy", "sst"), default="toy")
     parser.add_argument("--mode", choices=("input", "hidden"), default="hidden")
     parser.add_argument("--steps", type=int, default=60, help="global steps (one batch per process each)")

@@ -1,0 +1,14 @@
+"""Studies beside the suites: one question each, with its own command
+(``python -m benchmarks.studies.NAME``) and, where it has one, a committed report
+under ``docs/results/``.
+
+- ``sst_sweep``: DiffMask fits on SST with options changed per run, scored on
+  held-out train sentences (or dev); the convergence reports.
+- ``sst_erasure_tuning``: the per-example masks' settings for ``sst-erasure``,
+  chosen on train sentences.
+- ``sst_seed_spread``: the spread of the attributions across fit seeds, per epoch.
+- ``squad_convergence``: the SQuAD fits' verdicts, chunk by chunk.
+- ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.
+- ``model_zoo``: DiffMask on every architecture of transformers' mappings.
+- ``first_explanation``: the README's first explanation, timed step by step.
+"""
