@@ -265,12 +265,12 @@ def test_missing_extras_name_them(monkeypatch):
     with pytest.raises(ImportError, match=r"captum_diffmask\[sst\]"):
         sst_bert.load_minilm()
     monkeypatch.setitem(sys.modules, "spacy", None)
-    sst_bert._spacy_pipeline.cache_clear()
+    sst_bert.spacy_pipeline.cache_clear()
     try:
         with pytest.raises(ImportError, match=r"captum_diffmask\[pos\]"):
             sst_bert.pos_tags([SSTSentence(("good",), 3, (3,))])
     finally:
-        sst_bert._spacy_pipeline.cache_clear()
+        sst_bert.spacy_pipeline.cache_clear()
 
 
 def test_pos_tags_align_with_the_words(sentences):

@@ -268,3 +268,10 @@ def test_exact_erasure_on_the_gru_matches_brute_force():
         assert int(result.size[row]) == best and bool(result.solved[row])
         found = [tuple(torch.nonzero(m).flatten().tolist()) for m in result.all_masks[row]]
         assert found == survivors[best]
+
+
+def test_the_default_data_folder_is_shared_data_beside_the_checkout():
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parents[2]
+    assert sst.default_data_dir() == checkout.parent / "shared" / "data"

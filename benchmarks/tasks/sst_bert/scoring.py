@@ -1,0 +1,91 @@
+"""Macro-F1 and a model's scores on an encoded split."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+
+from .encoding import EncodedSST
+
+
+def macro_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> float:
+    r"""
+    Macro-averaged F1: the mean over **all** ``num_classes`` classes of
+    ``F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c)``.
+
+    A class with no gold and no predicted example has an undefined F1 (0 / 0);
+    it counts as 0 and stays in the mean, as in scikit-learn's
+    ``f1_score(labels, predictions, labels=range(num_classes), average="macro",
+    zero_division=0)``. (scikit-learn's default, ``labels=None``, instead averages
+    only over the classes that occur in either argument; the two agree whenever
+    every class occurs, as on SST's dev and test sets.)
+
+    Args:
+
+        predictions (Tensor): (N,) long predicted classes in 0..num_classes-1.
+        labels (Tensor): (N,) long gold classes.
+        num_classes (int, optional): Default: 5
+
+    Returns:
+        *float* in [0, 1].
+    """
+    predictions, labels = torch.as_tensor(predictions).long().flatten(), torch.as_tensor(labels).long().flatten()
+    if predictions.shape != labels.shape:
+        raise ValueError(f"predictions and labels must have the same length, got {len(predictions)} and {len(labels)}")
+    for name, t in (("predictions", predictions), ("labels", labels)):
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_classes):
+            raise ValueError(f"{name} must lie in 0..{num_classes - 1}")
+    confusion = torch.bincount(labels * num_classes + predictions, minlength=num_classes ** 2).view(num_classes, num_classes).double()
+    tp = confusion.diag()
+    fp = confusion.sum(0) - tp
+    fn = confusion.sum(1) - tp
+    denominator = 2 * tp + fp + fn
+    f1 = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
+    return float(f1.mean())
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, encoded: EncodedSST, batch_size: int = 64) -> Dict[str, Any]:
+    r"""
+    Scores a sequence classifier on encoded sentences (in eval mode, length-sorted
+    batches for speed; the model's train/eval mode is restored afterwards).
+
+    Args:
+
+        model (nn.Module): ``model(input_ids=..., attention_mask=...)`` returning
+                    ``.logits`` (B, C) (a Hugging Face classifier) or the logits.
+        encoded (EncodedSST): the sentences.
+        batch_size (int, optional): Default: 64
+
+    Returns:
+        *dict* with ``"accuracy"`` (float in [0, 1]), ``"macro_f1"`` (float in
+        [0, 1], :func:`macro_f1` over the logits' classes) and
+        ``"predictions"`` ((N,) long, in row order).
+    """
+    was_training = model.training
+    model.eval()
+    predictions = torch.empty(len(encoded), dtype=torch.long)
+    num_classes = int(encoded.labels.max()) + 1
+    try:
+        for index in encoded.order(sort_by_length=True, batch_size=batch_size):
+            longest = max(int(encoded.lengths[index].max()), 1)
+            logits = output_logits(model(input_ids=encoded.input_ids[index, :longest],
+                                   attention_mask=encoded.attention_mask[index, :longest]))
+            num_classes = max(num_classes, logits.shape[-1])
+            predictions[index] = logits.argmax(-1).cpu()
+    finally:
+        model.train(was_training)
+    labels = encoded.labels
+    return {
+        "accuracy": float((predictions == labels).float().mean()),
+        "macro_f1": macro_f1(predictions, labels, num_classes),
+        "predictions": predictions,
+    }
+
+
+def output_logits(output: Any) -> Tensor:
+    return output.logits if hasattr(output, "logits") else output
