@@ -37,6 +37,8 @@ import torch
 import transformers as hf
 from transformers.models.auto import modeling_auto
 
+from captum_diffmask.forward import cache_off
+
 #: task -> the auto-mapping (model_type -> class name) it enumerates
 MAPPINGS = {
     "classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
@@ -121,6 +123,8 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
     kwargs.update((name, VOCAB) for name in parameters if widths and _is_vocabulary(name) and name not in kwargs)
     kwargs.update((name, value) for name, value in TOKEN_IDS.items() if name in parameters)
     default = config_class()
+    default_depth = next((getattr(default, name) for name in DEPTHS
+                          if isinstance(getattr(default, name, None), int)), None)
     for name in parameters:
         try:
             nested = getattr(default, name, None)
@@ -128,6 +132,9 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
             continue
         if isinstance(nested, hf.PretrainedConfig):
             kwargs[name] = tiny_config(type(nested), num_labels, rung)
+        elif depth is not None and isinstance(nested, (list, tuple)) and default_depth and len(nested) == default_depth:
+            # one entry per layer (Zamba's block types): as many as the tiny model's layers
+            kwargs[name] = list(nested[:depth])
     config = config_class(**kwargs, num_labels=num_labels)
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
         config.decoder_start_token_id = 0  # as an encoder-decoder's hub config names it
@@ -188,13 +195,14 @@ def _built(model_type: str, architecture: str, task: str, rung: str) -> torch.nn
         raise ValueError(f"{depth} layers")
     torch.manual_seed(0)
     model = model_class(config).eval()
+    languages = getattr(config, "languages", None)
+    if callable(getattr(model, "set_default_language", None)) and languages:
+        model.set_default_language(languages[0])  # what X-MOD's error asks a user to do
     batch = labelled_batch(config, task)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    if "use_cache" in inspect.signature(model.forward).parameters:
-        # a plain forward, as the library runs it (forward.cache_off): a hybrid
-        # stack's cache of linear-attention layers cannot even be started here
-        inputs["use_cache"] = False
-    with torch.no_grad():
+    # a plain forward, as the library runs it (forward.cache_off): a hybrid
+    # stack's cache of linear-attention layers cannot even be started here
+    with torch.no_grad(), cache_off(model):
         model(**inputs)  # the first pass may set up lazily
         start = time.perf_counter()
         model(**inputs)
@@ -334,7 +342,6 @@ def _sites_problem(explainer: Any, model: torch.nn.Module, batch: Dict[str, torc
     ``hidden.{k + 1}`` is, for every k < L (models whose states start after
     the first block); the last state may be normalised."""
     from captum_diffmask.attribution import own_hidden_states
-    from captum_diffmask.forward import cache_off
     from captum_diffmask.sites import first_tensor
 
     locator = explainer.locator
