@@ -422,12 +422,23 @@ class SiteAttribution(Attribution):
                                  f"of {model}; " + HOW_TO_PASS_SITES)
         _check_finite(self.model, reference[: self.num_layers])
         real = call.mask.bool()
-        if not any(_states_match(states, reference, real, offset) for offset in (0, 1)):
+        if not any(_states_match(states, reference, real, offset) for offset in (0, 1)) \
+                and not self._tokens_first_matches(states, reference, real):
             k = next(k for k in range(self.num_layers) if not _same_state(states[f"hidden.{k}"], reference[k], real))
             raise ValueError(
                 f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
                 f"in {model}; " + HOW_TO_PASS_SITES)
         self._sites_checked = True
+
+    def _tokens_first_matches(self, states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor) -> bool:
+        r"""Whether the captured states are the model's own read tokens first
+        ((T, B, H), as XLNet runs its blocks); if so, every site is read so from
+        now on (:meth:`SiteLocator.tokens_first`)."""
+        flipped = {name: state.transpose(0, 1) for name, state in states.items() if state.dim() == 3}
+        if len(flipped) != len(states) or not _states_match(flipped, reference, real, 0):
+            return False
+        self.locator = self.locator.tokens_first()
+        return True
 
     def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
         r"""Logits with sites replaced; gradients flow into the replacements. After

@@ -18,6 +18,8 @@ hooks, always removed in ``finally``:
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import (
@@ -58,12 +60,16 @@ class Site:
                     pass (ALBERT's shared block, an embedding that an encoder and a
                     decoder share), which run the site is, from 0; None when the
                     module runs once. Default: None
+        tokens_first (bool, optional): the module's activation is (T, B, H), as
+                    in XLNet; the hooks show it to the library as (B, T, H) and
+                    put a replacement back as (T, B, H). Default: False
     """
 
     name: str
     module: nn.Module
     port: str = "output"
     call: Optional[int] = None
+    tokens_first: bool = False
 
 
 def first_tensor(value: Any) -> Tensor:
@@ -224,6 +230,8 @@ class SiteLocator:
     def _register(self, site: Site, fn: Callable[[Tensor], Optional[Tensor]], prepend: bool) -> Any:
         r"""Registers ``fn(activation) -> replacement or None`` on a site (on the
         site's run only, for a module that runs several times in a forward pass)."""
+        if site.tokens_first:
+            fn = _batch_first(fn)
         if site.call is not None:
             fn, reset = _on_call(fn, site.call)
             return _Handles([self.model.register_forward_pre_hook(reset), self._hook(site, fn, prepend)])
@@ -260,8 +268,17 @@ class SiteLocator:
     @property
     def reusable(self) -> bool:
         r"""Whether a replaced pass may reuse recorded site outputs: every site's
-        module runs once per forward pass (no call-indexed sites)."""
-        return all(site.call is None for site in self._sites.values())
+        module runs once per forward pass (no call-indexed sites), and holds the
+        batch first (a reused output is repeated along its first axis)."""
+        return all(site.call is None and not site.tokens_first for site in self._sites.values())
+
+    def tokens_first(self) -> "SiteLocator":
+        r"""The same sites read as (T, B, H) activations (:attr:`Site.tokens_first`):
+        for a model that runs its blocks on tokens-first states."""
+        flipped = copy.copy(self)
+        flipped._sites = OrderedDict((name, dataclasses.replace(site, tokens_first=True))
+                                     for name, site in self._sites.items())
+        return flipped
 
     @contextlib.contextmanager
     def capture(
@@ -449,6 +466,16 @@ def _on_call(fn: Callable[[Tensor], Optional[Tensor]], call: int) -> Tuple[Calla
         count[0] = 0
 
     return counted, reset
+
+
+def _batch_first(fn: Callable[[Tensor], Optional[Tensor]]) -> Callable[[Tensor], Optional[Tensor]]:
+    r"""``fn`` for a (T, B, H) activation: it sees (B, T, H), and what it returns
+    goes back as (T, B, H)."""
+    def swapped(activation: Tensor) -> Optional[Tensor]:
+        new = fn(activation.transpose(0, 1))
+        return None if new is None else new.transpose(0, 1)
+
+    return swapped
 
 
 @contextlib.contextmanager

@@ -195,3 +195,27 @@ def test_container_helpers_keep_the_container_type():
     assert first_tensor(out) is new
     with pytest.raises(TypeError):
         first_tensor("text")
+
+
+def test_a_model_whose_blocks_run_tokens_first_is_read_and_replaced_batch_first():
+    from transformers import XLNetConfig, XLNetForSequenceClassification
+
+    from captum_diffmask.methods import IntegratedGradients
+    from tiny_models import token_batch, VOCAB
+
+    torch.manual_seed(0)
+    model = XLNetForSequenceClassification(XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=2,
+                                                       d_inner=37, num_labels=3)).eval()
+    ids, mask = token_batch()  # (4, 9): tokens first would be (9, 4)
+    ig = IntegratedGradients(model)
+    scores = ig.attribute(ids, additional_forward_args=(mask,), layer=1, n_steps=4)
+    assert scores.shape == ids.shape and ig.locator.site("hidden.1").tokens_first  # found by the self-check
+    call = ig._prepare(ids, (mask,), 1)
+    states, logits = ig.capture(call, ["hidden.1"])
+    with torch.no_grad():
+        own = model(ids, attention_mask=mask, output_hidden_states=True)
+    real = mask.bool()
+    assert torch.allclose(states["hidden.1"][real], own.hidden_states[1][real], atol=1e-5)
+    with torch.no_grad():  # a site replaced by itself, put back tokens first: the same logits
+        same = ig.replaced_logits(call, {"hidden.1": states["hidden.1"]})
+    assert torch.allclose(same, own.logits, atol=1e-5) and torch.allclose(logits, own.logits, atol=1e-5)
