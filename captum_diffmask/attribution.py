@@ -211,6 +211,21 @@ class SiteAttribution(Attribution):
                     ``"classes"``, ``"last"``, ``"all"`` or ``"span"``
                     (:class:`~captum_diffmask.forward.ModelForward`); ``"auto"``
                     reads them from the output's form. Default: ``"auto"``
+
+    Every method's ``attribute(inputs, target=None, additional_forward_args=None,
+    layer=0, ...)`` reads these arguments the same way (each method documents
+    ``target`` and its own options):
+
+        inputs (Tensor, tuple[Tensor] or mapping): token ids (B, T), a 1-tuple of
+                    them (the scores are then a 1-tuple too), or a tokenizer's
+                    batch (its attention mask is the padding mask; labels in it
+                    never reach the model).
+        additional_forward_args (Any, optional): the model's other positional
+                    arguments, e.g. ``(attention_mask,)``; None with a mapping
+                    batch. Default: None
+        layer (int, optional): the site attributed: 0 for the token embeddings
+                    (``input``), k >= 1 for ``hidden.k``, checked against 0..L.
+                    Default: 0
     """
 
     #: ``"partial"`` (re-run only what follows a replaced site) or ``"full"``.
@@ -463,6 +478,50 @@ class SiteAttribution(Attribution):
             for name in names[: first + 1]
             if name in module_outputs
         }
+
+
+class ReplacingAttribution(SiteAttribution):
+    r"""
+    Base of the methods that replace a site's states by a reference state (the
+    baseline): Integrated Gradients' path start, what Occlusion and exact
+    erasure put in place of a token. The constructor's ``baselines`` is the
+    default; ``attribute(..., baselines=)`` overrides it for one call.
+
+    Args:
+
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
+                    to call it, as in :class:`SiteAttribution`.
+        baselines (float or Tensor, optional): the reference state: None for zeros
+                    (the authors' choice), a constant, a vector (H,) for every token
+                    (e.g. a fitted DiffMask's learned baseline) or a full (B, T, H)
+                    tensor. Padded positions always keep their state. Default: None
+    """
+
+    uses_baselines = True
+
+    def __init__(
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
+        baselines: BaselineType = None,
+    ) -> None:
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
+        self.baselines = baselines
+
+    def baseline_for(self, call: PreparedCall, state: Tensor, baselines: BaselineType = None) -> Tensor:
+        r"""
+        The reference state of one call.
+
+        Args:
+
+            call (PreparedCall): the prepared call (its padding mask is read).
+            state (Tensor): (B, T, H) the site's states.
+            baselines (float or Tensor, optional): the call's ``baselines``; the
+                        constructor's when None. Default: None
+
+        Returns:
+            *Tensor* (B, T, H), equal to ``state`` at padding (:func:`resolve_baseline`).
+        """
+        return resolve_baseline(self.baselines if baselines is None else baselines, state, call.mask)
 
 
 def _repeats(captured: Tensor, ids: Tensor) -> int:

@@ -452,12 +452,11 @@ class DiffMask(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            inputs, additional_forward_args: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             target: must be None: DiffMask keeps the whole output distribution,
                         not one class (a target is an error, not ignored).
                         Default: None
-            additional_forward_args (Any, optional): the model's other positional
-                        arguments (e.g. the attention mask). Default: None
             layer (int, optional): input mode: the depth k the probe reads (the
                         votes from ``hidden.0 .. hidden.k``); hidden mode: the
                         states of ``hidden.k``; 0..L, or None for every layer.
@@ -497,9 +496,8 @@ class DiffMask(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
-            additional_forward_args (Any, optional): the model's other positional
-                        arguments (e.g. the attention mask). Default: None
+            inputs, additional_forward_args: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             layer (int): the depth k the probe reads, 0..L (required).
             rule (str, optional): ``"threshold"`` (binary: kept where the
                         attribution exceeds 0.5) or ``"louizos"`` (the clamped

@@ -206,15 +206,13 @@ class PerSampleBottleneck(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`);
+                        :meth:`fit_statistics` must have run for ``layer``.
             target (int, list, Tensor, optional): the class whose
                         log-probability the task loss keeps; None = the class the
                         model predicts on the original input. For a single binary
                         logit, class 1 is "logit > 0". Default: None
-            additional_forward_args (Any, optional): the model's other positional
-                        arguments (e.g. the attention mask). Default: None
-            layer (int, optional): 0 for the input tokens, k for ``hidden.k``;
-                        :meth:`fit_statistics` must have run for it. Default: 0
             steps (int, optional): optimisation steps. Default: 500
             lr (float, optional): learning rate. Default: 0.1
             beta (float, optional): weight of the capacity (summed over H,

@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from ..forward import frozen
 from ..objective import log_probs
 from ..attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_baseline,
-    resolve_target, SiteAttribution, SitesType, TargetType,
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, ReplacingAttribution,
+    resolve_target, SitesType, TargetType,
 )
 from ..checks import check_positive_int
 from ..rng import preserved_rng
@@ -120,7 +120,7 @@ class _ExampleSearch:
             self.done = True
 
 
-class ExactErasure(SiteAttribution):
+class ExactErasure(ReplacingAttribution):
     r"""
     Exact erasure search at a site: the smallest set of real tokens whose states
     must be kept for the model's prediction to stay the same when the states of
@@ -145,15 +145,14 @@ class ExactErasure(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
-        baselines (float or Tensor, optional): the state that replaces erased
-                    tokens, the same for every position: None for zeros (erasing as
-                    the authors' exact search did, by zeroing), a float constant, or
-                    a vector (H,) — e.g. a fitted DiffMask's learned baseline
+        model, sites, forward_func, padding_mask_arg, output, baselines: the analysed
+                    model, how to call it and the state that replaces erased tokens,
+                    as in :class:`~captum_diffmask.attribution.ReplacingAttribution`.
+                    None (zeros) erases as the authors' exact search did; a vector
+                    (H,) such as a fitted DiffMask's learned baseline
                     (``dm.learned_baseline(k)``: the input's at depth k, or
-                    ``hidden.k``'s), which makes the search the exact counterpart
-                    of DiffMask's objective. Default: None
+                    ``hidden.k``'s) makes the search the exact counterpart of
+                    DiffMask's objective. Default: None
         budget (int, optional): the most masks evaluated per example; an example
                     not solved within it is reported unsolved. Default: 20000
         eval_batch_size (int, optional): masks per forward pass (across
@@ -167,19 +166,16 @@ class ExactErasure(SiteAttribution):
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
-        baselines: Union[None, float, Tensor] = None,
+        baselines: BaselineType = None,
         budget: int = 20_000,
         eval_batch_size: int = 256,
         verbose: bool = True,
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg, output)
-        self.baselines = baselines
+        super().__init__(model, sites, forward_func, padding_mask_arg, output, baselines)
         self.budget = budget
         self.eval_batch_size = eval_batch_size
         self.verbose = verbose
         self._check_options()
-
-    uses_baselines = True
 
     def _check_options(self) -> None:
         check_positive_int(self.budget, "budget")
@@ -195,18 +191,14 @@ class ExactErasure(SiteAttribution):
         r"""
         Args:
 
-            inputs (Tensor or 1-tuple of Tensor): token ids (B, T).
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             target (int, list or Tensor, optional): for (B, C) logits the class
                         that must stay the argmax; None = the predicted class (the
                         prediction must be unchanged). Must be None for one binary
                         logit. Default: None
-            additional_forward_args (Any, optional): the model's other arguments.
-                        Default: None
-            layer (int, optional): 0 for the token embeddings, k >= 1 for
-                        ``hidden.k``. Default: 0
-            baselines (float or Tensor, optional): what replaces an erased state
-                        in this call (the constructor's ``baselines`` when None).
-                        Default: None
+            baselines (float or Tensor, optional): this call's reference state
+                        (the constructor's when None). Default: None
 
         Returns:
             *Tensor* (B, T) 0/1 float: one minimal kept subset per example (1 =
@@ -238,11 +230,8 @@ class ExactErasure(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or 1-tuple of Tensor): token ids (B, T).
-            additional_forward_args (Any, optional): the model's other arguments.
-                        Default: None
-            layer (int, optional): 0 for the token embeddings, k >= 1 for
-                        ``hidden.k``. Default: 0
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             all_solutions (bool, optional): enumerate the whole minimal size and
                         return every minimal subset in ``all_masks``. Default: False
             target (optional): as in :meth:`attribute`. Default: None
@@ -263,8 +252,7 @@ class ExactErasure(SiteAttribution):
         states, logits = self.capture(call)
         assert logits is not None
         state = states[call.site].detach()
-        chosen = self.baselines if baselines is None else baselines
-        baseline = resolve_baseline(chosen, state, call.mask, argument="baselines")
+        baseline = self.baseline_for(call, state, baselines)
         explicit = resolve_target(logits, target)  # also validates target
         wanted = log_probs(logits).argmax(-1) if explicit is None else explicit
 

@@ -22,7 +22,7 @@ from captum.attr import Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
 from ..attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_baseline,
+    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, ReplacingAttribution,
     resolve_target, SiteAttribution, SitesType, TargetType,
 )
 from ..checks import check_positive_int
@@ -78,7 +78,7 @@ def _split_targets(logits: Tensor, target: Any) -> Tuple[Optional[Tensor], Optio
 
 
 # ------------------------------------------------------------ Integrated Gradients
-class IntegratedGradients(SiteAttribution):
+class IntegratedGradients(ReplacingAttribution):
     r"""
     Integrated Gradients (Sundararajan et al., 2017) on the state at a site, the
     gradient baseline DiffMask is compared with. Computed by Captum's
@@ -115,12 +115,9 @@ class IntegratedGradients(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
-        baselines (float or Tensor, optional): the reference state: None for zeros
-                    (the authors'), a constant, a vector (H,) for every token (e.g.
-                    a learned DiffMask baseline), or a full (B, T, H) tensor.
-                    Padded positions always keep their state. Default: None
+        model, sites, forward_func, padding_mask_arg, output, baselines: the analysed
+                    model, how to call it and the reference state, as in
+                    :class:`~captum_diffmask.attribution.ReplacingAttribution`.
         n_steps (int, optional): points of the path integral. Default: 50
         method (str, optional): Captum's quadrature, ``"riemann_trapezoid"`` or
                     ``"gausslegendre"`` (or another Captum Riemann rule).
@@ -142,9 +139,8 @@ class IntegratedGradients(SiteAttribution):
         reduction: str = "abs_sum",
         internal_batch_size: Optional[int] = None,
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg, output)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output, baselines)
         self._check_options(n_steps, method, reduction, internal_batch_size)
-        self.baselines = baselines
         self.n_steps = n_steps
         self.method = method
         self.reduction = reduction
@@ -160,8 +156,6 @@ class IntegratedGradients(SiteAttribution):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         check_positive_int(internal_batch_size, "internal_batch_size", allow_none=True)
-
-    uses_baselines = True
 
     @property
     def multiplies_by_inputs(self) -> bool:
@@ -186,17 +180,13 @@ class IntegratedGradients(SiteAttribution):
         r"""
         Args:
 
-            inputs (Tensor or 1-tuple of Tensor): token ids (B, T).
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             target (int, list or Tensor, optional): for (B, C) logits the class
                         attributed (None = the predicted class); must be None for
                         one binary logit, whose value is attributed. Default: None
-            additional_forward_args (Any, optional): the model's other arguments,
-                        e.g. ``(attention_mask,)``. Default: None
-            layer (int, optional): 0 for the token embeddings (``input`` site),
-                        k >= 1 for ``hidden.k``. Default: 0
-            baselines (float or Tensor, optional): the reference state for this
-                        call (as the constructor's ``baselines``, which is used when
-                        None). Default: None
+            baselines (float or Tensor, optional): this call's reference state
+                        (the constructor's when None). Default: None
             n_steps, method, reduction, internal_batch_size (optional): override
                         the constructor's values for this call.
             return_convergence_delta (bool, optional): also return, per example,
@@ -220,7 +210,7 @@ class IntegratedGradients(SiteAttribution):
         assert logits is not None
         state = states[call.site].detach()
         captum_target, targets = _split_targets(logits, target)
-        baseline = resolve_baseline(self.baselines if baselines is None else baselines, state, call.mask)
+        baseline = self.baseline_for(call, state, baselines)
 
         attributions, delta = self._integrate(
             _SiteFunction(self, call, targets), state, baseline, captum_target, n_steps, method,
@@ -256,7 +246,7 @@ class IntegratedGradients(SiteAttribution):
 
 
 # ------------------------------------------------------------------- Occlusion
-class Occlusion(SiteAttribution):
+class Occlusion(ReplacingAttribution):
     r"""
     Leave-one-out occlusion of the state at a site, by Captum's
     :class:`captum.attr.Occlusion` with a window of one token
@@ -273,11 +263,9 @@ class Occlusion(SiteAttribution):
 
     Args:
 
-        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
-        baselines (float or Tensor, optional): what replaces an occluded state: None
-                    for zeros, a constant, a vector (H,) (e.g. a learned DiffMask
-                    baseline) or a (B, T, H) tensor. Default: None
+        model, sites, forward_func, padding_mask_arg, output, baselines: the analysed
+                    model, how to call it and what replaces an occluded state, as in
+                    :class:`~captum_diffmask.attribution.ReplacingAttribution`.
         perturbations_per_eval (int, optional): occlusions per forward pass (each
                     of batch size B). Default: 16
     """
@@ -290,12 +278,9 @@ class Occlusion(SiteAttribution):
         baselines: BaselineType = None,
         perturbations_per_eval: int = 16,
     ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg, output)
+        super().__init__(model, sites, forward_func, padding_mask_arg, output, baselines)
         check_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        self.baselines = baselines
         self.perturbations_per_eval = perturbations_per_eval
-
-    uses_baselines = True
 
     @attribution_call
     def attribute(  # type: ignore[override]
@@ -308,17 +293,13 @@ class Occlusion(SiteAttribution):
         r"""
         Args:
 
-            inputs (Tensor or 1-tuple of Tensor): token ids (B, T).
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             target (int, list or Tensor, optional): for (B, C) logits the class
                         whose logit is occluded (None = the predicted class); must be
                         None for one binary logit. Default: None
-            additional_forward_args (Any, optional): the model's other arguments.
-                        Default: None
-            layer (int, optional): 0 for the token embeddings, k >= 1 for
-                        ``hidden.k``. Default: 0
-            baselines (float or Tensor, optional): what replaces an occluded state
-                        in this call (the constructor's ``baselines`` when None).
-                        Default: None
+            baselines (float or Tensor, optional): this call's reference state
+                        (the constructor's when None). Default: None
             perturbations_per_eval (int, optional): overrides the constructor's.
 
         Returns:
@@ -333,7 +314,7 @@ class Occlusion(SiteAttribution):
         assert logits is not None
         state = states[call.site].detach()
         captum_target, targets = _split_targets(logits, target)
-        baseline = resolve_baseline(self.baselines if baselines is None else baselines, state, call.mask)
+        baseline = self.baseline_for(call, state, baselines)
 
         hidden = state.shape[-1]
         occlusion = _CaptumOcclusion(_SiteFunction(self, call, targets))

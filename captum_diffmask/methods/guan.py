@@ -88,13 +88,10 @@ class Guan(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             target: must be None: the deviation covers the whole output (a
                         target is an error, not ignored). Default: None
-            additional_forward_args (Any, optional): the model's other positional
-                        arguments (e.g. the attention mask). Default: None
-            layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
-                        Default: 0
             steps (int, optional): optimisation steps. Default: 500
             lr (float, optional): learning rate. Default: 0.1
             lam (float, optional): weight of the entropy term. Default: 1.0

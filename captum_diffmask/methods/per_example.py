@@ -211,11 +211,8 @@ class _PerExampleMask(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
-            additional_forward_args (Any, optional): the model's other arguments
-                        (e.g. the attention mask). Default: None
-            layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
-                        Default: 0
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             eps (float, optional): the margin on KL(original || masked), nats.
                         Default: 0.1
             steps (int, optional): optimisation steps. Default: 500
@@ -289,13 +286,10 @@ class _PerExampleMask(SiteAttribution):
 
         Args:
 
-            inputs (Tensor or tuple[Tensor]): token ids (B, T).
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
             target: must be None: the constraint covers the whole output
                         distribution (a target is an error, not ignored). Default: None
-            additional_forward_args (Any, optional): the model's other positional
-                        arguments. Default: None
-            layer (int, optional): 0 for the input tokens, k for ``hidden.k``.
-                        Default: 0
             readout (str, optional): ``"keep"``: the probability that each gate
                         is open, in [0, 1]; ``"mask"``: the deterministic 0/1 mask
                         (``keep > 0.5``). Default: ``"keep"``

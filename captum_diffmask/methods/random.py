@@ -81,13 +81,11 @@ class RandomAttribution(SiteAttribution):
         r"""
         Args:
 
-            inputs (Tensor, tuple[Tensor] or mapping): token ids (B, T), or a
-                        tokenizer's batch.
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`);
+                        only the padding mask is read, and the scores do not
+                        depend on ``layer``.
             target: must be None (the scores preserve nothing). Default: None
-            additional_forward_args (Any, optional): the model's other arguments;
-                        only the padding mask is read. Default: None
-            layer (int, optional): 0..L (checked); the scores do not depend on
-                        it. Default: 0
 
         Returns:
             *Tensor* (B, T) in [0, 1), 0 at padding (a 1-tuple if ``inputs`` was),
