@@ -140,6 +140,9 @@ class PreparedCall:
         captured_ids (Tensor, optional): the ids of that capture pass.
         input_device (torch.device, optional): where the caller's ids were; the
                     scores go back there.
+        length (int, optional): the caller's T when the ids were padded to the
+                    model's window (:meth:`ModelForward.padded_to_window`); the
+                    scores are cut back to it. None: not padded.
     """
 
     ids: Tensor
@@ -150,6 +153,11 @@ class PreparedCall:
     module_outputs: Optional[Dict[str, Any]] = None
     captured_ids: Optional[Tensor] = None
     input_device: Optional[torch.device] = None
+    length: Optional[int] = None
+
+    def trimmed(self, per_token: Tensor) -> Tensor:
+        r"""(B, T', ...) per-token values cut back to the caller's T."""
+        return per_token if self.length is None else per_token[:, : self.length]
 
 
 def check_layer(layer: Any, num_layers: int, allow_none: bool = False) -> Optional[int]:
@@ -359,8 +367,11 @@ class SiteAttribution(Attribution):
         device = ids.device
         check_vocabulary(ids, self._vocabulary_size, argument)
         ids, extra = to_device(ids, format_additional_args(additional_forward_args), model_device(self.model))
+        length = ids.shape[1]
+        ids, extra = self.model_forward.padded_to_window(ids, extra)
         mask = self.model_forward.padding_mask(ids, extra)
-        return PreparedCall(ids, extra, mask, site, was_tuple, input_device=device)
+        return PreparedCall(ids, extra, mask, site, was_tuple, input_device=device,
+                            length=length if ids.shape[1] != length else None)
 
     def prepare_batch(self, batch: Any, layer: Any, argument: str) -> PreparedCall:
         r""":meth:`_prepare` for a data-loader batch (see :mod:`captum_diffmask.batches`)."""
@@ -374,7 +385,7 @@ class SiteAttribution(Attribution):
         mask = call.mask.float()
         if scores.dim() == 3:
             mask = mask.unsqueeze(-1)
-        scores = (scores.detach().float() * mask).to(call.input_device or scores.device)
+        scores = call.trimmed(scores.detach().float() * mask).to(call.input_device or scores.device)
         return (scores,) if call.was_tuple else scores
 
     def capture(
@@ -411,17 +422,14 @@ class SiteAttribution(Attribution):
         models called without a ``forward_func``); ``hidden.L`` may differ by the
         final normalisation some models apply to their last hidden state. Models
         whose ``hidden_states`` start after the first block (Mamba, RWKV: block
-        k's output is their ``hidden_states[k]``) are matched one site on."""
+        k's output is their ``hidden_states[k]``) are matched one site on. The
+        sites' layouts are learnt here: blocks run on (T, B, H) states (XLNet),
+        on (B, H, T) states (SqueezeBERT, whose encoder calls its blocks'
+        ``forward`` past their hooks: read inside them), several streams."""
         if self.model_forward.forward_func is not None or not is_hf_model(self.model):
             self._sites_checked = True
             return
-        names = [f"hidden.{k}" for k in range(self.num_layers + 1)]
-        kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), cache_off(self.model), \
-                self.locator.capture(names) as states:
-            output = self.model(input_ids=call.ids, output_hidden_states=True, **kwargs)
-        reference = own_hidden_states(self.model, output, call.ids, kwargs)
+        states, reference = self._own_states(call)
         if reference is None:
             self._sites_checked = True  # the model returns no states to compare with
             return
@@ -431,29 +439,81 @@ class SiteAttribution(Attribution):
             raise ValueError(
                 f"sites: {self.num_layers} blocks were found (hidden.1 read at {paths['hidden.1']}, ...), but "
                 f"{model} returns {len(reference)} hidden_states, not {self.num_layers + 1}; " + HOW_TO_PASS_SITES)
-        for k in range(self.num_layers + 1):
-            if f"hidden.{k}" not in states:
-                raise ValueError(f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) did not run in a forward pass "
-                                 f"of {model}; " + HOW_TO_PASS_SITES)
+        missing = [k for k in range(self.num_layers + 1) if f"hidden.{k}" not in states]
+        if missing:
+            raise ValueError(f"sites: hidden.{missing[0]} (read at {paths[f'hidden.{missing[0]}']}) did not run in a "
+                             f"forward pass of {model}; " + HOW_TO_PASS_SITES)
+        self.locator = self.locator.with_streams(states, tuple(call.ids.shape))
         _check_finite(self.model, reference[: self.num_layers])
         real = call.mask.bool()
+        states = self._on_the_ids(states, reference, real)
         if not any(_states_match(states, reference, real, offset) for offset in (0, 1)) \
-                and not self._tokens_first_matches(states, reference, real):
+                and not self._transposed_match(states, reference, real):
             k = next(k for k in range(self.num_layers) if not _same_state(states[f"hidden.{k}"], reference[k], real))
             raise ValueError(
                 f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
                 f"in {model}; " + HOW_TO_PASS_SITES)
         self._sites_checked = True
 
-    def _tokens_first_matches(self, states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor) -> bool:
+    def _own_states(self, call: PreparedCall) -> Tuple[Dict[str, Tensor], Optional[Sequence[Tensor]]]:
+        r"""The input and hidden sites as captured, and the model's own hidden states, from
+        one pass; where a hidden site's hook never fires but the sites inside
+        the blocks do (:meth:`SiteLocator.inside_blocks`), those from now on."""
+        names = ["input"] + [f"hidden.{k}" for k in range(self.num_layers + 1)]
+        kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        states, output = self._capture_own(self.locator, names, call.ids, kwargs)
+        inner = self.locator.inside_blocks() if len(states) < len(names) else None
+        if inner is not None:
+            inner_states, inner_output = self._capture_own(inner, names, call.ids, kwargs)
+            if len(inner_states) == len(names):
+                self.locator, states, output = inner, inner_states, inner_output
+        return states, own_hidden_states(self.model, output, call.ids, kwargs)
+
+    def _capture_own(
+        self, locator: SiteLocator, names: Sequence[str], ids: Tensor, kwargs: Mapping[str, Any]
+    ) -> Tuple[Dict[str, Tensor], Any]:
+        with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), \
+                cache_off(self.model), locator.capture(names) as states:
+            output = self.model(input_ids=ids, output_hidden_states=True, **kwargs)
+        return states, output
+
+    def _on_the_ids(self, states: Dict[str, Tensor], reference: Sequence[Tensor], real: Tensor) -> Dict[str, Tensor]:
+        r"""For a model whose blocks run on more positions than the ids (a prompt
+        before them, n-gram streams after them), the window of the ids'
+        positions under which the captured states are the model's own
+        (:meth:`SiteLocator.windowed`); the states on it, or as they were."""
+        length = real.shape[1]
+        longer = {name: state.shape[1] for name, state in states.items()
+                  if state.dim() == 3 and state.shape[0] == real.shape[0] and state.shape[1] > length}
+        if not longer or len(set(longer.values())) != 1:
+            return states
+        total = next(iter(longer.values()))
+        windows = [(total - length, 1)] + ([(0, total // length)] if total % length == 0 else [])
+        for offset, ratio in windows:
+            on_ids = {name: state[:, offset:offset + (state.shape[1] - offset) // ratio] if name in longer else state
+                      for name, state in states.items()}
+            if any(_states_match(on_ids, reference, real, shift) for shift in (0, 1)):
+                self.locator = self.locator.windowed(list(longer), offset, ratio)
+                return on_ids
+        return states
+
+    def _transposed_match(self, states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor) -> bool:
         r"""Whether the captured states are the model's own read tokens first
-        ((T, B, H), as XLNet runs its blocks); if so, every site is read so from
-        now on (:meth:`SiteLocator.tokens_first`)."""
+        ((T, B, H), as XLNet runs its blocks) or features first ((B, H, T), as
+        SqueezeBERT's convolutions); if so, the sites are read so from now on
+        (:meth:`SiteLocator.tokens_first`, :meth:`SiteLocator.features_first`)."""
         flipped = {name: state.transpose(0, 1) for name, state in states.items() if state.dim() == 3}
-        if len(flipped) != len(states) or not _states_match(flipped, reference, real, 0):
-            return False
-        self.locator = self.locator.tokens_first()
-        return True
+        if len(flipped) == len(states) and _states_match(flipped, reference, real, 0):
+            self.locator = self.locator.tokens_first()
+            return True
+        features_first = [name for name, state in states.items()
+                          if state.dim() == 3 and state.shape[1] != real.shape[1] and state.shape[2] == real.shape[1]]
+        flipped = {name: state.transpose(1, 2) if name in features_first else state for name, state in states.items()}
+        if features_first and any(_states_match(flipped, reference, real, offset) for offset in (0, 1)):
+            self.locator = self.locator.features_first(features_first)
+            return True
+        return False
 
     def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
         r"""Logits with sites replaced; gradients flow into the replacements. After

@@ -248,7 +248,7 @@ class DiffMask(SiteAttribution):
                     f"sites: {name} (read at {paths[name]}) holds activations of shape {tuple(state.shape)} in "
                     f"{type(self.model).__name__}; "
                     f"DiffMask gates (batch, tokens, features) states, {tuple(mask.shape)} + (H,) here (a model "
-                    f"with several residual streams, or tokens last, needs other sites). " + HOW_TO_PASS_SITES)
+                    f"whose blocks pool the tokens, as Funnel's, needs other sites). " + HOW_TO_PASS_SITES)
         self.site_sizes = {name: int(state.shape[-1]) for name, state in states.items()}
         self._make_modules()
         assert self.probe is not None
@@ -543,7 +543,8 @@ class DiffMask(SiteAttribution):
         call = self._prepare(inputs, additional_forward_args, chosen[-1])
         with frozen(self.model):
             masked = self._masked_batch(call, chosen, rule)
-        return {k: (gates * call.mask.to(gates.dtype), logits, original) for k, (gates, logits, original) in masked.items()}
+        return {k: (call.trimmed(gates * call.mask.to(gates.dtype)), logits, original)
+                for k, (gates, logits, original) in masked.items()}
 
     def _masked_batch(
         self, call: PreparedCall, layers: Sequence[int], rule: str

@@ -207,6 +207,48 @@ class ModelForward:
             output = self.model(inputs, *extra)
         return output
 
+    @property
+    def window(self) -> Optional[int]:
+        r"""The length a Hugging Face model pads its input to a multiple of before
+        its embeddings (``config.attention_window``: Longformer, LED), whose
+        ``hidden_states`` it then cuts back; None for other models and with a
+        ``forward_func``."""
+        if self.forward_func is not None or not is_hf_model(self.model):
+            return None
+        window = getattr(getattr(self.model, "config", None), "attention_window", None)
+        if isinstance(window, (list, tuple)) and window:
+            window = max(window)
+        return window if isinstance(window, int) and window > 1 else None
+
+    def padded_to_window(self, inputs: Tensor, extra: Tuple[Any, ...]) -> Tuple[Tensor, Tuple[Any, ...]]:
+        r"""
+        The call padded as the model would pad it itself (:attr:`window`), so that
+        the sites hold as many positions as the inputs: ids with the pad token,
+        the attention mask and other (B, T) arguments with 0.
+
+        Args:
+
+            inputs (Tensor): (B, T) token ids.
+            extra (tuple): the model's other arguments.
+
+        Returns:
+            *tuple* ``(ids, extra)``: (B, T') with T' the next multiple of the
+            window (the call itself when there is none or T is one).
+        """
+        window, length = self.window, inputs.shape[1]
+        if window is None or length % window == 0:
+            return inputs, extra
+        pad = window - length % window
+        index = self.padding_mask_arg
+        if index is not None and (index >= len(extra) or extra[index] is None):
+            extra = extra + (None,) * (index + 1 - len(extra))
+            extra = extra[:index] + (torch.ones_like(inputs),) + extra[index + 1:]
+        pad_id = getattr(self.model.config, "pad_token_id", None)
+        ids = nn.functional.pad(inputs, (0, pad), value=pad_id if isinstance(pad_id, int) else 0)
+        extra = tuple(nn.functional.pad(a, (0, pad), value=0) if isinstance(a, Tensor) and a.shape == inputs.shape
+                      else a for a in extra)
+        return ids, extra
+
     def split_batch(self, batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
         r"""``(ids, additional_forward_args)`` of a batch for this model, targets
         dropped (:func:`captum_diffmask.batches.split_batch`)."""

@@ -112,6 +112,16 @@ def _input_embeddings(model: nn.Module) -> Optional[nn.Module]:
         embeddings = get_embeddings() if callable(get_embeddings) else None
     except NotImplementedError:
         return None
+    if isinstance(embeddings, (nn.ModuleList, nn.Sequential)):
+        # one table per codebook (MusicGen's decoders): with one codebook it is
+        # the token embedding; with several, a token's input is their sum
+        if len(embeddings) != 1:
+            raise ValueError(
+                f"sites: {type(model).__name__}.get_input_embeddings() gives {len(embeddings)} embedding tables "
+                "(one per codebook), whose outputs the model sums; DiffMask gates one (B, T, H) state. "
+                + HOW_TO_PASS_SITES
+            )
+        embeddings = embeddings[0]
     return embeddings if isinstance(embeddings, nn.Module) else None
 
 

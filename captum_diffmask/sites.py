@@ -63,6 +63,22 @@ class Site:
         tokens_first (bool, optional): the module's activation is (T, B, H), as
                     in XLNet; the hooks show it to the library as (B, T, H) and
                     put a replacement back as (T, B, H). Default: False
+        features_first (bool, optional): the module's activation is (B, H, T), as
+                    in SqueezeBERT's convolutions; shown as (B, T, H), put back as
+                    (B, H, T). Default: False
+        streams (str, optional): where a model with several residual streams
+                    keeps them: ``""`` (one stream), ``"after_tokens"`` ((B, T, S, H),
+                    DeepSeek V4's hyper-connections) or ``"first"`` ((S, B, T, H),
+                    Gemma 3n's AltUp). The hooks show the library a token's
+                    streams side by side, (B, T, S * H), so one gate replaces a
+                    token in every stream. Default: ``""``
+        window (tuple of int, optional): ``(offset, ratio)`` for a model that runs
+                    its blocks on more positions than the ids: of T' positions,
+                    the ids' are ``offset .. offset + (T' - offset) // ratio``
+                    (CPM-Ant prepends a fixed prompt, ``(P, 1)``; ProphetNet
+                    appends its n-gram streams, ``(0, n + 1)``). The hooks show
+                    those T and put a replacement back among the others.
+                    Default: ``(0, 1)``, every position
     """
 
     name: str
@@ -70,6 +86,9 @@ class Site:
     port: str = "output"
     call: Optional[int] = None
     tokens_first: bool = False
+    features_first: bool = False
+    streams: str = ""
+    window: Tuple[int, int] = (0, 1)
 
 
 def first_tensor(value: Any) -> Tensor:
@@ -231,7 +250,13 @@ class SiteLocator:
         r"""Registers ``fn(activation) -> replacement or None`` on a site (on the
         site's run only, for a module that runs several times in a forward pass)."""
         if site.tokens_first:
-            fn = _batch_first(fn)
+            fn = _transposed(fn, 0)
+        if site.features_first:
+            fn = _transposed(fn, 2)
+        if site.streams:
+            fn = _streams_side_by_side(fn, site.streams)
+        if site.window != (0, 1):
+            fn = _windowed(fn, *site.window)
         if site.call is not None:
             fn, reset = _on_call(fn, site.call)
             return _Handles([self.model.register_forward_pre_hook(reset), self._hook(site, fn, prepend)])
@@ -270,7 +295,8 @@ class SiteLocator:
         r"""Whether a replaced pass may reuse recorded site outputs: every site's
         module runs once per forward pass (no call-indexed sites), and holds the
         batch first (a reused output is repeated along its first axis)."""
-        return all(site.call is None and not site.tokens_first for site in self._sites.values())
+        return all(site.call is None and not site.tokens_first and site.streams != "first"
+                   for site in self._sites.values())
 
     def tokens_first(self) -> "SiteLocator":
         r"""The same sites read as (T, B, H) activations (:attr:`Site.tokens_first`):
@@ -279,6 +305,69 @@ class SiteLocator:
         flipped._sites = OrderedDict((name, dataclasses.replace(site, tokens_first=True))
                                      for name, site in self._sites.items())
         return flipped
+
+    def features_first(self, names: Sequence[str]) -> "SiteLocator":
+        r"""The same sites, ``names`` read as (B, H, T) activations
+        (:attr:`Site.features_first`)."""
+        flipped = copy.copy(self)
+        flipped._sites = OrderedDict((name, dataclasses.replace(site, features_first=name in names))
+                                     for name, site in self._sites.items())
+        return flipped
+
+    def inside_blocks(self) -> Optional["SiteLocator"]:
+        r"""
+        The same sites one level down, for a model that calls its blocks'
+        ``forward`` directly (SqueezeBERT), so that no hook on a block fires: a
+        ``hidden.k`` read at a block's input is read at the input of its first
+        child module, one read at a block's output at the output of its last.
+
+        Returns:
+            *SiteLocator*, or None when a hidden site's module has no children
+            or is call-indexed.
+        """
+        inner = copy.copy(self)
+        sites = OrderedDict(self._sites)
+        for name, site in self._sites.items():
+            if name == "input":
+                continue
+            children = list(site.module.children())
+            if not children or site.call is not None:
+                return None
+            child = children[0] if site.port == "input" else children[-1]
+            sites[name] = dataclasses.replace(site, module=child)
+        inner._sites = sites
+        return inner
+
+    def windowed(self, names: Sequence[str], offset: int, ratio: int) -> "SiteLocator":
+        r"""The same sites, ``names`` read on the ids' positions only
+        (:attr:`Site.window`)."""
+        changed = copy.copy(self)
+        changed._sites = OrderedDict(
+            (name, dataclasses.replace(site, window=(offset, ratio)) if name in names else site)
+            for name, site in self._sites.items())
+        return changed
+
+    def with_streams(self, states: Mapping[str, Tensor], batch_tokens: Tuple[int, int]) -> "SiteLocator":
+        r"""
+        The same sites, each read as (B, T, S * H) where its captured activation
+        holds several residual streams (:attr:`Site.streams`).
+
+        Args:
+
+            states (dict): site name -> an activation captured as the hooks
+                        give it now (without a streams layout).
+            batch_tokens (tuple of int): (B, T) of that pass.
+
+        Returns:
+            *SiteLocator*, this one when no site holds several streams.
+        """
+        layouts = {name: _streams_layout(state, batch_tokens) for name, state in states.items()}
+        if not any(layouts.values()):
+            return self
+        changed = copy.copy(self)
+        changed._sites = OrderedDict((name, dataclasses.replace(site, streams=layouts.get(name, "")))
+                                     for name, site in self._sites.items())
+        return changed
 
     @contextlib.contextmanager
     def capture(
@@ -468,14 +557,56 @@ def _on_call(fn: Callable[[Tensor], Optional[Tensor]], call: int) -> Tuple[Calla
     return counted, reset
 
 
-def _batch_first(fn: Callable[[Tensor], Optional[Tensor]]) -> Callable[[Tensor], Optional[Tensor]]:
-    r"""``fn`` for a (T, B, H) activation: it sees (B, T, H), and what it returns
-    goes back as (T, B, H)."""
+def _transposed(fn: Callable[[Tensor], Optional[Tensor]], tokens_at: int) -> Callable[[Tensor], Optional[Tensor]]:
+    r"""``fn`` for an activation whose tokens are on axis ``tokens_at``, 0
+    ((T, B, H)) or 2 ((B, H, T)): it sees (B, T, H), and what it returns goes
+    back in the activation's own order."""
     def swapped(activation: Tensor) -> Optional[Tensor]:
-        new = fn(activation.transpose(0, 1))
-        return None if new is None else new.transpose(0, 1)
+        new = fn(activation.transpose(tokens_at, 1))
+        return None if new is None else new.transpose(tokens_at, 1)
 
     return swapped
+
+
+def _streams_layout(state: Tensor, batch_tokens: Tuple[int, int]) -> str:
+    r"""``"after_tokens"`` for a (B, T, S, H) state, ``"first"`` for (S, B, T, H),
+    ``""`` otherwise (:attr:`Site.streams`)."""
+    if state.dim() != 4:
+        return ""
+    if tuple(state.shape[:2]) == tuple(batch_tokens):
+        return "after_tokens"
+    if tuple(state.shape[1:3]) == tuple(batch_tokens):
+        return "first"
+    return ""
+
+
+def _streams_side_by_side(fn: Callable[[Tensor], Optional[Tensor]], streams: str) -> Callable[[Tensor], Optional[Tensor]]:
+    r"""``fn`` for an activation with several residual streams: it sees each
+    token's streams side by side, (B, T, S * H), and what it returns goes back
+    in the activation's own layout."""
+    def side_by_side(activation: Tensor) -> Optional[Tensor]:
+        ordered = activation.permute(1, 2, 0, 3) if streams == "first" else activation
+        new = fn(ordered.flatten(2))
+        if new is None:
+            return None
+        new = new.reshape(ordered.shape)
+        return new.permute(2, 0, 1, 3) if streams == "first" else new
+
+    return side_by_side
+
+
+def _windowed(fn: Callable[[Tensor], Optional[Tensor]], offset: int, ratio: int) -> Callable[[Tensor], Optional[Tensor]]:
+    r"""``fn`` for an activation of T' positions of which the ids' are
+    ``offset .. offset + (T' - offset) // ratio`` (:attr:`Site.window`): it
+    sees those, and what it returns goes back among the others."""
+    def on_the_ids(activation: Tensor) -> Optional[Tensor]:
+        end = offset + (activation.shape[1] - offset) // ratio
+        new = fn(activation[:, offset:end])
+        if new is None:
+            return None
+        return torch.cat([activation[:, :offset], new, activation[:, end:]], dim=1)
+
+    return on_the_ids
 
 
 @contextlib.contextmanager

@@ -54,23 +54,38 @@ TINY_SIZES: Dict[str, Any] = {
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                      "decoder_attention_heads", "num_key_value_heads", "n_kv_heads"), 2),
     **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner",
-                     "d_inner", "hidden_dim", "moe_intermediate_size", "shared_expert_intermediate_size"), 64),
-    **dict.fromkeys(("head_dim", "d_kv", "d_head", "kv_channels"), 16),
+                     "d_inner", "hidden_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+                     "ffn_hidden_size", "expert_ffn_hidden_size"), 64),
+    **dict.fromkeys(("head_dim", "d_kv", "d_head", "kv_channels", "v_head_dim", "qk_nope_head_dim",
+                     "q_lora_rank", "kv_lora_rank"), 16),
+    "qk_rope_head_dim": 16, "qk_head_dim": 32, "hidden_size_global": 32, "moe_topk": 2,
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), 4),
     **dict.fromkeys(("vocab_size", "n_words"), VOCAB),
     **dict.fromkeys(("entity_vocab_size", "num_latents"), 8),
-    "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1, "mamba_n_heads": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
+    "num_experts_per_tok": 1, "n_group": 1, "n_groups": 1, "topk_group": 1, "mamba_n_heads": 2, "embedding_size": 16, "emb_dim": 32, "d_latents": 32, "entity_emb_size": 16,
     "rotary_dim": 8,
+    # one state-space head of head_dim covers hidden_size * expand (Mamba 2's validator)
+    "expand": 1,
+    # one codebook: each row of ids is one sequence (MusicGen's decoders)
+    "num_codebooks": 1,
+    # no layer reads another's keys and values (Gemma 3n's sharing needs its full depth)
+    "num_kv_shared_layers": 0,
 }
+#: the constructor arguments that count query heads (key-value heads are the others)
+QUERY_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+               "decoder_attention_heads")
 #: the constructor arguments that set a depth
 DEPTHS = frozenset(("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
                     "num_decoder_layers"))
-#: the rungs :func:`build_tiny` tries in order: the depth (None: the default)
-#: and whether the widths shrink. Four layers give a hybrid stack one attention
-#: layer; the default depth passes validators of per-layer lists (GPT-Neo's);
-#: default widths pass those that tie a width to a default (SqueezeBERT's).
-RUNGS: Dict[str, Tuple[Optional[int], bool]] = {
-    "tiny": (2, True), "4 layers": (4, True), "default depth": (None, True), "default width": (2, False)}
+#: the rungs :func:`build_tiny` tries in order: the depth (None: the default),
+#: whether the widths shrink, and how many query heads share a key-value head.
+#: Four layers give a hybrid stack one attention layer; the default depth
+#: passes validators of per-layer lists (GPT-Neo's); default widths pass those
+#: that tie a width to a default (SqueezeBERT's); grouped heads suit families
+#: that double the key-value heads on some layers (MiMo's sliding windows).
+RUNGS: Dict[str, Tuple[Optional[int], bool, int]] = {
+    "tiny": (2, True, 1), "4 layers": (4, True, 1), "default depth": (None, True, 1), "default width": (2, False, 1),
+    "grouped heads": (2, True, 2)}
 #: special token ids inside the tiny vocabulary; real tokens are drawn from 3..98
 TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 0,
              "cls_token_id": 1, "sep_token_id": 2}
@@ -79,7 +94,7 @@ MAX_PARAMETERS = 40_000_000
 #: a tiny model whose plain forward pass (the second) takes longer is "not
 #: built": a time guard against reference implementations of fused kernels
 #: (a tiny model's pass takes milliseconds)
-MAX_FORWARD_SECONDS = 0.5
+MAX_FORWARD_SECONDS = 3.0
 #: a tiny model with more layers is "not built" (Zamba's default depth is 76)
 MAX_DEPTH = 32
 #: a rung whose build and two passes take longer is abandoned
@@ -115,9 +130,11 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
         *PretrainedConfig*, tiny.
     """
     parameters = inspect.signature(config_class.__init__).parameters
-    depth, widths = RUNGS[rung]
+    depth, widths, group = RUNGS[rung]
     vocabularies = {"vocab_size": VOCAB, "n_words": VOCAB}
     sizes = {**(TINY_SIZES if widths else vocabularies), **dict.fromkeys(DEPTHS, depth)}
+    if widths and group > 1:
+        sizes.update((name, TINY_SIZES[name] * group) for name in QUERY_HEADS)
     kwargs: Dict[str, Any] = {name: value for name, value in sizes.items() if name in parameters and value is not None}
     # every other vocabulary (entities, per-layer inputs, pronunciations) the same size
     kwargs.update((name, VOCAB) for name in parameters if widths and _is_vocabulary(name) and name not in kwargs)
@@ -142,7 +159,7 @@ def tiny_config(config_class: type, num_labels: int = 3, rung: str = "tiny") -> 
 
 
 def _is_vocabulary(name: str) -> bool:
-    return name.endswith("_vocab_size") or name.startswith("vocab_size_")
+    return name.endswith(("_vocab_size", "_vocab")) or name.startswith("vocab_size_")
 
 
 @dataclass
@@ -185,6 +202,8 @@ def _built(model_type: str, architecture: str, task: str, rung: str) -> torch.nn
     if config_class is None or config_class is hf.PretrainedConfig:
         config_class = hf.CONFIG_MAPPING[model_type]
     config = tiny_config(config_class, 2 if task == "question-answering" else 3, rung)
+    if task == "causal-lm" and getattr(config, "is_decoder", None) is False:
+        config.is_decoder = True  # a causal LM's hub config says so (Reformer's head insists)
     with torch.device("meta"):
         size = sum(p.numel() for p in model_class(config).parameters())
     if size > MAX_PARAMETERS:
@@ -215,6 +234,7 @@ def _built(model_type: str, architecture: str, task: str, rung: str) -> torch.nn
 def labelled_batch(config: Any, task: str) -> Dict[str, torch.Tensor]:
     r"""Three right-padded rows (lengths 8, 6, 5) of ids in 3..98, each row's
     last real token the end-of-sequence id (heads that pool on it need one),
+    a question-answering row's third and fourth the separator id,
     with labels of the task's kind: (B,) classes, (B, T) next tokens, or
     start and end positions."""
     generator = torch.Generator().manual_seed(0)
@@ -224,6 +244,11 @@ def labelled_batch(config: Any, task: str) -> Dict[str, torch.Tensor]:
     eos = getattr(config, "eos_token_id", None)
     if isinstance(eos, int) and eos < VOCAB:
         ids[torch.arange(len(LENGTHS)), torch.tensor(LENGTHS) - 1] = eos
+    sep = getattr(config, "sep_token_id", None)
+    if task == "question-answering" and isinstance(sep, int) and sep < VOCAB:
+        # a question-context pair as RoBERTa's tokenizer writes it, "q </s></s> c </s>"
+        # (Longformer finds the question by its separators)
+        ids[:, 2:4] = sep
     pad = getattr(config, "pad_token_id", None)
     ids[mask == 0] = pad if isinstance(pad, int) and pad < VOCAB else 0
     batch = {"input_ids": ids, "attention_mask": mask}
@@ -345,19 +370,24 @@ def _sites_problem(explainer: Any, model: torch.nn.Module, batch: Dict[str, torc
     from captum_diffmask.sites import first_tensor
 
     locator = explainer.locator
+    # padded as the library pads for a model that pads to its window itself
+    # (Longformer, LED: their own padding would run the embeddings twice)
+    ids, (mask,) = explainer.model_forward.padded_to_window(batch["input_ids"], (batch["attention_mask"],))
     with torch.no_grad(), cache_off(model), locator.capture() as states:
-        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       output_hidden_states=True)
-    own = own_hidden_states(model, output, batch["input_ids"], {"attention_mask": batch["attention_mask"]})
+        output = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    own = own_hidden_states(model, output, ids, {"attention_mask": mask})
     if own is None:
         return "the model returns no hidden_states to check the sites against"
     if len(own) != locator.num_layers + 1:
         return f"{locator.num_layers + 1} hidden sites, the model returns {len(own)} hidden_states"
     with torch.no_grad():
-        lookup = first_tensor(model.get_input_embeddings()(batch["input_ids"]))
+        tables = model.get_input_embeddings()
+        # one table per codebook, summed (MusicGen): the zoo builds one codebook
+        table = tables[0] if isinstance(tables, torch.nn.ModuleList) and len(tables) == 1 else tables
+        lookup = first_tensor(table(ids))
     if states["input"].shape != lookup.shape or not torch.allclose(states["input"].float(), lookup.float(), atol=1e-5):
         return "the input site is not the input embeddings' lookup of the ids"
-    real = batch["attention_mask"].bool()
+    real = mask.bool()
     problems = [_hidden_problem(states, own, real, offset) for offset in (0, 1)]
     return "" if "" in problems else problems[0]
 
@@ -367,12 +397,22 @@ def _hidden_problem(states: Dict[str, torch.Tensor], own: Sequence[torch.Tensor]
     r"""Where ``hidden.{k + offset}`` differs from ``hidden_states[k]`` (offset 1:
     models whose hidden_states start after the first block, as Mamba's), k < L."""
     for k, reference in enumerate(own[:-1]):
-        state = states[f"hidden.{k + offset}"]
+        state, reference = states[f"hidden.{k + offset}"], _streams_side_by_side(reference, tuple(real.shape))
         if state.shape != reference.shape:
             return f"hidden.{k + offset} has shape {tuple(state.shape)}, hidden_states[{k}] {tuple(reference.shape)}"
         if not torch.allclose(state[real].float(), reference[real].float(), atol=1e-4, rtol=1e-3):
             return f"hidden.{k + offset} is not hidden_states[{k}]"
     return ""
+
+
+def _streams_side_by_side(state: torch.Tensor, batch_tokens: Tuple[int, int]) -> torch.Tensor:
+    r"""A state of several residual streams, (B, T, S, H) or (S, B, T, H), as
+    the library shows it: (B, T, S * H); any other state as it is."""
+    if state.dim() == 4 and tuple(state.shape[:2]) == batch_tokens:
+        return state.flatten(2)
+    if state.dim() == 4 and tuple(state.shape[1:3]) == batch_tokens:
+        return state.permute(1, 2, 0, 3).flatten(2)
+    return state
 
 
 def run_zoo(tasks: Sequence[str] = tuple(MAPPINGS), processes: int = 2, timeout: float = 30.0,
