@@ -19,7 +19,8 @@ Usage::
     {"base": {...},                     # optional: merged into the suite's DEFAULTS
      "rows": ["PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected"],
      "shared": {"eps": [0.05, 0.1, 0.3], "select": ["last", "feasible"]},   # the same for every row
-     "per_row": {"lr": [0.02, 0.05, 0.1]}}                                  # each row picks its own
+     "per_row": {"lr": [0.02, 0.05, 0.1]},                                  # each row picks its own
+     "min_sufficiency": 95}                      # optional: lines keeping the class less often never win
 
 The choice (``--summary``): the shared values that give the highest mean F1 over
 the rows, each row at its best per-row values there (the same grid, so the same
@@ -107,11 +108,15 @@ def read_lines(path: Path) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def choose(lines: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
+def choose(
+    lines: Sequence[Mapping[str, Any]], rows: Sequence[str], min_sufficiency: float = 0.0
+) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
     r"""
     The tuning's choice: the shared values with the highest mean F1 over
     ``rows`` (each row at its best per-row values there), and each row's line
-    at that choice. Shared values that not every row has run are skipped.
+    at that choice. Shared values that not every row has run are skipped, and
+    so are lines whose masks keep the predicted class on fewer than
+    ``min_sufficiency`` percent of the sentences.
 
     Returns:
         *tuple* ``(shared, best_line_per_row)``.
@@ -119,6 +124,8 @@ def choose(lines: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> Tuple[Dic
     by_shared: Dict[str, Dict[str, Mapping[str, Any]]] = {}
     for line in lines:
         best = by_shared.setdefault(json.dumps(line["shared"], sort_keys=True), {})
+        if line["sufficiency"] < min_sufficiency:
+            continue
         if line["row"] in rows and (line["row"] not in best or line["f1"] > best[line["row"]]["f1"]):
             best[line["row"]] = line
     complete = {k: v for k, v in by_shared.items() if all(r in v for r in rows)}
@@ -128,18 +135,20 @@ def choose(lines: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> Tuple[Dic
     return json.loads(chosen), {r: dict(complete[chosen][r]) for r in rows}
 
 
-def summary(lines: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> str:
+def summary(lines: Sequence[Mapping[str, Any]], rows: Sequence[str], min_sufficiency: float = 0.0) -> str:
     r"""A markdown table of every line (scores in percent, seconds of the run),
     and the choice."""
     count = {(line["sentences"], line["searched"]) for line in lines}
     out = [f"Scored train sentences / searched: {', '.join(f'{a} / {b}' for a, b in sorted(count))}.", "",
-           "| row | shared | per row | F1 | optimality | L0 | sufficiency | own KL <= eps | s |", "|" + "---|" * 9]
+           "| row | shared | per row | F1 | optimality | L0 | sufficiency | own constraint met | s |", "|" + "---|" * 9]
     for line in sorted(lines, key=lambda x: (json.dumps(x["shared"], sort_keys=True), x["row"], json.dumps(x["per_row"]))):
         out.append(f"| {line['row']} | {json.dumps(line['shared'])} | {json.dumps(line['per_row'])} | {line['f1']:.2f} | "
                    f"{line['optimality']:.2f} | {line['l0']:.2f} | {line['sufficiency']:.2f} | "
                    f"{line['constraint_met']:.1f} | {line['seconds']:.0f} |")
-    shared, best = choose(lines, rows)
+    shared, best = choose(lines, rows, min_sufficiency)
     out.append("")
+    if min_sufficiency:
+        out.append(f"Only lines whose masks keep the class on >= {min_sufficiency:g}% of the sentences compete.")
     out.append(f"Chosen shared settings: {json.dumps(shared)}; per row: "
                + "; ".join(f"{r} {json.dumps(best[r]['per_row'])} (F1 {best[r]['f1']:.2f})" for r in rows))
     return "\n".join(out)
@@ -157,7 +166,7 @@ def main(argv: Sequence[str] = None) -> int:
     spec = json.loads(Path(args.grid).read_text(encoding="utf-8"))
     out = Path(args.out)
     if args.summary:
-        print(summary(read_lines(out), spec["rows"]))
+        print(summary(read_lines(out), spec["rows"], float(spec.get("min_sufficiency", 0.0))))
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)

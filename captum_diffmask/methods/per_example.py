@@ -18,7 +18,7 @@ input, hindsight included; DiffMask's probe must decide from the model's states.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,7 @@ from .optimization import make_optimizer, optimize, OPTIMIZERS
 
 _READOUTS = ("keep", "mask")
 _SELECTIONS = ("last", "feasible", "sparsest")
+_DIVERGENCES = ("kl", "prediction")
 _REWARDS = ("lagrangian", "authors")
 _LOGIT_RANGE = 10.0
 
@@ -52,8 +53,12 @@ class MaskResult:
                     replaced by the baseline): 1 where ``keep > 0.5``; 0 at padding
                     (padding itself is never replaced).
         step (Tensor): (B,) long, the optimisation step (1-based) whose gates
-                    are returned: ``steps`` with ``select="last"``.
-        kl (Tensor): (B,) KL(original || masked) in nats with the deterministic mask.
+                    are returned: ``steps`` with ``select="last"``, 0 for the
+                    starting mask (every token kept).
+        kl (Tensor): (B,) the constrained divergence in nats with the deterministic
+                    mask: KL(original || masked), or with ``divergence="prediction"``
+                    the log-loss of the predicted class against its strongest
+                    rival (:meth:`fit_masks`).
         lambdas (Tensor): (B,) the final Lagrange multipliers.
         baseline (Tensor): (B, T, H) what replaced the states (equal to the
                     states at padding).
@@ -82,7 +87,9 @@ class MaskResult:
 class _Search:
     r"""One batch's search: its call, the site's states (B, T, H), the original
     log-probabilities, the baseline (B, T, H), and what is optimised: gate
-    logits (B, T) and one multiplier per example."""
+    logits (B, T) and one multiplier per example. ``predicted`` holds the
+    original predicted class where the constraint is on it
+    (``divergence="prediction"``), None for KL(original || masked)."""
 
     call: PreparedCall
     state: Tensor
@@ -91,6 +98,19 @@ class _Search:
     logits: Tensor
     lambdas: LagrangeMultipliers
     eps: float
+    predicted: Optional[Tensor] = None
+
+    def divergence(self, log_q: Tensor) -> Tensor:
+        r"""(B,) the constrained divergence of masked log-probabilities, nats:
+        KL(original || masked), or the log-loss of the predicted class against
+        its strongest rival, ``softplus(max_{c != y} log q_c - log q_y)``, summed
+        over an example's distributions."""
+        if self.predicted is None:
+            return example_kl(self.log_p, log_q)
+        own = log_q.gather(-1, self.predicted)
+        rival = log_q.scatter(-1, self.predicted, float("-inf")).amax(-1, keepdim=True)
+        loss = F.softplus(rival - own).squeeze(-1)
+        return loss.reshape(loss.shape[0], -1).sum(-1)
 
 
 class _Selection:
@@ -99,10 +119,14 @@ class _Selection:
     ``select="last"``: the gates after the last step. Otherwise, every
     ``check_every`` steps (and after the last) the deterministic mask is
     evaluated (one forward pass) and, per example, the one that keeps the fewest
-    tokens among the admissible ones is held (the latest of equally small ones),
-    the last step's gates where none was:
+    tokens among the admissible ones is held (the latest of equally small ones).
+    Where no sparser one was admitted the search returns the starting mask,
+    every token kept (step 0): the original output, which keeps the class and
+    has KL 0 (under ``divergence="prediction"`` an output whose own margin is
+    too small for ``eps`` admits no mask at all, and keeps every token):
 
-    - ``"feasible"``: admissible when ``KL(original || masked) <= eps``, the
+    - ``"feasible"``: admissible when the constrained divergence (``KL(original
+      || masked)``, or ``-log masked(predicted class)``) ``<= eps``, the
       constraint the method optimises (its own objective, nothing else);
     - ``"sparsest"``: admissible when the predicted class is kept, the success
       test that defines the erasure optimum (an oracle for an erasure
@@ -114,14 +138,14 @@ class _Selection:
         self.check_every, self.select = check_every, select
         batch = search.logits.shape[0]
         device = search.logits.device
-        self.chosen = search.logits.detach().clone()
-        self.step = torch.full((batch,), steps, dtype=torch.long, device=device)
-        self.smallest = torch.full((batch,), float("inf"), device=device)
+        self.chosen = torch.full_like(search.logits.detach(), _LOGIT_RANGE)  # every gate open
+        self.step = torch.full((batch,), steps if select == "last" else 0, dtype=torch.long, device=device)
+        self.smallest = search.call.mask.float().sum(-1)
 
     def _admissible(self, log_q: Tensor) -> Tensor:
         search = self.search
         if self.select == "feasible":
-            return example_kl(search.log_p, log_q) <= search.eps
+            return search.divergence(log_q) <= search.eps
         return same_prediction(log_q, search.log_p)
 
     @torch.no_grad()
@@ -138,13 +162,15 @@ class _Selection:
         self.step[better] = step + 1
 
     def final_logits(self) -> Tensor:
-        r"""Per example the held logits, or the last step's where none was held."""
-        found = torch.isfinite(self.smallest).unsqueeze(-1)
-        return torch.where(found, self.chosen, self.search.logits.detach())
+        r"""Per example the held logits (every gate open where nothing sparser was
+        admitted); the last step's with ``select="last"``."""
+        return self.search.logits.detach() if self.select == "last" else self.chosen
 
 
-def _check_search_options(eps: Any, optimizer: Any, samples: Any, select: Any, check_every: Any) -> None:
+def _check_search_options(eps: Any, optimizer: Any, samples: Any, select: Any, check_every: Any,
+                          divergence: Any) -> None:
     check_non_negative(eps, "eps")
+    check_choice(divergence, _DIVERGENCES, "divergence")
     check_choice(optimizer, OPTIMIZERS, "optimizer")
     check_positive_int(samples, "samples")
     check_choice(select, _SELECTIONS, "select")
@@ -204,6 +230,7 @@ class _PerExampleMask(SiteAttribution):
         verbose: bool = True,
         select: str = "last",
         check_every: int = 10,
+        divergence: str = "kl",
     ) -> MaskResult:
         r"""
         Searches a mask for every example (all at once, each with its own gates
@@ -233,6 +260,15 @@ class _PerExampleMask(SiteAttribution):
                         optimum's own test, an oracle in an erasure comparison).
                         Each check costs one forward pass. Default: ``"last"``
             check_every (int, optional): steps between checks. Default: 10
+            divergence (str, optional): what ``eps`` bounds: ``"kl"``,
+                        KL(original || masked) (DiffMask's constraint), or
+                        ``"prediction"``, the log-loss of the original predicted
+                        class y against its strongest rival in the masked
+                        output, ``softplus(max_{c != y} log q_c - log q_y)`` (the
+                        paper's D*[y || y_hat] with y the prediction, the two
+                        classes that decide it): below log 2 exactly when y stays
+                        the argmax, so with ``eps < log 2`` every mask that meets
+                        it keeps the predicted class. Default: ``"kl"``
 
         Returns:
             *MaskResult*: (B, T) keep probabilities and deterministic masks, the
@@ -240,15 +276,15 @@ class _PerExampleMask(SiteAttribution):
             agreement, computed when read).
         """
         call = self._prepare(inputs, additional_forward_args, layer)
-        _check_search_options(eps, optimizer, samples, select, check_every)
-        search = self._start(call, baselines, float(eps))
+        _check_search_options(eps, optimizer, samples, select, check_every, divergence)
+        search = self._start(call, baselines, float(eps), divergence)
         selection = _Selection(self, search, steps, check_every, select)
         with frozen(self.model):
             self._optimize(search, steps, lr, lr_lambda, optimizer, samples, verbose, selection)
             with torch.no_grad():
                 return self._result(search, selection)
 
-    def _start(self, call: PreparedCall, baselines: BaselineType, eps: float) -> _Search:
+    def _start(self, call: PreparedCall, baselines: BaselineType, eps: float, divergence: str = "kl") -> _Search:
         states, original = self.capture(call)
         assert original is not None
         state = states[call.site]
@@ -256,7 +292,9 @@ class _PerExampleMask(SiteAttribution):
         baseline = resolve_baseline(baselines, state, call.mask, default="mean")
         logits = torch.full(state.shape[:-1], 5.0, device=state.device, requires_grad=True)
         lambdas = LagrangeMultipliers(state.shape[0]).to(state.device)
-        return _Search(call, state, log_probs(original), baseline, logits, lambdas, eps)
+        log_p = log_probs(original)
+        predicted = log_p.argmax(-1, keepdim=True) if divergence == "prediction" else None
+        return _Search(call, state, log_p, baseline, logits, lambdas, eps, predicted)
 
     def _result(self, search: _Search, selection: _Selection) -> MaskResult:
         real = search.call.mask.float()
@@ -267,7 +305,7 @@ class _PerExampleMask(SiteAttribution):
             keep=keep * real,
             mask=hard * real,
             step=selection.step,  # `steps` where no check admitted a mask
-            kl=example_kl(search.log_p, log_q),
+            kl=search.divergence(log_q),
             lambdas=search.lambdas.values.detach().clone(),
             baseline=search.baseline,
             log_p=search.log_p,
@@ -295,7 +333,8 @@ class _PerExampleMask(SiteAttribution):
                         (``keep > 0.5``). Default: ``"keep"``
             search_options: ``eps``, ``steps``, ``lr``, ``lr_lambda``, ``baselines``,
                         ``optimizer``, ``samples``, ``verbose``, ``select``,
-                        ``check_every``, as in :meth:`fit_masks` (its defaults).
+                        ``check_every``, ``divergence``, as in :meth:`fit_masks`
+                        (its defaults).
 
         Returns:
             *Tensor* (B, T) float (a 1-tuple when ``inputs`` is a tuple), higher =
@@ -322,6 +361,10 @@ class PerExampleDiffMask(_PerExampleMask):
 
         L0_i + lambda_i * (KL(p_orig || p_masked)_i - eps),
         L0_i = sum_{real t} P(z_t != 0)
+
+    (with ``divergence="prediction"``, the log-loss of the predicted class
+    against its strongest rival in place of the KL: a constraint that keeps the
+    class, :meth:`fit_masks`).
 
     The gate logits descend (Adam, lr 0.1 by default; clamped to [-10, 10] after
     each step), each ``lambda_i`` ascends (plain gradient ascent, lr 0.1, clamped
@@ -354,7 +397,7 @@ class PerExampleDiffMask(_PerExampleMask):
             dist = HardConcrete(search.logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:])
             kl = torch.zeros(search.logits.shape[0], device=search.logits.device)
             for _ in range(samples):
-                kl = kl + example_kl(search.log_p, self._masked_log_q(search, dist.rsample()))
+                kl = kl + search.divergence(self._masked_log_q(search, dist.rsample()))
             l0 = (dist.prob_nonzero() * real).sum(-1)
             return (l0 + search.lambdas() * (kl / samples - search.eps)).sum()
 
@@ -437,7 +480,7 @@ class REINFORCE(_PerExampleMask):
             lam = search.lambdas()
             with torch.no_grad():
                 draws = [torch.bernoulli(probs.detach()) for _ in range(samples)]
-                violations = [example_kl(search.log_p, self._masked_log_q(search, g)) - eps for g in draws]
+                violations = [search.divergence(self._masked_log_q(search, g)) - eps for g in draws]
                 violation = torch.stack(violations).mean(0)
                 scale = torch.ones_like(lam) if authors else lam.detach()
                 if authors:  # the authors' order: the baseline moves before the reward

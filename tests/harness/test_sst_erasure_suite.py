@@ -31,9 +31,9 @@ TINY = {
     "model": {"hidden_size": 64, "epochs": 12, "lr": 2e-2, "dropout": 0.0, "select": "last", "phrases": False},
     "erasure": {"budget": 5000},
     "method_options": {
-        "PerExampleDiffMask": {"steps": 150, "eps": 0.3},
-        "REINFORCE": {"steps": 150, "eps": 0.3},
-        "REINFORCE-corrected": {"steps": 150, "eps": 0.3},
+        "PerExampleDiffMask": {"steps": 150, "eps": 0.6, "lr": 0.05},  # a small budget: a faster rate
+        "REINFORCE": {"steps": 150, "eps": 0.6, "lr": 0.05},
+        "REINFORCE-corrected": {"steps": 150, "eps": 0.6},
         "DiffMask": {"epochs": 2},
         "IntegratedGradients": {"n_steps": 8},
         "PerSampleBottleneck": {"steps": 20},
@@ -84,12 +84,11 @@ def test_tiny_run_has_complete_results(tiny_run):
             assert 0.0 <= record[key] <= 100.0, (name, key, record[key])
         assert record["seconds_per_example"] > 0 or name == "ExactErasure"
     erasure = stored["erasure"]
-    # the unit is the word pieces, [CLS] and [SEP] included: counted here with the suite's tokenizer
+    # the unit is the word (the paper's), counted here from the trees' leaves
     config = stored["config"]
-    train = read_sst("train", config["data_dir"])
-    pieces = sst_erasure.token_unit(config, train, 0).encode(read_sst("dev", config["data_dir"])).lengths
-    assert erasure["unit"] == "piece" and erasure["split_sentences"] == len(pieces) == 100
-    assert erasure["within_cut"] == int((pieces <= 15).sum()) < 100
+    words = torch.tensor([len(s.words) for s in read_sst("dev", config["data_dir"])])
+    assert erasure["unit"] == "word" and erasure["split_sentences"] == len(words) == 100
+    assert erasure["within_cut"] == int((words <= 15).sum()) < 100
     assert erasure["within_cut_share"] == pytest.approx(erasure["within_cut"])  # of 100 sentences
     assert erasure["solved"] + erasure["not_solved"] == erasure["sentences"] == min(40, erasure["within_cut"])
     assert erasure["scored"] == erasure["solved"] - erasure["empty_optimum"] >= 8
@@ -209,13 +208,36 @@ def test_the_cut_counts_the_classifiers_word_pieces(tmp_path, monkeypatch):
     (folder / "dev.txt").write_text("\n".join(dev) + "\n", encoding="utf-8")
     tiny = {"data_dir": str(folder), "model": {"hidden_size": 8, "epochs": 1, "phrases": False}}
     bench = load_bench(runner.merge(sst_erasure.DEFAULTS, tiny), 0, verbose=False)
-    assert bench.model_info["cut"] == {"max_tokens": 25, "unit": "piece", "split_sentences": 3, "within": 2,
-                                       "searched": 2}
-    assert bench.short.lengths.tolist() == [7, 25]  # sorted by length
-    assert bench.short.token_text(0) == ["[CLS]", "it", "'", "s", "lovely", ".", "[SEP]"]
-    assert torch.equal(bench.baseline, torch.zeros(384))  # the zero vector (DEFAULTS' baseline)
-    words = load_bench(runner.merge(sst_erasure.DEFAULTS, {**tiny, "unit": "word"}), 0, verbose=False)
+    pieces = load_bench(runner.merge(sst_erasure.DEFAULTS, {**tiny, "unit": "piece"}), 0, verbose=False)
+    assert pieces.model_info["cut"] == {"max_tokens": 25, "unit": "piece", "split_sentences": 3, "within": 2,
+                                        "searched": 2}
+    assert pieces.short.lengths.tolist() == [7, 25]  # sorted by length
+    assert pieces.short.token_text(0) == ["[CLS]", "it", "'", "s", "lovely", ".", "[SEP]"]
+    assert torch.equal(pieces.baseline, torch.zeros(384))  # the zero vector (DEFAULTS' baseline)
+    words = load_bench(runner.merge(sst_erasure.DEFAULTS, tiny), 0, verbose=False)  # DEFAULTS' unit: the word
     assert words.model_info["cut"]["within"] == 3 and words.short.lengths.tolist() == [4, 21, 23]
+
+
+def test_the_per_example_masks_keep_the_predicted_class(tiny_run):
+    # their constraint, the predicted class's log-loss against its strongest rival <= eps < log 2, keeps the
+    # class of every mask that meets it; where none does (an output whose own margin is too small for eps)
+    # every word is kept: no mask flips the class, and none is chosen by the argmax test
+    methods = tiny_run[0]["methods"]
+    for name in ("PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected"):
+        assert methods[name]["options"]["divergence"] == "prediction" and methods[name]["options"]["eps"] < 0.693
+        assert methods[name]["sufficiency"] == 100.0 and methods[name]["constraint_met"] >= 80.0, name
+        assert methods[name]["l0"] < 50.0, name  # and they do drop words
+
+
+def test_a_method_of_keep_probabilities_is_scored_by_its_own_mask_too(tiny_run):
+    methods = tiny_run[0]["methods"]
+    own = methods["DiffMask"]["own"]
+    assert set(own) == {"precision", "recall", "f1", "optimality", "l0", "sufficiency"}
+    assert all(0.0 <= value <= 100.0 for value in own.values())
+    assert "own" not in methods["IntegratedGradients"] and "own" not in methods["Occlusion"]
+    peaked = tiny_run[0]["model"]["peakedness_searched"]
+    assert 0.2 <= peaked["max_probability"] <= 1.0 and 0.0 <= peaked["over_half"] <= 1.0
+    assert "## The other methods' own masks" in (tiny_run[1] / "report.md").read_text(encoding="utf-8")
 
 
 def test_default_masks_come_from_each_methods_own_objective():
@@ -227,5 +249,5 @@ def test_default_masks_come_from_each_methods_own_objective():
         assert (options[name]["select"] == "sparsest") == name.endswith("-oracle"), name
     assert options["REINFORCE"]["reward"] == "authors" and options["REINFORCE-corrected"]["reward"] == "lagrangian"
     # the same budget: steps, eps, the checks and the optimiser
-    for key in ("steps", "eps", "select", "check_every", "optimizer", "lr_lambda"):
+    for key in ("steps", "eps", "select", "check_every", "optimizer", "lr_lambda", "divergence"):
         assert len({options[name][key] for name in rows}) == 1, key

@@ -17,6 +17,7 @@ from torch import Tensor
 from benchmarks.tasks.sst import (
     encode,
     mean_word_vector,
+    peakedness,
     predict,
     read_sst,
     SSTClassifier,
@@ -255,4 +256,5 @@ def load_bench(config: Mapping[str, Any], seed: int, verbose: bool) -> Bench:
                          "within": int((evaluated.lengths <= max_tokens).sum()), "searched": len(short)}
     log(verbose, f"[sst-erasure] {model_info['cut']['within']} of {len(evaluated)} {split} sentences have "
                  f"<= {max_tokens} {unit.name}s ({len(short)} searched)")
+    model_info["peakedness_searched"] = peakedness(model, short)
     return Bench(model, model_info, unit, train, baseline, evaluated, short)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
+from captum_diffmask.evaluation.compare import LIBRARY_METHODS
 from captum_diffmask.evaluation.erasure_agreement import top_k_mask
 from benchmarks.tasks.sst import SSTData, sst_sites
 
@@ -202,6 +203,10 @@ def _attribute_and_score(name: str, options: Dict[str, Any], record: Dict[str, A
         # the same method's ranking, cut at the optimal size
         top = summarize(scoring.predictor.per_sentence(data, top_k_mask(scores, k, data.mask), sets))
         record.update({f"topk_{key}": top[key] for key in ("precision", "recall", "f1", "sufficiency")})
+    elif scores_are_probabilities(name):
+        # its own output: the tokens it keeps with probability > 0.5, no size given
+        own = summarize(scoring.predictor.per_sentence(data, (scores > 0.5) & data.mask.bool(), sets))
+        record["own"] = {key: own[key] for key in SCORE_KEYS}
     empty_data = scoring.reference.empty_data
     if empty_data is not None:  # scored apart, then all solved sentences together
         record.update(_score_empty_optimum(name, options, summary, empty_data, scoring))
@@ -230,6 +235,12 @@ def _attribute(
     record.update(info)
     record["selection"] = "top-k"
     return [top_k_mask(scores, scoring.reference.k, data.mask)], scores, seconds, setup
+
+
+def scores_are_probabilities(name: str) -> bool:
+    r"""Whether the library method ``name`` scores tokens by the probability
+    that they are kept (a mask of its own: those above 0.5)."""
+    return any(cls.scores_are_probabilities for cls in LIBRARY_METHODS if name in (cls.name(), cls.__name__))
 
 
 def mask_run_info(runs: List[MaskRun], options: Mapping[str, Any]) -> Dict[str, Any]:

@@ -145,12 +145,12 @@ def _misses_section(methods: Mapping[str, Any]) -> List[str]:
                     + [f"{misses['extra_tokens']:+.2f}", fmt(record.get("constraint_met"), 1), fmt(record.get("kl_mean"), 3),
                        fmt(record.get("step_mean"), 0)])
     headers = (["method", "optimal"] + list(MISS_LABELS.values())
-               + ["kept − optimal size (tokens)", "own KL <= eps met", "mean KL (nats)", "mean step of the mask"])
+               + ["kept − optimal size (tokens)", "own constraint met", "mean divergence (nats)", "mean step of the mask"])
     return ["## Where the per-example masks miss the optimum", "", table(headers, rows), "",
             "In percent of the scored sentences (means over the seeds), each sentence in exactly one of the first five "
-            "columns. 'Own KL <= eps met': the share of sentences whose returned mask meets the constraint the method "
-            "optimises, with its mean KL(original || masked); the step the mask comes from (the last step unless a "
-            "selection rule picked an earlier one).", ""]
+            "columns. 'Own constraint met': the share of sentences whose returned mask meets the constraint the method "
+            "optimises (its row label says which), with the mean of that divergence; the step the mask comes from "
+            "(the last step unless a selection rule picked an earlier one; 0: every token kept, the start).", ""]
 
 
 def _top_k_section(methods: Mapping[str, Any]) -> List[str]:
@@ -166,12 +166,27 @@ def _top_k_section(methods: Mapping[str, Any]) -> List[str]:
             rows.append([f"`{name}`", _cell(record, "precision"), _cell(record, "recall"), _cell(record, "f1"),
                          _cell(record, "sufficiency")])
     optimal_l0 = next((r.get("optimal_l0") for r in methods.values() if r.get("optimal_l0") is not None), None)
-    return ["## Every method: its top-k tokens, k = the optimal size", "",
+    return _own_output_section(methods) + [
+            "## Every method: its top-k tokens, k = the optimal size (given the optimum's size)", "",
             table(["method", "precision", "recall", "F1", "sufficiency (= optimality)"], rows), "",
             "Each method ranks the tokens of a sentence; its k best tokens are kept and the rest replaced by the "
-            "baseline. Sufficiency: the share of sentences whose top-k tokens keep the predicted class; as k is the "
-            "optimal size, such a set is itself optimal, so optimality equals sufficiency here. L0 is the optimum's "
-            f"({fmt(optimal_l0, 2)}%).", ""]
+            "baseline. **These rows are given the optimum's size**, which no method has in a user's hands: they "
+            "measure the ranking alone. Sufficiency: the share of sentences whose top-k tokens keep the predicted "
+            "class; as k is the optimal size, such a set is itself optimal, so optimality equals sufficiency here. "
+            f"L0 is the optimum's ({fmt(optimal_l0, 2)}%).", ""]
+
+
+def _own_output_section(methods: Mapping[str, Any]) -> List[str]:
+    rows = [[f"`{name}` (kept: P(kept) > 0.5)"] + [fmt(record["own"].get(key), 2) for key in SCORE_KEYS]
+            for name, record in methods.items() if record.get("status") == "ok" and record.get("own")]
+    if not rows:
+        return []
+    return ["## The other methods' own masks", "",
+            table(["method"] + [m["label"] for m in METRICS], rows), "",
+            "A method whose scores are the probabilities that tokens are kept has a mask of its own: the tokens "
+            "above 0.5, with no size given. Scored as the per-example masks are; the methods whose scores are "
+            "not probabilities (gradients, occlusion drops, noise scales) have no mask of their own and appear "
+            "only in the top-k table below.", ""]
 
 
 def _all_solved_section(methods: Mapping[str, Any]) -> List[str]:
@@ -231,7 +246,17 @@ def _erasure_section(results: Mapping[str, Any]) -> List[str]:
                         f"{unit} ({model.get('embedding_dim')}-d, {model.get('vocabulary')} rows), trained on "
                         + (f"{model.get('train_examples')} train phrases" if model.get("phrases") else "the train sentences")],
                 ["baseline (what an erased token becomes)", results.get("baseline", {}).get("kind", "")],
-            ]), ""]
+            ] + _peakedness_rows(model)), ""]
+
+
+def _peakedness_rows(model: Mapping[str, Any]) -> List[List[str]]:
+    peaked = model.get("peakedness_searched")
+    if not peaked:
+        return []
+    return [["GRU on the searched sentences: mean probability of the predicted class",
+             fmt(100 * peaked["max_probability"], 1) + "%"],
+            ["... mean margin over the runner-up class", fmt(100 * peaked["margin"], 1) + " points"],
+            ["... sentences whose predicted class has probability > 0.5", fmt(100 * peaked["over_half"], 1) + "%"]]
 
 
 def _failures_section(methods: Mapping[str, Any]) -> List[str]:

@@ -37,7 +37,7 @@ from .encoding import (  # noqa: F401
     batch_order, SSTData, encode,
 )
 from .classifier import (  # noqa: F401
-    SSTClassifier, sst_sites, predict, accuracy, mean_word_vector, train_sst_classifier,
+    SSTClassifier, sst_sites, predict, peakedness, accuracy, mean_word_vector, train_sst_classifier,
 )
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "encode",
     "SSTClassifier",
     "sst_sites",
+    "peakedness",
     "predict",
     "accuracy",
     "mean_word_vector",

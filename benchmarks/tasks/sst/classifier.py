@@ -109,6 +109,25 @@ def predict(model: nn.Module, data: SSTData, batch_size: int = 512) -> Tensor:
     return torch.cat(out)
 
 
+@torch.no_grad()
+def peakedness(model: nn.Module, data: SSTData, batch_size: int = 512) -> Dict[str, float]:
+    r"""
+    How peaked the model's output distributions are on ``data``: what decides
+    whether a divergence bound on the output keeps its argmax.
+
+    Returns:
+        *dict*: ``max_probability`` (the mean probability of the predicted class),
+        ``margin`` (the mean gap between it and the runner-up) and
+        ``over_half`` (the share of sentences whose predicted class has
+        probability > 0.5), all in [0, 1].
+    """
+    model.eval()
+    probs = torch.cat([torch.softmax(model(ids, mask).float(), -1) for ids, mask in data.batches(batch_size)])
+    top = probs.topk(2, dim=-1).values
+    return {"max_probability": float(top[:, 0].mean()), "margin": float((top[:, 0] - top[:, 1]).mean()),
+            "over_half": float((top[:, 0] > 0.5).float().mean())}
+
+
 def accuracy(model: nn.Module, data: SSTData, batch_size: int = 512) -> float:
     r"""The share of sentences whose predicted class is the gold label."""
     return float((predict(model, data, batch_size) == data.labels).float().mean())

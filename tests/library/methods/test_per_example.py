@@ -177,6 +177,31 @@ def test_select_feasible_returns_the_sparsest_checked_mask_within_the_constraint
     assert torch.equal(feasible.mask[same], last.mask[same])
 
 
+@pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
+def test_the_prediction_divergence_keeps_the_class_of_every_returned_mask(toy_setup, cls):
+    eps = 0.6  # < log 2: the predicted class stays ahead of its strongest rival
+    result = _toy_search(toy_setup, cls, steps=60, lr=0.1, eps=eps, select="feasible", check_every=3,
+                         divergence="prediction")
+    predicted = result.log_p.argmax(-1, keepdim=True)
+    own = result.log_q.gather(-1, predicted).squeeze(-1)
+    rival = result.log_q.scatter(-1, predicted, float("-inf")).max(-1).values
+    assert torch.allclose(result.kl, torch.log1p(torch.exp(rival - own)), atol=1e-6)
+    assert (result.kl <= eps + 1e-6).all() and result.agreement.all()
+    assert (result.step > 0).sum() >= 10  # most examples found a sparser mask than all of them
+    assert (result.mask.sum(1) < toy_setup[3].subset(torch.arange(64)).mask.sum(1)).sum() >= 10
+
+
+@pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
+def test_with_no_sparser_admissible_mask_every_token_is_kept(toy_setup, cls):
+    # eps = 0: only a mask that keeps every token (the original output) is admissible
+    options = dict(steps=60, lr=0.1, eps=0.0, check_every=3)
+    last = _toy_search(toy_setup, cls, select="last", **options)
+    result = _toy_search(toy_setup, cls, select="feasible", **options)
+    real = toy_setup[3].subset(torch.arange(64)).mask
+    assert (last.mask.sum(1) < real.sum(1)).sum() >= 32  # the gates did close: the last mask drops tokens
+    assert torch.equal(result.mask.bool(), real) and (result.kl == 0).all()
+
+
 def test_reinforce_authors_reward_never_lets_lambda_reach_the_gates(toy_setup):
     options = dict(steps=40, lr=0.1, eps=0.05, select="last")
     runs = {}
@@ -247,6 +272,8 @@ def test_bad_input_errors_name_the_argument(cls):
         run(layer=1, optimizer="sgd")
     with pytest.raises(ValueError, match="select"):
         run(layer=1, select="best")
+    with pytest.raises(ValueError, match="divergence"):
+        run(layer=1, divergence="js")
     with pytest.raises(ValueError, match="check_every"):
         run(layer=1, check_every=0)
     with pytest.raises(ValueError, match="inputs"):
