@@ -125,3 +125,33 @@ def test_tokens_outside_the_candidates_are_always_kept():
     assert torch.allclose(result["sufficiency"], torch.zeros(6, len(FRACTIONS)), atol=1e-6)
     with pytest.raises(ValueError, match="candidates"):
         eraser_scores(eraser, ids, random, (mask,), candidates=candidates[:, :3])
+
+
+def test_token_infidelity_is_captums_definition_computed_by_hand():
+    # the same perturbations (the seeded generator's first draw, examples repeated
+    # consecutively as Captum expands them), the formula written out: the optimal
+    # scale beta = E[I.a df] / E[(I.a)^2] per example, then E[(beta I.a - df)^2]
+    from tiny_models import tiny_bert, token_batch
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+    eraser = TokenEraser(model)
+    scores = torch.randn(ids.shape, generator=torch.Generator().manual_seed(1))
+    n, drop = 7, 0.3
+    ours = token_infidelity(eraser, ids, scores, (mask,), n_perturb_samples=n, drop=drop, seed=5)
+
+    with torch.no_grad():
+        probs = eraser.class_probabilities(ids, (mask,), mask.float())
+        classes = probs.argmax(-1)
+        real = mask.bool().repeat_interleave(n, 0)
+        removed = (torch.rand(real.shape, generator=torch.Generator().manual_seed(5)) < drop) & real
+        rows = ids.repeat_interleave(n, 0)
+        perturbed = eraser.class_probabilities(rows, (mask.repeat_interleave(n, 0),), real.float() - removed.float())
+    target = classes.repeat_interleave(n, 0)
+    drop_in_output = (probs.repeat_interleave(n, 0) - perturbed).gather(-1, target[:, None]).squeeze(-1)
+    dot = (removed.float() * (scores * mask).repeat_interleave(n, 0)).sum(-1)
+    dot, drop_in_output = dot.view(-1, n), drop_in_output.view(-1, n)
+    beta = (dot * drop_in_output).mean(-1) / (dot * dot).mean(-1)
+    by_hand = ((beta[:, None] * dot - drop_in_output) ** 2).mean(-1)
+    assert torch.allclose(ours, by_hand.clamp(min=0.0), atol=1e-12, rtol=1e-4)  # values of ~1e-6
+    assert by_hand.abs().max() > 1e-7  # not two zeros
