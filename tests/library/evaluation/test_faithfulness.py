@@ -155,3 +155,32 @@ def test_token_infidelity_is_captums_definition_computed_by_hand():
     by_hand = ((beta[:, None] * dot - drop_in_output) ** 2).mean(-1)
     assert torch.allclose(ours, by_hand.clamp(min=0.0), atol=1e-12, rtol=1e-4)  # values of ~1e-6
     assert by_hand.abs().max() > 1e-7  # not two zeros
+
+
+def test_token_sensitivity_is_captums_definition_computed_by_hand():
+    # the same substitutions (the seeded generator's draws, examples repeated
+    # consecutively), the formula written out: max over the samples of
+    # ||e(x') - e(x)|| / ||e(x)||
+    from captum_diffmask.methods import Occlusion
+    from tiny_models import tiny_bert, token_batch, VOCAB
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+    occlusion = Occlusion(model)
+    n = 4
+    ours = token_sensitivity(occlusion.attribute, ids, mask.bool(), VOCAB, additional_forward_args=(mask,),
+                             n_perturb_samples=n, seed=3)
+
+    generator = torch.Generator().manual_seed(3)
+    real = mask.bool().repeat_interleave(n, 0)
+    noise = torch.rand(real.shape, generator=generator).masked_fill(~real, 2.0)
+    chosen = noise.argsort(-1)[:, :1]
+    values = torch.randint(0, VOCAB, chosen.shape, generator=generator)
+    perturbed = ids.repeat_interleave(n, 0).scatter(1, chosen, values)
+    perturbed = torch.where(real, perturbed, ids.repeat_interleave(n, 0))
+    original = occlusion.attribute(ids, additional_forward_args=(mask,))
+    changed = occlusion.attribute(perturbed, additional_forward_args=(mask.repeat_interleave(n, 0),))
+    change = (changed - original.repeat_interleave(n, 0)).norm(dim=-1) / original.norm(dim=-1).repeat_interleave(n, 0)
+    by_hand = change.view(-1, n).max(-1).values
+    assert torch.allclose(ours, by_hand, atol=1e-6, rtol=1e-4)
+    assert by_hand.min() > 1e-3  # a substituted token moves the scores
