@@ -193,15 +193,33 @@ def build_tiny(model_type: str, architecture: str, task: str) -> torch.nn.Module
                 return _built(model_type, architecture, task, rung)
         except Exception as error:  # the shrinking rule's gap, reported as such
             reasons.append(f"{rung}: {type(error).__name__}: {_first_line(error)}")
-    raise _NotBuilt(reasons[0])
+    raise _NotBuilt(reasons[0] + _default_config_verdict(model_type, architecture))
+
+
+def _config_class(model_type: str, architecture: str) -> type:
+    config_class = getattr(getattr(hf, architecture), "config_class", None)
+    if config_class is None or config_class is hf.PretrainedConfig:
+        config_class = hf.CONFIG_MAPPING[model_type]
+    return config_class
+
+
+def _default_config_verdict(model_type: str, architecture: str) -> str:
+    r"""Whether transformers itself builds the architecture from its default
+    config (on the meta device: no memory), said for a "not built" row: where
+    it does not, no tiny rule could, and the gap is transformers'."""
+    try:
+        with torch.device("meta"):
+            getattr(hf, architecture)(_config_class(model_type, architecture)())
+    except ImportError:
+        return ""  # a library this machine lacks: the reason says which
+    except Exception as error:  # noqa: BLE001 - the verdict, not a crash
+        return f" (transformers' own default config does not build either: {type(error).__name__})"
+    return ""
 
 
 def _built(model_type: str, architecture: str, task: str, rung: str) -> torch.nn.Module:
     model_class = getattr(hf, architecture)
-    config_class = getattr(model_class, "config_class", None)
-    if config_class is None or config_class is hf.PretrainedConfig:
-        config_class = hf.CONFIG_MAPPING[model_type]
-    config = tiny_config(config_class, 2 if task == "question-answering" else 3, rung)
+    config = tiny_config(_config_class(model_type, architecture), 2 if task == "question-answering" else 3, rung)
     if task == "causal-lm" and getattr(config, "is_decoder", None) is False:
         config.is_decoder = True  # a causal LM's hub config says so (Reformer's head insists)
     with torch.device("meta"):
@@ -567,7 +585,8 @@ def coverage_report(results: Sequence[ZooResult]) -> str:
         "from the library's self-check), the scores are (B, T, L + 1) in [0, 1] with 0 on padding, the labels never "
         "reached the model. **refused**: an error that names the architecture and says what to pass. **failed**: "
         "anything else. **not built**: the shrinking rule gives no tiny model that runs a plain forward pass (the "
-        "rule's gap, or a dependency this machine lacks), so the library is not tried.",
+        "rule's gap, a dependency this machine lacks, inputs besides token ids, or a default config that transformers "
+        "itself cannot build, which the row then says), so the library is not tried.",
         "",
         summary(results),
         "",

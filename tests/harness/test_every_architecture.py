@@ -57,6 +57,21 @@ def test_a_model_too_big_after_shrinking_is_not_built(monkeypatch):
     monkeypatch.setattr(zoo, "MAX_PARAMETERS", 1000)
     result = zoo.check_architecture("classification", "bert", "BertForSequenceClassification")
     assert result.status == "not built" and "parameters" in result.detail
+    assert "default config" not in result.detail  # transformers builds BERT's: the gap is the rule's
+
+
+class _BrokenUpstream(torch.nn.Module):
+    config_class = hf.BertConfig
+
+    def __init__(self, config):
+        raise TypeError("a config field the modelling code expects is None")
+
+
+def test_a_not_built_row_says_when_transformers_cannot_build_its_default_config(monkeypatch):
+    monkeypatch.setattr(hf, "BrokenUpstreamForSequenceClassification", _BrokenUpstream, raising=False)
+    result = zoo.check_architecture("classification", "bert", "BrokenUpstreamForSequenceClassification")
+    assert result.status == "not built"
+    assert result.detail.endswith("(transformers' own default config does not build either: TypeError)")
 
 
 def _tiny(task, model_type, architecture):
