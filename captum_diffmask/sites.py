@@ -301,18 +301,20 @@ class SiteLocator:
     def tokens_first(self) -> "SiteLocator":
         r"""The same sites read as (T, B, H) activations (:attr:`Site.tokens_first`):
         for a model that runs its blocks on tokens-first states."""
-        flipped = copy.copy(self)
-        flipped._sites = OrderedDict((name, dataclasses.replace(site, tokens_first=True))
-                                     for name, site in self._sites.items())
-        return flipped
+        return self._changed({name: {"tokens_first": True} for name in self._sites})
 
     def features_first(self, names: Sequence[str]) -> "SiteLocator":
         r"""The same sites, ``names`` read as (B, H, T) activations
         (:attr:`Site.features_first`)."""
-        flipped = copy.copy(self)
-        flipped._sites = OrderedDict((name, dataclasses.replace(site, features_first=name in names))
+        return self._changed({name: {"features_first": True} for name in names})
+
+    def _changed(self, changes: Mapping[str, Mapping[str, Any]]) -> "SiteLocator":
+        r"""A copy with the fields ``changes[name]`` of each named site replaced
+        (the locator's layouts, learnt by the sites' self-check)."""
+        changed = copy.copy(self)
+        changed._sites = OrderedDict((name, dataclasses.replace(site, **changes.get(name, {})))
                                      for name, site in self._sites.items())
-        return flipped
+        return changed
 
     def inside_blocks(self) -> Optional["SiteLocator"]:
         r"""
@@ -325,27 +327,20 @@ class SiteLocator:
             *SiteLocator*, or None when a hidden site's module has no children
             or is call-indexed.
         """
-        inner = copy.copy(self)
-        sites = OrderedDict(self._sites)
+        changes = {}
         for name, site in self._sites.items():
             if name == "input":
                 continue
             children = list(site.module.children())
             if not children or site.call is not None:
                 return None
-            child = children[0] if site.port == "input" else children[-1]
-            sites[name] = dataclasses.replace(site, module=child)
-        inner._sites = sites
-        return inner
+            changes[name] = {"module": children[0] if site.port == "input" else children[-1]}
+        return self._changed(changes)
 
     def windowed(self, names: Sequence[str], offset: int, ratio: int) -> "SiteLocator":
         r"""The same sites, ``names`` read on the ids' positions only
         (:attr:`Site.window`)."""
-        changed = copy.copy(self)
-        changed._sites = OrderedDict(
-            (name, dataclasses.replace(site, window=(offset, ratio)) if name in names else site)
-            for name, site in self._sites.items())
-        return changed
+        return self._changed({name: {"window": (offset, ratio)} for name in names})
 
     def with_streams(self, states: Mapping[str, Tensor], batch_tokens: Tuple[int, int]) -> "SiteLocator":
         r"""
@@ -364,10 +359,7 @@ class SiteLocator:
         layouts = {name: _streams_layout(state, batch_tokens) for name, state in states.items()}
         if not any(layouts.values()):
             return self
-        changed = copy.copy(self)
-        changed._sites = OrderedDict((name, dataclasses.replace(site, streams=layouts.get(name, "")))
-                                     for name, site in self._sites.items())
-        return changed
+        return self._changed({name: {"streams": layout} for name, layout in layouts.items() if layout})
 
     @contextlib.contextmanager
     def capture(

@@ -238,6 +238,10 @@ def test_a_method_of_keep_probabilities_is_scored_by_its_own_mask_too(tiny_run):
     assert 0.2 <= peaked["max_probability"] <= 1.0 and 0.0 <= peaked["over_half"] <= 1.0
     report = (tiny_run[1] / "report.md").read_text(encoding="utf-8")
     assert "## The other methods' own masks" in report and "given the optimum's size" in report
+    # the amortised fit's verdict on its probe stands beside each of its rows
+    converged = methods["DiffMask"]["fit_last"]["converged"]
+    verdict = "(probe converged)" if converged else "(probe **not converged**"
+    assert report.count(f"| `DiffMask` (kept: P(kept) > 0.5) {verdict}") == 1 and f"| `DiffMask` {verdict}" in report
     # the report says where the protocol differs from the paper's, from the run's own record
     assert "## Where the protocol differs from the paper's" in report and "GRU(32 -> 64)" in report
 

@@ -15,11 +15,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from captum_diffmask.evaluation.compare import LIBRARY_METHODS
+from captum_diffmask.attribution import method_trait
+from captum_diffmask.evaluation.compare import METHODS
 from captum_diffmask.evaluation.erasure_agreement import top_k_mask
 from benchmarks.tasks.sst import SSTData, sst_sites
 
-from ...methods import MethodContext
+from ...methods import ALIASES, MethodContext
 from ...progress import bar, error_text, log
 from .attributions import MaskedPredictor, MaskRun, run_erasure, run_mask_method, run_scoring_method
 from .figure import make_figure
@@ -240,7 +241,8 @@ def _attribute(
 def scores_are_probabilities(name: str) -> bool:
     r"""Whether the library method ``name`` scores tokens by the probability
     that they are kept (a mask of its own: those above 0.5)."""
-    return any(cls.scores_are_probabilities for cls in LIBRARY_METHODS if name in (cls.name(), cls.__name__))
+    cls = METHODS.get(ALIASES.get(name, name))
+    return cls is not None and bool(method_trait(cls, "scores_are_probabilities"))
 
 
 def mask_run_info(runs: List[MaskRun], options: Mapping[str, Any]) -> Dict[str, Any]:

@@ -197,8 +197,8 @@ def _top_k_section(methods: Mapping[str, Any]) -> List[str]:
                          fmt(record.get("topk_recall"), 2), fmt(record.get("topk_f1"), 2),
                          fmt(record.get("topk_sufficiency"), 2)])
         else:
-            rows.append([f"`{name}`", _cell(record, "precision"), _cell(record, "recall"), _cell(record, "f1"),
-                         _cell(record, "sufficiency")])
+            rows.append([f"`{name}`{_probe_verdict(record)}", _cell(record, "precision"), _cell(record, "recall"),
+                         _cell(record, "f1"), _cell(record, "sufficiency")])
     optimal_l0 = next((r.get("optimal_l0") for r in methods.values() if r.get("optimal_l0") is not None), None)
     return _own_output_section(methods) + [
             "## Every method: its top-k tokens, k = the optimal size (given the optimum's size)", "",
@@ -210,8 +210,19 @@ def _top_k_section(methods: Mapping[str, Any]) -> List[str]:
             f"L0 is the optimum's ({fmt(optimal_l0, 2)}%).", ""]
 
 
+def _probe_verdict(record: Mapping[str, Any]) -> str:
+    r"""An amortised fit's verdict on its probe, for the row's label ("" for a
+    method without one): no conclusion rests on a probe the fit did not call
+    converged."""
+    last = record.get("fit_last")
+    if not isinstance(last, Mapping) or "converged" not in last:
+        return ""
+    return " (probe converged)" if last["converged"] else f" (probe **not converged**: {last.get('status', 'n/a')})"
+
+
 def _own_output_section(methods: Mapping[str, Any]) -> List[str]:
-    rows = [[f"`{name}` (kept: P(kept) > 0.5)"] + [fmt(record["own"].get(key), 2) for key in SCORE_KEYS]
+    rows = [[f"`{name}` (kept: P(kept) > 0.5){_probe_verdict(record)}"] + [fmt(record["own"].get(key), 2)
+                                                                          for key in SCORE_KEYS]
             for name, record in methods.items() if record.get("status") == "ok" and record.get("own")]
     if not rows:
         return []
@@ -224,7 +235,7 @@ def _own_output_section(methods: Mapping[str, Any]) -> List[str]:
 
 
 def _all_solved_section(methods: Mapping[str, Any]) -> List[str]:
-    solved_rows = [[f"`{n}`"] + [fmt(r["all_solved"].get(key), 2) for key in SCORE_KEYS]
+    solved_rows = [[f"`{n}`{_probe_verdict(r)}"] + [fmt(r["all_solved"].get(key), 2) for key in SCORE_KEYS]
                    for n, r in methods.items() if r.get("status") == "ok" and r.get("all_solved")]
     if not solved_rows:
         return []
