@@ -8,7 +8,7 @@ from .generation import attribute_generation, GenerationAttribution, prefix_batc
 from .hard_concrete import HardConcrete
 from .methods import (
     ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
-    REINFORCE,
+    ReadoutBottleneck, REINFORCE,
 )
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
 from .sites import Site, SiteLocator
@@ -34,6 +34,7 @@ __all__ = [
     "PerExampleDiffMask",
     "PerSampleBottleneck",
     "RandomAttribution",
+    "ReadoutBottleneck",
     "REINFORCE",
     "Site",
     "SiteLocator",

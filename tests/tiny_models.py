@@ -149,7 +149,7 @@ def every_method(ig_options):
     padding changes their draws (not their objective)."""
     from captum_diffmask.methods import (
         ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
-        PerSampleBottleneck, RandomAttribution, REINFORCE,
+        PerSampleBottleneck, RandomAttribution, ReadoutBottleneck, REINFORCE,
     )
 
     few = {"steps": 5, "verbose": False}
@@ -159,6 +159,7 @@ def every_method(ig_options):
         "Occlusion": (lambda m: Occlusion(m), {}, True),
         "ExactErasure": (lambda m: ExactErasure(m, verbose=False), {}, True),
         "PerSampleBottleneck": (lambda m: PerSampleBottleneck(m), few, False),
+        "ReadoutBottleneck": (lambda m: ReadoutBottleneck(m), {}, True),
         "Guan": (lambda m: Guan(m), few, False),
         "PerExampleDiffMask": (lambda m: PerExampleDiffMask(m), few, False),
         "REINFORCE": (lambda m: REINFORCE(m), few, False),
@@ -182,4 +183,18 @@ def prepared_method(methods, name, model, batch, layers):
     if name == "PerSampleBottleneck":
         for layer in layers:
             method.fit_statistics([batch], layer=layer)
+    if name == "ReadoutBottleneck":
+        for layer in layers:
+            method.fit([batch] * 2, layer=layer, epochs=1, seed=0, verbose=False)
     return method, options
+
+
+def query_minus_other(scores, truth, mask):
+    """Per example: the mean score at the toy task's query digits minus the mean
+    at the other real positions, over examples that have both."""
+    query = truth.bool()
+    other = mask.bool() & ~query
+    both = query.any(1) & other.any(1)
+    q = (scores * query).sum(1) / query.sum(1).clamp(min=1)
+    o = (scores * other).sum(1) / other.sum(1).clamp(min=1)
+    return (q - o)[both]

@@ -26,15 +26,15 @@ from ..diffmask import DiffMask
 from ..forward import Batch, check_token_ids, format_additional_args, frozen, ModelForward
 from ..methods import (
     ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
-    REINFORCE,
+    ReadoutBottleneck, REINFORCE,
 )
 from ..text import as_texts, encoding_word_ids, piece_words
 from .faithfulness import eraser_scores, plausibility, TokenEraser
 from .comparison import Comparison, MethodResult, token_labels
 
 #: The library's methods, in the order tables list them.
-LIBRARY_METHODS: Tuple[type, ...] = (DiffMask, IntegratedGradients, Occlusion, ExactErasure, PerSampleBottleneck, Guan,
-                                     PerExampleDiffMask, REINFORCE, RandomAttribution)
+LIBRARY_METHODS: Tuple[type, ...] = (DiffMask, IntegratedGradients, Occlusion, ExactErasure, PerSampleBottleneck,
+                                     ReadoutBottleneck, Guan, PerExampleDiffMask, REINFORCE, RandomAttribution)
 #: The library's methods by class name, as :func:`compare` takes them (each
 #: describes itself: ``name()``, ``summary``, ``needs_data``, ``data_step``).
 METHODS: Dict[str, type] = {cls.__name__: cls for cls in LIBRARY_METHODS}

@@ -11,6 +11,7 @@ from .gradients import IntegratedGradients, Occlusion
 from .guan import Guan
 from .per_example import MaskResult, PerExampleDiffMask, REINFORCE
 from .random import RandomAttribution
+from .readout_bottleneck import ReadoutBottleneck
 
 __all__ = [
     "SiteAttribution",
@@ -19,6 +20,7 @@ __all__ = [
     "IntegratedGradients",
     "Occlusion",
     "PerSampleBottleneck",
+    "ReadoutBottleneck",
     "Guan",
     "ExactErasure",
     "ErasureResult",

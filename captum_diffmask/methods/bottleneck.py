@@ -12,7 +12,7 @@ upper bound given by the KL of the bottleneck's distribution to the noise prior.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +38,7 @@ def capacity_nats(alpha: Tensor, state: Tensor, mean: Tensor, std: Tensor) -> Te
 
     Args:
 
-        alpha (Tensor): (B, T) per-token logits of lambda.
+        alpha (Tensor): (B, T) per-token or (B, T, H) per-element logits of lambda.
         state (Tensor): (B, T, H) the original activations.
         mean (Tensor): (H,) the data mean of the site.
         std (Tensor): (H,) the data standard deviation of the site (> 0).
@@ -46,13 +46,79 @@ def capacity_nats(alpha: Tensor, state: Tensor, mean: Tensor, std: Tensor) -> Te
     Returns:
         *Tensor* (B, T, H) float32, >= 0.
     """
-    lam = torch.sigmoid(alpha.float()).unsqueeze(-1)
+    alpha = alpha.float() if alpha.dim() == state.dim() else alpha.float().unsqueeze(-1)
+    lam = torch.sigmoid(alpha)
     r = (state.float() - mean) / std
     mu_z = lam * r
     # log (1 - lambda)^2 = 2 log sigmoid(-alpha): finite even where lambda rounds to 1.
-    log_var = 2.0 * F.logsigmoid(-alpha.float()).unsqueeze(-1)
+    log_var = 2.0 * F.logsigmoid(-alpha)
     var = log_var.exp()
     return (-0.5 * (1.0 + log_var - mu_z.pow(2) - var)).clamp(min=0.0)
+
+
+def noisy_state(state: Tensor, lam: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    r"""
+    The bottleneck's sample ``z = lambda * h + (1 - lambda) * eps`` with
+    ``eps ~ N(mean, std^2)`` drawn per element.
+
+    Args:
+
+        state (Tensor): (B, T, H) the original activations.
+        lam (Tensor): (B, T, 1) or (B, T, H) the share that flows, in [0, 1].
+        mean (Tensor): (H,) the data mean of the site.
+        std (Tensor): (H,) the data standard deviation of the site.
+
+    Returns:
+        *Tensor* (B, T, H) in the state's dtype; gradients flow into ``lam``.
+    """
+    noise = mean + std * torch.randn_like(state, dtype=torch.float32)
+    return (lam * state.float() + (1.0 - lam) * noise).to(state.dtype)
+
+
+def site_statistics(
+    explainer: SiteAttribution, dataloader: Iterable[Batch], layer: int, sites: Sequence[str],
+    min_std: float = 0.01, max_batches: Optional[int] = None,
+) -> Dict[str, Tuple[Tensor, Tensor]]:
+    r"""
+    The mean and standard deviation of each hidden dimension of ``sites`` over
+    the real (non-padding) tokens of a data set, pooled over positions.
+
+    Args:
+
+        explainer (SiteAttribution): reads the sites (one pass per batch, stopped
+                    once they are read).
+        dataloader (iterable): batches as :meth:`DiffMask.fit` takes them.
+        layer (int): the layer the batches are prepared for (checked as ``layer``).
+        sites (sequence of str): the site names.
+        min_std (float, optional): floor of the standard deviation. Default: 0.01
+        max_batches (int, optional): read at most this many batches. Default: None
+
+    Returns:
+        *dict* site -> ``(mean, std)``, each (H,) float32.
+    """
+    if not min_std >= 0:
+        raise ValueError(f"min_std must be >= 0, got {min_std!r}")
+    count = 0
+    totals: Dict[str, Tuple[Tensor, Tensor]] = {}
+    with frozen(explainer.model):
+        for index, batch in enumerate(dataloader):
+            if max_batches is not None and index >= max_batches:
+                break
+            call = explainer.prepare_batch(batch, layer, "dataloader batch")
+            states, _ = explainer.capture(call, sites, stop_early=True)
+            for site in sites:
+                real = states[site][call.mask].double()  # (N, H): real tokens only
+                total, total_sq = totals.get(site, (0.0, 0.0))
+                totals[site] = (real.sum(0) + total, real.pow(2).sum(0) + total_sq)
+            count += int(call.mask.sum())
+    if not totals or count == 0:
+        raise ValueError("dataloader gave no real tokens to estimate the statistics from")
+    statistics = {}
+    for site, (total, total_sq) in totals.items():
+        mean = total / count
+        std = (total_sq / count - mean.pow(2)).clamp(min=0.0).sqrt().clamp(min=min_std)
+        statistics[site] = (mean.float(), std.float())
+    return statistics
 
 
 class PerSampleBottleneck(SiteAttribution):
@@ -166,27 +232,8 @@ class PerSampleBottleneck(SiteAttribution):
             *tuple* ``(mean, std)`` of (H,) float32 tensors.
         """
         site = site_for_layer(layer, self.num_layers)
-        if not min_std >= 0:
-            raise ValueError(f"min_std must be >= 0, got {min_std!r}")
-        count = 0
-        total: Optional[Tensor] = None
-        total_sq: Optional[Tensor] = None
-        with frozen(self.model):
-            for index, batch in enumerate(dataloader):
-                if max_batches is not None and index >= max_batches:
-                    break
-                call = self.prepare_batch(batch, layer, "dataloader batch")
-                states, _ = self.capture(call, stop_early=True)
-                real = states[site][call.mask].double()  # (N, H): real tokens only
-                total = real.sum(0) if total is None else total + real.sum(0)
-                total_sq = real.pow(2).sum(0) if total_sq is None else total_sq + real.pow(2).sum(0)
-                count += real.shape[0]
-        if total is None or total_sq is None or count == 0:
-            raise ValueError("dataloader gave no real tokens to estimate the statistics from")
-        mean = total / count
-        var = (total_sq / count - mean.pow(2)).clamp(min=0.0)
-        std = var.sqrt().clamp(min=min_std)
-        self.statistics[layer] = (mean.float(), std.float())
+        statistics = site_statistics(self, dataloader, layer, [site], min_std, max_batches)
+        self.statistics[layer] = statistics[site]
         return self.statistics[layer]
 
     @attribution_call
@@ -289,8 +336,7 @@ class PerSampleBottleneck(SiteAttribution):
             lam = torch.where(call.mask, torch.sigmoid(alpha), torch.ones_like(alpha)).unsqueeze(-1)
             task = torch.zeros((), device=state.device)
             for _ in range(samples):
-                noise = mean + std * torch.randn_like(state, dtype=torch.float32)
-                z = (lam * state.float() + (1.0 - lam) * noise).to(state.dtype)
+                z = noisy_state(state, lam, mean, std)
                 log_q = log_probs(self.replaced_logits(call, {call.site: z}))
                 task = task - log_q.gather(-1, target_index.unsqueeze(-1)).sum()
             capacity = (capacity_nats(alpha, state, mean, std).sum(-1) * real).sum(-1) / tokens

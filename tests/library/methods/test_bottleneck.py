@@ -9,18 +9,7 @@ from captum_diffmask.methods.bottleneck import capacity_nats, PerSampleBottlenec
 from captum_diffmask.sites import SiteLocator
 from captum_diffmask.toy import toy_ground_truth, toy_sites
 
-from tiny_models import tiny_bert, token_batch
-
-
-def _query_minus_other(scores, truth, mask):
-    r"""Per example: mean score at query digits minus mean score at the other real
-    positions, over examples that have both."""
-    query = truth.bool()
-    other = mask.bool() & ~query
-    both = query.any(1) & other.any(1)
-    q = (scores * query).sum(1) / query.sum(1).clamp(min=1)
-    o = (scores * other).sum(1) / other.sum(1).clamp(min=1)
-    return (q - o)[both]
+from tiny_models import query_minus_other, tiny_bert, token_batch
 
 
 def test_capacity_is_the_gaussian_kl():
@@ -32,6 +21,10 @@ def test_capacity_is_the_gaussian_kl():
     half = capacity_nats(torch.zeros(1, 2), state, mean, std)
     expected = 0.5 * (0.25 + r.pow(2) / 4 - 1 - math.log(0.25))
     assert torch.allclose(half, expected, atol=1e-6)
+    # one alpha per element (the Readout Bottleneck's): the same KL element by element
+    per_element = capacity_nats(torch.tensor([[[0.0, -30.0], [0.0, 0.0]]]), state, mean, std)
+    assert torch.allclose(per_element[0, 1], half[0, 1]) and torch.allclose(per_element[0, 0, 0], half[0, 0, 0])
+    assert per_element[0, 0, 1].abs() < 1e-6
     # lambda -> 0: everything replaced by noise, no information flows
     closed = capacity_nats(torch.full((1, 2), -30.0), state, mean, std)
     assert closed.abs().max() < 1e-6
@@ -72,7 +65,7 @@ def test_toy_query_digits_score_higher(toy_setup):
         assert scores.shape == data.ids.shape
         assert torch.isfinite(scores).all() and (scores >= 0).all()
         assert (scores[~data.mask] == 0).all()
-        gap = _query_minus_other(scores, truth, data.mask)
+        gap = query_minus_other(scores, truth, data.mask)
         # measured (150 steps, seeds 0-3): alpha 0.22 vs 0.14 at query vs other
         # positions, higher on 91-95% of examples; capacity 0.46 vs 0.08 bits,
         # higher on 97-100%

@@ -6,7 +6,7 @@ import torch
 from captum_diffmask import DiffMask
 from captum_diffmask.methods import (
     ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
-    PerSampleBottleneck, RandomAttribution, REINFORCE,
+    PerSampleBottleneck, RandomAttribution, ReadoutBottleneck, REINFORCE,
 )
 
 from tiny_models import tiny_bert, tiny_model, token_batch
@@ -16,6 +16,7 @@ METHODS = {
     "IntegratedGradients": (lambda m: IntegratedGradients(m), {"n_steps": 8}),
     "Occlusion": (lambda m: Occlusion(m), {}),
     "PerSampleBottleneck": (lambda m: PerSampleBottleneck(m), FEW),
+    "ReadoutBottleneck": (lambda m: ReadoutBottleneck(m), {}),
     "Guan": (lambda m: Guan(m), FEW),
     "PerExampleDiffMask": (lambda m: PerExampleDiffMask(m), FEW),
     "REINFORCE": (lambda m: REINFORCE(m), FEW),
@@ -34,6 +35,9 @@ def _make(name, model, ids, mask):
     if name == "PerSampleBottleneck":
         for layer in (0, 1, 2):
             method.fit_statistics([(ids, mask)], layer=layer)
+    if name == "ReadoutBottleneck":
+        for layer in (0, 1, 2):
+            method.fit([(ids, mask)] * 2, layer=layer, epochs=1, verbose=False)
     return method, options
 
 
@@ -87,7 +91,10 @@ def test_hooks_are_removed_when_the_forward_raises(name):
             method.fit_statistics([(ids, mask)], layer=2)
             calls["n"] = 0
         with pytest.raises(RuntimeError, match="boom"):
-            method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
+            if name == "ReadoutBottleneck":  # attributes in one pass: its fit's second pass fails
+                method.fit([(ids, mask)], layer=2, epochs=1, verbose=False)
+            else:
+                method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
     assert _hooks(model) == 0
     assert all(p.requires_grad for p in model.parameters())  # frozen() restored them
 

@@ -23,7 +23,7 @@ def test_every_library_method_describes_itself():
         if cls.needs_data:
             assert callable(getattr(cls, cls.data_step)), cls
     learners = [cls.__name__ for cls in LIBRARY_METHODS if cls.needs_data]
-    assert learners == ["DiffMask", "PerSampleBottleneck"]
+    assert learners == ["DiffMask", "PerSampleBottleneck", "ReadoutBottleneck"]
     assert RandomAttribution.name() == "Random" and METHODS["DiffMask"].name() == "DiffMask"
 
 

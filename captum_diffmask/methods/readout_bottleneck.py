@@ -1,0 +1,390 @@
+"""The Readout Bottleneck of Schulz, Sixt, Tombari and Landgraf (ICLR 2020),
+"Restricting the Flow: Information Bottlenecks for Attribution", Sec. 3.2, on the
+token states of a site.
+
+The Per-Sample Bottleneck optimises its noise weights anew for every example. The
+Readout Bottleneck learns them once: a small network reads, at every position, the
+states of several layers (recorded in a first pass over the unchanged model) and
+predicts the bottleneck's parameters there; it is trained on a data set with the
+same objective (the task loss plus ``beta`` times the information that flows), and
+attributes in one pass. It is the bottleneck's counterpart of amortised DiffMask.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn, Tensor
+from tqdm.auto import tqdm
+
+from ..attribution import (
+    attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
+    SiteAttribution, SitesType,
+)
+from ..checks import check_choice, check_non_negative, check_positive_int
+from ..forward import Batch, frozen
+from ..objective import log_probs
+from ..rng import preserved_rng
+from .bottleneck import capacity_nats, noisy_state, site_statistics
+
+_GRANULARITIES = ("element", "token")
+_READOUTS = ("capacity", "alpha")
+#: IBA's bound on the predicted alpha (lambda between sigmoid(-5) and sigmoid(5)).
+ALPHA_BOUND = 5.0
+#: The width of the learned target embedding the readout network reads.
+TARGET_DIM = 32
+
+
+class ReadoutNetwork(nn.Module):
+    r"""
+    Per position, the normalised states of the readout sites (and, for a model
+    with one distribution over a fixed set of classes, a learned embedding of the
+    target class) mapped to the bottleneck's ``alpha``.
+
+    IBA's three 1x1 convolutions, which on tokens are linear maps applied at each
+    position: ``features -> features / 2 -> 2 * out -> out`` with ReLUs between;
+    the last layer starts with weights scaled by 1e-3 and bias 5, so that nearly
+    everything flows at the start, and ``alpha`` is clamped to [-5, 5].
+
+    Args:
+
+        features (int): F, the width of the concatenated readout states.
+        out (int): 1 (one alpha per token) or H (one per element of the state).
+        classes (int, optional): the number of target classes the network reads
+                    (None: it reads no target). Default: None
+    """
+
+    def __init__(self, features: int, out: int, classes: Optional[int] = None) -> None:
+        super().__init__()
+        self.target_embedding = nn.Embedding(classes, TARGET_DIM) if classes else None
+        width = features + (TARGET_DIM if classes else 0)
+        self.layers = nn.Sequential(
+            nn.Linear(width, max(width // 2, 1)), nn.ReLU(),
+            nn.Linear(max(width // 2, 1), 2 * out), nn.ReLU(),
+            nn.Linear(2 * out, out),
+        )
+        last = self.layers[-1]
+        with torch.no_grad():
+            last.weight.mul_(1e-3)
+            last.bias.fill_(ALPHA_BOUND)
+
+    def forward(self, features: Tensor, target: Optional[Tensor] = None) -> Tensor:
+        r"""
+        Args:
+
+            features (Tensor): (B, T, F) normalised readout states.
+            target (Tensor, optional): (B,) long target classes; required when
+                        the network reads a target. Default: None
+
+        Returns:
+            *Tensor* (B, T, out) alpha in [-5, 5].
+        """
+        if self.target_embedding is not None:
+            assert target is not None
+            embedded = self.target_embedding(target).unsqueeze(1).expand(-1, features.shape[1], -1)
+            features = torch.cat([features, embedded], dim=-1)
+        # a smooth bound: a clamp has no gradient past it, so a readout that closed
+        # every gate there could never reopen one (seen on the toy task)
+        return ALPHA_BOUND * torch.tanh(self.layers(features) / ALPHA_BOUND)
+
+
+class ReadoutBottleneck(SiteAttribution):
+    r"""
+    Readout Bottleneck (Schulz et al., ICLR 2020, Sec. 3.2) at the token level:
+    the Per-Sample Bottleneck's noise weights predicted by a network trained once
+    on data, so that attribution is one pass.
+
+    **Bottleneck.** At the site of ``layer``, with ``lambda = sigmoid(alpha)``::
+
+        z = lambda * h + (1 - lambda) * eps,    eps ~ N(mu, std^2)
+
+    (``mu``, ``std`` per hidden dimension over the data's real tokens), where
+    ``alpha`` has one value per element of the state (``granularity="element"``,
+    IBA's default) or per token (``"token"``, as the Per-Sample Bottleneck here).
+
+    **Readout.** A first pass without gradients records the states of the
+    readout sites (default: every site, the input embeddings to the last block,
+    so also the layers after the bottleneck); each is normalised with its own
+    data mean and std and they are concatenated per position
+    (:class:`ReadoutNetwork`). IBA resizes image feature maps to the
+    bottleneck's resolution; token sites all have the same positions, so there
+    is nothing to resize. IBA also reads the classifier's output; here the
+    network reads the *target* instead, as a learned embedding of the class, so
+    that ``target`` selects what is attributed (for a model with one
+    distribution over a fixed set of classes; a model with per-position
+    distributions or spans gets a readout without a target, and ``target``
+    must then be None).
+
+    **Training** (:meth:`fit`): the readout network alone is trained (the model
+    is frozen) on::
+
+        -log q(c | z) + beta * (1 / n) * sum_{real t} sum_H KL(N(lambda r, (1 - lambda)^2) || N(0, 1))
+
+    with ``r = (h - mu) / std``, ``n`` the example's real tokens and ``c`` the
+    target: drawn from the model's own output distribution on the unchanged
+    input when the network reads a target (so it learns every class in
+    proportion to how likely the model finds it), else the predicted class.
+    ``beta = 10 / H`` by default: IBA's "beta 10 on the mean" over elements,
+    the convention of :class:`PerSampleBottleneck`. IBA trains with Adam at lr
+    1e-5 for 10 epochs over ImageNet (about 400 000 steps); on the smaller data
+    sets here the default is Adam at lr 1e-3 for 10 epochs.
+
+    **Scores.** ``readout="capacity"`` (default): the information that flows
+    through each token, in bits summed over H (IBA's heatmap); ``"alpha"``:
+    ``sigmoid(alpha)`` averaged over H, the share that flows. Higher = more
+    important, 0 at padding.
+
+    Args:
+
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+
+    Examples::
+
+        >>> bottleneck = ReadoutBottleneck(model)
+        >>> bottleneck.fit(train_loader, layer=3)
+        >>> scores = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3)
+    """
+
+    summary = "Schulz et al. 2020, a network reading every layer predicts the bottleneck"
+    needs_data = True
+    data_step = "fit"
+
+    def __init__(
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
+    ) -> None:
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
+        #: ``{layer: network}``, set by :meth:`fit`.
+        self.networks: Dict[int, ReadoutNetwork] = {}
+        #: ``{layer: readout site names}``, in the order the network reads them.
+        self.readout_sites: Dict[int, List[str]] = {}
+        #: ``{site: (mean, std)}``, each (H,) float32, over the data's real tokens.
+        self.statistics: Dict[str, Tuple[Tensor, Tensor]] = {}
+
+    def is_prepared(self, layer: Optional[int]) -> bool:
+        r"""Whether a readout network is fitted for ``layer``."""
+        return layer in self.networks
+
+    def prepare_on_data(
+        self, train_data: Iterable[Batch], layer: Optional[int], options: Dict[str, Any], seed: int = 0,
+        verbose: bool = False, max_steps: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        r"""Fits the readout network of ``layer`` (:meth:`fit` with ``options``)."""
+        if layer is None:
+            raise ValueError("layer: ReadoutBottleneck attributes one layer at a time, got None")
+        chosen = {"seed": seed, "verbose": verbose, **options}
+        if max_steps is not None:
+            chosen.setdefault("max_steps", max_steps)
+        history = self.fit(train_data, layer=layer, **chosen)
+        return {"fit_steps": int(sum(row["steps"] for row in history)), "fit_last": history[-1] if history else {}}
+
+    def fit(
+        self,
+        train_data: Iterable[Batch],
+        layer: int,
+        granularity: str = "element",
+        readout_sites: Optional[Sequence[str]] = None,
+        epochs: int = 10,
+        lr: float = 1e-3,
+        beta: Optional[float] = None,
+        min_std: float = 0.01,
+        statistics_batches: Optional[int] = None,
+        max_steps: Optional[int] = None,
+        seed: int = 0,
+        verbose: bool = True,
+    ) -> List[Dict[str, float]]:
+        r"""
+        Estimates the sites' statistics and trains the readout network of ``layer``.
+
+        Args:
+
+            train_data (iterable): batches as :meth:`DiffMask.fit` takes them,
+                        iterated once per epoch (and once for the statistics).
+            layer (int): 0 for the ``input`` site, k for ``hidden.k``.
+            granularity (str, optional): ``"element"`` (one alpha per element of
+                        the state, IBA's) or ``"token"``. Default: ``"element"``
+            readout_sites (sequence of str, optional): the sites the network
+                        reads; None: every site. Default: None
+            epochs (int, optional): passes over ``train_data``. Default: 10
+            lr (float, optional): Adam's learning rate. Default: 1e-3
+            beta (float, optional): weight of the capacity (summed over H,
+                        averaged over real tokens); None = ``10 / H``. Default: None
+            min_std (float, optional): floor of every site's std. Default: 0.01
+            statistics_batches (int, optional): batches read for the statistics
+                        (None: all). Default: None
+            max_steps (int, optional): stop after this many training steps.
+                        Default: None
+            seed (int, optional): seeds the network's initialisation and the
+                        noise (the caller's RNG is left as found). Default: 0
+            verbose (bool, optional): a progress bar per epoch. Default: True
+
+        Returns:
+            *list* of one dict per epoch: ``epoch``, ``steps``, ``loss``, ``task``
+            (the mean negative log-likelihood of the target) and ``capacity``
+            (mean bits per real token), means over the epoch's batches.
+        """
+        site = site_for_layer(layer, self.num_layers)
+        check_choice(granularity, _GRANULARITIES, "granularity")
+        check_positive_int(epochs, "epochs")
+        check_positive_int(max_steps, "max_steps", allow_none=True)
+        if beta is not None:
+            check_non_negative(beta, "beta")
+        sites = self._check_readout_sites(readout_sites)
+        with preserved_rng(seed), frozen(self.model):
+            wanted = [s for s in dict.fromkeys(sites + [site]) if s not in self.statistics]
+            if wanted:
+                self.statistics.update(site_statistics(self, train_data, layer, wanted, min_std, statistics_batches))
+            return self._train(train_data, layer, sites, granularity, (epochs, lr, beta, max_steps), verbose)
+
+    def _check_readout_sites(self, readout_sites: Optional[Sequence[str]]) -> List[str]:
+        names = list(self.locator.names)
+        if readout_sites is None:
+            return names
+        chosen = [readout_sites] if isinstance(readout_sites, str) else list(readout_sites)
+        unknown = [s for s in chosen if s not in names]
+        if not chosen or unknown:
+            raise ValueError(f"readout_sites must be a non-empty list of {names}, got {readout_sites!r}")
+        return chosen
+
+    def _train(
+        self, train_data: Iterable[Batch], layer: int, sites: List[str], granularity: str,
+        schedule: Tuple[int, float, Optional[float], Optional[int]], verbose: bool,
+    ) -> List[Dict[str, float]]:
+        r"""The training epochs of :meth:`fit` (statistics in place)."""
+        epochs, lr, beta, max_steps = schedule
+        network: Optional[ReadoutNetwork] = None
+        optimizer: Optional[torch.optim.Optimizer] = None
+        history: List[Dict[str, float]] = []
+        steps = 0
+        for epoch in range(epochs):
+            sums = {"loss": 0.0, "task": 0.0, "capacity": 0.0}
+            count = 0
+            for batch in tqdm(train_data, desc=f"ReadoutBottleneck epoch {epoch + 1}", leave=False,
+                              disable=None if verbose else True):
+                if max_steps is not None and steps >= max_steps:
+                    break
+                call = self.prepare_batch(batch, layer, "train_data batch")
+                states, original = self.capture(call, list(dict.fromkeys(sites + [call.site])))
+                assert original is not None
+                if network is None:
+                    network = self._new_network(states, sites, call.site, granularity, original)
+                    optimizer = torch.optim.Adam(network.parameters(), lr=lr)
+                    self.networks[layer], self.readout_sites[layer] = network, sites
+                assert optimizer is not None
+                target = self._training_target(network, original)
+                terms = self._objective(call, states, network, sites, target, beta)
+                optimizer.zero_grad(set_to_none=True)
+                terms["loss"].backward()
+                optimizer.step()
+                for key in sums:
+                    sums[key] += float(terms[key].detach())
+                count += 1
+                steps += 1
+            if count:
+                history.append({"epoch": epoch + 1, "steps": count, **{k: v / count for k, v in sums.items()}})
+            if max_steps is not None and steps >= max_steps:
+                break
+        if network is None:
+            raise ValueError("train_data gave no batch to train the readout network on")
+        network.eval()
+        return history
+
+    def _new_network(
+        self, states: Dict[str, Tensor], sites: List[str], site: str, granularity: str, original: Tensor,
+    ) -> ReadoutNetwork:
+        features = sum(states[s].shape[-1] for s in sites)
+        out = states[site].shape[-1] if granularity == "element" else 1
+        log_q = log_probs(original)
+        classes = log_q.shape[-1] if log_q.dim() == 2 and self.model_forward.output in ("classes", "last") else None
+        return ReadoutNetwork(features, out, classes).to(states[site].device)
+
+    @staticmethod
+    def _training_target(network: ReadoutNetwork, original: Tensor) -> Tensor:
+        r"""The class each example is trained on: drawn from the model's own
+        distribution when the network reads a target, else the predicted one."""
+        log_q = log_probs(original)
+        if network.target_embedding is None:
+            return log_q.argmax(-1)
+        return torch.multinomial(log_q.exp(), 1).squeeze(-1)
+
+    def _alpha(self, network: ReadoutNetwork, states: Dict[str, Tensor], sites: List[str],
+               target: Optional[Tensor]) -> Tensor:
+        r"""(B, T, out) alpha from the normalised readout states."""
+        features = [(states[s].float() - self.statistics[s][0].to(states[s].device))
+                    / self.statistics[s][1].to(states[s].device) for s in sites]
+        return network(torch.cat(features, dim=-1), target if network.target_embedding is not None else None)
+
+    def _objective(
+        self, call: PreparedCall, states: Dict[str, Tensor], network: ReadoutNetwork, sites: List[str],
+        target: Tensor, beta: Optional[float],
+    ) -> Dict[str, Tensor]:
+        r"""The training loss of one batch (a mean over its examples) and its terms."""
+        state = states[call.site]
+        mean, std = (t.to(state.device) for t in self.statistics[call.site])
+        alpha = self._alpha(network, states, sites, target)
+        real = call.mask.to(state.device).unsqueeze(-1)
+        # padding is never perturbed and carries no information cost
+        lam = torch.where(real, torch.sigmoid(alpha), torch.ones_like(alpha))
+        log_q = log_probs(self.replaced_logits(call, {call.site: noisy_state(state, lam, mean, std)}))
+        task = -log_q.gather(-1, target.unsqueeze(-1)).reshape(log_q.shape[0], -1).sum(-1).mean()
+        tokens = real.squeeze(-1).float().sum(-1).clamp(min=1.0)
+        capacity = (capacity_nats(alpha, state, mean, std).sum(-1) * real.squeeze(-1)).sum(-1) / tokens
+        weight = 10.0 / state.shape[-1] if beta is None else float(beta)
+        loss = task + weight * capacity.mean()
+        bits = capacity.mean() / torch.log(torch.tensor(2.0))
+        return {"loss": loss, "task": task.detach(), "capacity": bits.detach()}
+
+    @attribution_call
+    def attribute(
+        self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
+        layer: int = 0,
+        readout: str = "capacity",
+    ) -> Union[Tensor, Tuple[Tensor]]:
+        r"""
+        One pass records the readout sites, the network predicts the
+        bottleneck, and its scores are read.
+
+        Args:
+
+            inputs, additional_forward_args, layer: as for every method
+                        (:class:`~captum_diffmask.attribution.SiteAttribution`);
+                        :meth:`fit` must have run for ``layer``.
+            target (int, list, Tensor, optional): the class the network is asked
+                        about; None = the class the model predicts. Must be None
+                        for a readout without a target (per-position or span
+                        outputs). For a single binary logit, class 1 is
+                        "logit > 0". Default: None
+            readout (str, optional): ``"capacity"`` (bits summed over H) or
+                        ``"alpha"`` (``sigmoid(alpha)`` averaged over H).
+                        Default: ``"capacity"``
+
+        Returns:
+            *Tensor* (B, T) (a 1-tuple when ``inputs`` is a tuple) of scores,
+            higher = more important, 0 at padding.
+
+        Raises:
+            ValueError: no network for ``layer`` (run :meth:`fit`), a target for
+                        a readout without one, or a bad option (named).
+        """
+        call = self._prepare(inputs, additional_forward_args, layer)
+        check_choice(readout, _READOUTS, "readout")
+        if layer not in self.networks:
+            raise ValueError(f"layer: no readout network for layer {layer}; call fit(train_data, layer={layer}) first")
+        network, sites = self.networks[layer], self.readout_sites[layer]
+        if network.target_embedding is None and target is not None:
+            raise ValueError("target must be None: this readout network reads no target (the model's output "
+                             "is not one distribution over a fixed set of classes)")
+        states, original = self.capture(call, list(dict.fromkeys(sites + [call.site])))
+        assert original is not None
+        index = resolve_target(log_probs(original), target) if network.target_embedding is not None else None
+        with torch.no_grad():
+            alpha = self._alpha(network, states, sites, index)
+            if readout == "alpha":
+                scores = torch.sigmoid(alpha).mean(-1)
+            else:
+                mean, std = (t.to(alpha.device) for t in self.statistics[call.site])
+                state = states[call.site]
+                scores = capacity_nats(alpha, state, mean, std).sum(-1) / torch.log(torch.tensor(2.0))
+        return self._finish(scores, call)
