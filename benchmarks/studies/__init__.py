@@ -11,4 +11,6 @@ under ``docs/results/``.
 - ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.
 - ``model_zoo``: DiffMask on every architecture of transformers' mappings.
 - ``first_explanation``: the README's first explanation, timed step by step.
+- ``peer_agreement`` (with ``peer_ferret``, run in ferret's own environment): our
+  ERASER metrics against ferret's on the same inputs.
 """

@@ -76,7 +76,7 @@ def test_tiny_run_has_complete_results(tiny_run):
     stored = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert stored["suite"] == "sst-erasure" and stored["split"] == "dev"
     expected = {"ExactErasure", "PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected", "DiffMask",
-                "IntegratedGradients", "Occlusion", "PerSampleBottleneck", "Guan", "Random"}
+                "IntegratedGradients", "Occlusion", "PerSampleBottleneck", "ReadoutBottleneck", "Guan", "Random"}
     assert set(stored["methods"]) == expected
     for name, record in stored["methods"].items():
         assert record["status"] == "ok", (name, record.get("error"))

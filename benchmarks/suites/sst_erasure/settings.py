@@ -57,7 +57,7 @@ DEFAULTS: Dict[str, Any] = {
     "seeds": [0, 1, 2],
     "erasure": {"budget": 20_000, "eval_batch_size": 512, "chunk": 256},
     "methods": ["PerExampleDiffMask", "REINFORCE", "REINFORCE-corrected", "DiffMask", "IntegratedGradients",
-                "Occlusion", "PerSampleBottleneck", "Guan", "Random"],
+                "Occlusion", "PerSampleBottleneck", "ReadoutBottleneck", "Guan", "Random"],
     # Flat per-method options (see benchmarks.methods.route_options). Every method
     # works at the input tokens (layer 0) with the erasure baseline, except that the
     # bottleneck and Guan use noise by design, and amortised DiffMask reads the
@@ -95,6 +95,9 @@ DEFAULTS: Dict[str, Any] = {
         "IntegratedGradients": {"n_steps": 50},
         "Occlusion": {},
         "PerSampleBottleneck": {"steps": 100},
+        # the library's defaults (Adam lr 1e-3), capped at 400 steps (3 passes over
+        # the train sentences at batch 64) by the suite's CPU budget, not tuned
+        "ReadoutBottleneck": {"batch_size": 64, "max_steps": 400},
         "Guan": {"steps": 100, "lam": 0.1},
         "Random": {},
     },
@@ -127,6 +130,7 @@ QUICK: Dict[str, Any] = {
         "DiffMask": {"epochs": 1, "max_steps": 60},
         "IntegratedGradients": {"n_steps": 20},
         "PerSampleBottleneck": {"steps": 50},
+        "ReadoutBottleneck": {"epochs": 1},
         "Guan": {"steps": 50},
     },
 }

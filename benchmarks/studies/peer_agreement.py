@@ -1,0 +1,215 @@
+r"""Our ERASER metrics (comprehensiveness, sufficiency, AOPC) held against
+ferret's implementation of the same definitions, on the same model, sentences,
+scores and targets.
+
+ferret-xai 0.4.2 pins captum 0.7 and transformers 4.x, below this project's, so
+its side runs in a virtual environment of its own (built here on first use,
+with the CPU build of torch) and reads what our side saves: a config-built tiny
+BERT classifier, its vocabulary, ten-word sentences, Integrated Gradients scores
+and the predicted classes (``inputs.json``). Ours: :func:`eraser_scores` with the
+special tokens never removed (ERASER's and ferret's ``remove_first_last``), at
+ferret's fractions 0.1, 0.2, .., 1.0.
+
+The definitions line up where the removal does: ferret's ``remove_tokens=False``
+puts [MASK]'s id in place of each removed token, ours (``removal="baseline"``
+with [MASK]'s id) puts [MASK]'s word embedding at the input site: the same
+input. They differ where ferret deletes the tokens (its default): the sentence
+closes up and the later words move to earlier positions, while ours
+(``removal="attention"``) keeps every position and hides the removed tokens
+from attention. The check pins that difference: on a copy of the model whose
+position embeddings are zero the two are the same computation and must agree.
+On ten-word sentences ferret's count of tokens (``int(f * n)``) and ours
+(``ceil(f * n)``, at least one) coincide at every fraction, and no fraction
+repeats a set (which ferret would skip); both are checked, not assumed.
+
+Command: ``python -m benchmarks.studies.peer_agreement --markdown docs/results/peer-agreement.md``
+(the first run builds the environment: a few minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+from captum_diffmask.evaluation.faithfulness import eraser_scores, TokenEraser, top_fraction
+from captum_diffmask.methods import IntegratedGradients
+
+from ..records import cache_dir
+
+#: What the peer environment installs: torch's CPU build first (else pip pulls a CUDA
+#: build); pyarrow below 18, whose newer builds refuse the numpy 1.x that ferret pins.
+PEER_PACKAGES = ("torch==2.13.0", "ferret-xai==0.4.2", "pyarrow<18")
+#: ferret's default fractions, the same floats (``np.arange(0.1, 1.1, 0.1)``).
+FRACTIONS = [float(f) for f in np.arange(0.1, 1.1, 0.1)]
+#: The largest difference allowed where the definitions agree: float32 forward
+#: passes of two transformers versions on the same weights.
+TOLERANCE = 1e-5
+WORDS = ("good bad movie plot actor scene story great awful boring funny sad long short fine dull "
+         "bright dark slow fast warm cold loud quiet new old true false happy angry kind cruel").split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+
+
+def _peer_python(venv: Path) -> Path:
+    r"""The peer environment's python, built with :data:`PEER_PACKAGES` when missing."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *PEER_PACKAGES], check=True)
+    return python
+
+
+def build_model(seed: int) -> Tuple[BertForSequenceClassification, BertTokenizerFast]:
+    r"""The config-built tiny BERT classifier (3 classes) and its word-level tokenizer."""
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=37, num_labels=3, max_position_embeddings=32,
+                        initializer_range=0.5)  # weights large enough that the output is not flat
+    model = BertForSequenceClassification(config).eval()
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(VOCAB)}, do_lower_case=True)
+    return model, tokenizer
+
+
+def sentences_of_ten_words(count: int, seed: int) -> List[str]:
+    r"""``count`` sentences of ten words of :data:`WORDS`, drawn with ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.randint(len(WORDS), (count, 10), generator=generator)
+    return [" ".join(WORDS[i] for i in row) for row in picks.tolist()]
+
+
+def our_side(model: BertForSequenceClassification, tokenizer: BertTokenizerFast, texts: Sequence[str]) -> Dict[str, Any]:
+    r"""Scores, targets and our metrics, both removals, per sentence and fraction."""
+    batch = tokenizer(list(texts), return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    extra = (mask, batch["token_type_ids"])
+    scores = IntegratedGradients(model).attribute(ids, additional_forward_args=extra, layer=0, n_steps=20)
+    with torch.no_grad():
+        targets = model(input_ids=ids, attention_mask=mask, token_type_ids=batch["token_type_ids"]).logits.argmax(-1)
+    words = mask.bool() & (ids != tokenizer.cls_token_id) & (ids != tokenizer.sep_token_id)
+    counts = [int(top_fraction(scores, words, f)[0].sum()) for f in FRACTIONS]
+    ours = {"counts": counts}
+    for removal, eraser in (("mask", TokenEraser(model, "baseline", baseline=tokenizer.mask_token_id)),
+                            ("delete", TokenEraser(model, "attention"))):
+        result = eraser_scores(eraser, ids, scores, extra, fractions=FRACTIONS, target=targets, candidates=words)
+        ours[removal] = {key: result[key].tolist() for key in
+                         ("comprehensiveness", "sufficiency", "aopc_comprehensiveness", "aopc_sufficiency")}
+    return {"texts": list(texts), "tokens": [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()],
+            "scores": scores.tolist(), "targets": targets.tolist(), "ours": ours}
+
+
+def without_positions(model: BertForSequenceClassification) -> BertForSequenceClassification:
+    r"""A copy whose position embeddings are zero: deleting a token and hiding it
+    from attention are then the same computation."""
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        copied.bert.embeddings.position_embeddings.weight.zero_()
+    return copied
+
+
+def _largest(ours: Dict[str, Any], theirs: List[Dict[str, Any]], removal: str, metric: str) -> Tuple[float, float]:
+    r"""The largest per-fraction and AOPC differences of one metric."""
+    per_fraction = max(abs(a - b) for row, peer in zip(ours[removal][metric], theirs)
+                       for a, b in zip(row, peer[f"{metric}_{removal}"]["per_fraction"]))
+    aopc = max(abs(a - peer[f"{metric}_{removal}"]["aopc"])
+               for a, peer in zip(ours[removal][f"aopc_{metric}"], theirs))
+    return per_fraction, aopc
+
+
+def run(venv: Path, sentences: int = 8, seed: int = 0) -> Dict[str, Any]:
+    r"""Both sides on the same saved model and inputs; the differences per check."""
+    python = _peer_python(venv)
+    model, tokenizer = build_model(seed)
+    cases = {"bert": model, "bert, position embeddings zero": without_positions(model)}
+    texts = sentences_of_ten_words(sentences, seed)
+    started = time.time()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+        saved = {}
+        for index, (name, case) in enumerate(cases.items()):
+            case.save_pretrained(root / f"model-{index}")
+            saved[name] = {"model_dir": f"model-{index}", **our_side(case, tokenizer, texts)}
+        (root / "inputs.json").write_text(json.dumps({"fractions": FRACTIONS, "cases": saved}))
+        script = Path(__file__).with_name("peer_ferret.py")
+        subprocess.run([str(python), str(script), str(root)], check=True)
+        theirs = json.loads((root / "theirs.json").read_text())
+    rows = []
+    for name, case in saved.items():
+        peer = theirs["cases"][name]
+        for removal in ("mask", "delete"):
+            for metric in ("comprehensiveness", "sufficiency"):
+                per_fraction, aopc = _largest(case["ours"], peer, removal, metric)
+                size = max(abs(v) for row in case["ours"][removal][metric] for v in row)
+                rows.append({"model": name, "removal": removal, "metric": metric,
+                             "per_fraction": per_fraction, "aopc": aopc, "largest_value": size})
+    counts = saved["bert"]["ours"]["counts"]
+    return {"rows": rows, "versions": theirs["versions"], "counts": counts, "ferret_counts":
+            [int(f * 10) for f in FRACTIONS], "sentences": sentences, "seconds": time.time() - started,
+            "tolerance": TOLERANCE}
+
+
+def verdict(row: Dict[str, Any], tolerance: float) -> str:
+    r"""Agrees within ``tolerance``; the documented difference named as such."""
+    within = max(row["per_fraction"], row["aopc"]) <= tolerance
+    if row["removal"] == "delete" and row["model"] == "bert":
+        # the documented difference: deletion moves the later words' positions
+        return "differs, as documented" if not within else "**agrees, though documented to differ**"
+    return "agrees" if within else "**disagrees**"
+
+
+def markdown(result: Dict[str, Any], command: str) -> str:
+    r"""The report: one row per model, removal and metric."""
+    versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+    lines = [
+        "# Our ERASER metrics against ferret's", "",
+        f"Command: `{command}` ({result['seconds']:.0f} s, the peer environment already built). "
+        f"ferret's side: {versions}, in its own virtual environment; ours: this repository. "
+        f"{result['sentences']} ten-word sentences on a config-built tiny BERT classifier (3 classes), "
+        "Integrated Gradients scores (20 steps, |sum over H|), the predicted class as the target, "
+        "ferret's fractions 0.1 .. 1.0; [CLS] and [SEP] never removed.", "",
+        f"Tokens removed per fraction: ours {result['counts']}, ferret's {result['ferret_counts']}.", "",
+        "| model | removal (ours / ferret's) | metric | largest value (ours) | largest difference per fraction "
+        f"| largest AOPC difference | verdict (tolerance {result['tolerance']:g}) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    names = {"mask": "[MASK]'s embedding / [MASK]'s id (`remove_tokens=False`)",
+             "delete": "hidden from attention / deleted (`remove_tokens=True`, ferret's default)"}
+    for row in result["rows"]:
+        lines.append(f"| {row['model']} | {names[row['removal']]} | {row['metric']} | {row['largest_value']:.3f} "
+                     f"| {row['per_fraction']:.2e} "
+                     f"| {row['aopc']:.2e} | {verdict(row, result['tolerance'])} |")
+    lines += ["", "Deleting a token closes the sentence up: every later word moves one position earlier, "
+              "so a model with position embeddings reads other inputs than ours, which hides the token "
+              "from attention and keeps every position. With the position embeddings zeroed the two "
+              "removals are one computation, and the numbers agree.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] = ()) -> Dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", type=Path, default=cache_dir() / "peer-ferret-venv",
+                        help="the peer environment (built when missing)")
+    parser.add_argument("--sentences", type=int, default=8)
+    parser.add_argument("--markdown", type=Path, default=None, help="write the report here")
+    args = parser.parse_args(list(argv))
+    result = run(args.venv, args.sentences)
+    command = "python -m benchmarks.studies.peer_agreement" + (f" --markdown {args.markdown}" if args.markdown else "")
+    text = markdown(result, command)
+    if args.markdown:
+        args.markdown.write_text(text)
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
