@@ -11,6 +11,7 @@ under ``docs/results/``.
 - ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.
 - ``model_zoo``: DiffMask on every architecture of transformers' mappings.
 - ``first_explanation``: the README's first explanation, timed step by step.
-- ``peer_agreement`` (with ``peer_ferret``, run in ferret's own environment): our
-  ERASER metrics against ferret's on the same inputs.
+- ``peer_agreement`` (with ``peer_ferret`` and ``peer_inseq``, run in the peers' own
+  environment): our ERASER metrics against ferret's, our Integrated Gradients
+  against inseq's, on the same inputs.
 """

@@ -1,6 +1,6 @@
 r"""Our ERASER metrics (comprehensiveness, sufficiency, AOPC) held against
-ferret's implementation of the same definitions, on the same model, sentences,
-scores and targets.
+ferret's implementation of the same definitions, and our Integrated Gradients
+against inseq's, on the same models, inputs and targets.
 
 ferret-xai 0.4.2 pins captum 0.7 and transformers 4.x, below this project's, so
 its side runs in a virtual environment of its own (built here on first use,
@@ -40,7 +40,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+from transformers import (
+    BertConfig, BertForSequenceClassification, BertTokenizerFast, GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast,
+)
 
 from captum_diffmask.evaluation.faithfulness import eraser_scores, TokenEraser, top_fraction
 from captum_diffmask.methods import IntegratedGradients
@@ -49,7 +51,7 @@ from ..records import cache_dir
 
 #: What the peer environment installs: torch's CPU build first (else pip pulls a CUDA
 #: build); pyarrow below 18, whose newer builds refuse the numpy 1.x that ferret pins.
-PEER_PACKAGES = ("torch==2.13.0", "ferret-xai==0.4.2", "pyarrow<18")
+PEER_PACKAGES = ("torch==2.13.0", "ferret-xai==0.4.2", "inseq==0.7.1", "pyarrow<18")
 #: ferret's default fractions, the same floats (``np.arange(0.1, 1.1, 0.1)``).
 FRACTIONS = [float(f) for f in np.arange(0.1, 1.1, 0.1)]
 #: The largest difference allowed where the definitions agree: float32 forward
@@ -125,6 +127,76 @@ def _largest(ours: Dict[str, Any], theirs: List[Dict[str, Any]], removal: str, m
     return per_fraction, aopc
 
 
+#: Integrated Gradients steps of the inseq check (Captum's Gauss-Legendre rule on both sides).
+IG_STEPS = 20
+
+
+def build_language_model(folder: Path, seed: int) -> Tuple[GPT2LMHeadModel, GPT2TokenizerFast]:
+    r"""A config-built tiny GPT-2 and a byte-level BPE tokenizer trained on
+    :data:`WORDS`, its files written to ``folder`` (inseq's side reads them)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([" ".join(WORDS)] * 5 + [" " + w for w in WORDS] * 5, vocab_size=300, min_frequency=1,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    bpe.save_model(str(folder))
+    vocab = json.loads((folder / "vocab.json").read_text())
+    merges = [tuple(line.split()) for line in (folder / "merges.txt").read_text().splitlines()[1:] if line.strip()]
+    tokenizer = GPT2TokenizerFast(vocab=vocab, merges=merges)  # transformers 5 takes them, not their files
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=32,
+                        initializer_range=0.5)
+    return GPT2LMHeadModel(config).eval(), tokenizer
+
+
+def _next_tokens(model: GPT2LMHeadModel, tokenizer: GPT2TokenizerFast, prompts: Sequence[str]) -> List[int]:
+    r"""Per prompt the most likely next token whose text appended to the prompt
+    tokenises back to the prompt's ids and that token (inseq re-tokenises)."""
+    chosen = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            ranked = model(ids).logits[0, -1].argsort(descending=True).tolist()
+        chosen.append(next(t for t in ranked
+                           if tokenizer(prompt + tokenizer.decode([t]))["input_ids"] == ids[0].tolist() + [t]))
+    return chosen
+
+
+def inseq_side_inputs(folder: Path, seed: int, prompts: int) -> Dict[str, Any]:
+    r"""Saves the GPT-2 and the prompts for inseq's side; returns our
+    integrated gradients (sum and L2 over H) of each next token's logit."""
+    model, tokenizer = build_language_model(folder, seed)
+    model.save_pretrained(folder / "gpt2")
+    texts = [" ".join(s.split()[:6]) for s in sentences_of_ten_words(prompts, seed + 1)]
+    nexts = _next_tokens(model, tokenizer, texts)
+    baseline = model.transformer.wte.weight[tokenizer.unk_token_id].detach()  # inseq's baseline: the unknown token
+    ours: Dict[str, List[List[float]]] = {"sum": [], "l2": []}
+    tokens = []
+    for text, target in zip(texts, nexts):
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        tokens.append(ids[0].tolist() + [target])
+        for reduction in ours:
+            ig = IntegratedGradients(model, output="last", reduction=reduction, n_steps=IG_STEPS, method="gausslegendre")
+            scores = ig.attribute(ids, target=target, additional_forward_args=(torch.ones_like(ids),), layer=0,
+                                  baselines=baseline)
+            ours[reduction].append(scores[0].tolist())
+    generated = [text + tokenizer.decode([t]) for text, t in zip(texts, nexts)]
+    (folder / "inseq.json").write_text(json.dumps({"model_dir": "gpt2", "prompts": texts, "generated": generated,
+                                                   "n_steps": IG_STEPS}))
+    return {"ours": ours, "tokens": tokens}
+
+
+def _inseq_rows(ours: Dict[str, Any], theirs: Dict[str, Any]) -> List[Dict[str, Any]]:
+    rows = []
+    for reduction in ("sum", "l2"):
+        mine, peer = ours["ours"][reduction], [row[reduction] for row in theirs["rows"]]
+        rows.append({"reduction": reduction,
+                     "same_tokens": ours["tokens"] == [row["tokens"] for row in theirs["rows"]],
+                     "difference": max(abs(a - b) for x, y in zip(mine, peer) for a, b in zip(x, y)),
+                     "largest_value": max(abs(a) for x in mine for a in x)})
+    return rows
+
+
 def run(venv: Path, sentences: int = 8, seed: int = 0) -> Dict[str, Any]:
     r"""Both sides on the same saved model and inputs; the differences per check."""
     python = _peer_python(venv)
@@ -140,9 +212,11 @@ def run(venv: Path, sentences: int = 8, seed: int = 0) -> Dict[str, Any]:
             case.save_pretrained(root / f"model-{index}")
             saved[name] = {"model_dir": f"model-{index}", **our_side(case, tokenizer, texts)}
         (root / "inputs.json").write_text(json.dumps({"fractions": FRACTIONS, "cases": saved}))
-        script = Path(__file__).with_name("peer_ferret.py")
-        subprocess.run([str(python), str(script), str(root)], check=True)
+        language = inseq_side_inputs(root, seed, prompts=4)
+        for side in ("peer_ferret.py", "peer_inseq.py"):
+            subprocess.run([str(python), str(Path(__file__).with_name(side)), str(root)], check=True)
         theirs = json.loads((root / "theirs.json").read_text())
+        inseq_theirs = json.loads((root / "inseq-theirs.json").read_text())
     rows = []
     for name, case in saved.items():
         peer = theirs["cases"][name]
@@ -153,7 +227,8 @@ def run(venv: Path, sentences: int = 8, seed: int = 0) -> Dict[str, Any]:
                 rows.append({"model": name, "removal": removal, "metric": metric,
                              "per_fraction": per_fraction, "aopc": aopc, "largest_value": size})
     counts = saved["bert"]["ours"]["counts"]
-    return {"rows": rows, "versions": theirs["versions"], "counts": counts, "ferret_counts":
+    return {"rows": rows, "versions": theirs["versions"], "inseq_rows": _inseq_rows(language, inseq_theirs),
+            "inseq_versions": inseq_theirs["versions"], "counts": counts, "ferret_counts":
             [int(f * 10) for f in FRACTIONS], "sentences": sentences, "seconds": time.time() - started,
             "tolerance": TOLERANCE}
 
@@ -171,7 +246,8 @@ def markdown(result: Dict[str, Any], command: str) -> str:
     r"""The report: one row per model, removal and metric."""
     versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
     lines = [
-        "# Our ERASER metrics against ferret's", "",
+        "# Our metrics and Integrated Gradients against ferret's and inseq's", "",
+        "## ERASER's metrics against ferret's", "",
         f"Command: `{command}` ({result['seconds']:.0f} s, the peer environment already built). "
         f"ferret's side: {versions}, in its own virtual environment; ours: this repository. "
         f"{result['sentences']} ten-word sentences on a config-built tiny BERT classifier (3 classes), "
@@ -188,7 +264,19 @@ def markdown(result: Dict[str, Any], command: str) -> str:
         lines.append(f"| {row['model']} | {names[row['removal']]} | {row['metric']} | {row['largest_value']:.3f} "
                      f"| {row['per_fraction']:.2e} "
                      f"| {row['aopc']:.2e} | {verdict(row, result['tolerance'])} |")
-    lines += ["", "Deleting a token closes the sentence up: every later word moves one position earlier, "
+    lines += ["", "## Integrated Gradients against inseq's", "",
+              "inseq's side: " + ", ".join(f"{k} {v}" for k, v in result["inseq_versions"].items()) + ". "
+              "A config-built tiny GPT-2 with a byte-level BPE tokenizer, four six-word prompts, the logit of "
+              "each prompt's most likely next token (inseq's `attributed_fn=\"logit\"`), attributed to the prompt "
+              f"tokens' embeddings: {IG_STEPS} points of Captum's Gauss-Legendre rule, inseq's baseline (the "
+              "unknown token's embedding at every position) given to ours as `baselines`.", "",
+              f"| per-token reduction over H | same tokens | largest value (ours) | largest difference "
+              f"| verdict (relative tolerance {result['tolerance']:g}) |", "|---|---|---|---|---|"]
+    for row in result["inseq_rows"]:
+        agrees = row["same_tokens"] and row["difference"] <= result["tolerance"] * max(row["largest_value"], 1.0)
+        lines.append(f"| {row['reduction']} | {'yes' if row['same_tokens'] else '**no**'} | {row['largest_value']:.3f} "
+                     f"| {row['difference']:.2e} | {'agrees' if agrees else '**disagrees**'} |")
+    lines += ["", "## Deletion", "", "Deleting a token closes the sentence up: every later word moves one position earlier, "
               "so a model with position embeddings reads other inputs than ours, which hides the token "
               "from attention and keeps every position. With the position embeddings zeroed the two "
               "removals are one computation, and the numbers agree.", ""]

@@ -3,6 +3,8 @@ so the comparison is a benchmark command with a committed report): the token
 counts it relies on, and the documented difference of deletion, pinned here by
 deleting tokens by hand as ferret does."""
 
+import json
+
 import torch
 
 from benchmarks.studies.peer_agreement import (
@@ -73,3 +75,17 @@ def test_the_eraser_with_masks_puts_masks_id_embedding_in_place():
     assert (ours - by_ids).abs().max() < 1e-6
     result = eraser_scores(eraser, ids, torch.rand(ids.shape), (mask, types), fractions=FRACTIONS)
     assert result["comprehensiveness"].shape == (2, len(FRACTIONS))
+
+
+def test_the_inseq_side_gets_prompts_that_tokenise_back_with_their_next_token(tmp_path):
+    from benchmarks.studies.peer_agreement import build_language_model, inseq_side_inputs
+
+    saved = inseq_side_inputs(tmp_path, seed=0, prompts=2)
+    again = tmp_path / "again"
+    again.mkdir()
+    _, tokenizer = build_language_model(again, seed=0)
+    written = json.loads((tmp_path / "inseq.json").read_text())
+    for generated, tokens in zip(written["generated"], saved["tokens"]):
+        assert tokenizer(generated)["input_ids"] == tokens  # what inseq will tokenise is what ours attributed
+    assert {p.name for p in (tmp_path / "gpt2").iterdir()} >= {"config.json"}
+    assert all(len(row) == len(tokens) - 1 for row, tokens in zip(saved["ours"]["sum"], saved["tokens"]))
