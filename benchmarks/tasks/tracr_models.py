@@ -209,6 +209,10 @@ class TracrTransformer(nn.Module):
                 copy(module.weight, group["w"].T)  # haiku's (in, out) is torch's (out, in) transposed
                 copy(module.bias, group["b"])
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        r"""The token embedding (where the library finds a model's input site)."""
+        return self.token_embed
+
     def encode(self, tokens: List[Any]) -> Tensor:
         r"""(1, T) ids of a token list that starts with ``"BOS"``."""
         return torch.tensor([[self.vocabulary[token] for token in tokens]])

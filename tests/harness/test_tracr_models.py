@@ -63,21 +63,26 @@ def test_each_program_uses_the_components_tracr_placed(compiled):
             assert any(changed) == bool(used["heads"][layer, head]), (name, layer, head)
 
 
-def _changed_without_head(model, tokens, layer, head):
+def _without_head(model, ids, layer, head):
+    r"""The output with one head's output zeroed through the model's own identity module."""
     def zero_head(module, inputs, output):
         output = output.clone()
         output[:, :, head] = 0.0
         return output
 
+    hook = model.layers[layer].attention.heads.register_forward_hook(zero_head)
+    try:
+        with torch.no_grad():
+            return model(ids)
+    finally:
+        hook.remove()
+
+
+def _changed_without_head(model, tokens, layer, head):
     ids = model.encode(tokens)
     with torch.no_grad():
         full = model(ids)
-        hook = model.layers[layer].attention.heads.register_forward_hook(zero_head)
-        try:
-            ablated = model(ids)
-        finally:
-            hook.remove()
-    return bool((full - ablated).abs().max() > 1e-4)
+    return bool((full - _without_head(model, ids, layer, head)).abs().max() > 1e-4)
 
 
 def test_hooks_on_heads_and_units_see_their_shapes(compiled):
@@ -98,3 +103,23 @@ def test_hooks_on_heads_and_units_see_their_shapes(compiled):
         hook.remove()
     assert shapes["heads"] == (1, len(tokens), weights.num_heads, weights.key_size)
     assert shapes["units"] == (1, len(tokens), weights.mlp_hidden)
+
+
+def test_the_librarys_component_sites_find_the_converted_heads_and_units(compiled):
+    from captum_diffmask.components import gate_components, locate_components
+
+    name, _, model, weights = compiled
+    heads, units = locate_components(model, "heads"), locate_components(model, "units")
+    assert [site.module for site in heads] == [layer.attention.linear for layer in model.layers]
+    assert [(site.count, site.width) for site in heads] == [(weights.num_heads, weights.key_size)] * weights.num_layers
+    assert [site.count for site in units] == [weights.mlp_hidden] * weights.num_layers
+    # closing a used head through the library's gates is the ablation through the model's own identity module
+    used = used_components(weights)["heads"]
+    layer, head = [tuple(index) for index in np.argwhere(used)][-1]
+    gates = {site.name: torch.ones(1, site.count) for site in heads}
+    gates[f"heads.{layer + 1}"][0, head] = 0.0
+    for tokens in _inputs(name, count=4, seed=2):
+        ids = model.encode(tokens)
+        with torch.no_grad(), gate_components(heads, gates):
+            gated = model(ids)
+        assert torch.allclose(gated, _without_head(model, ids, layer, head), atol=1e-5)
