@@ -23,7 +23,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from captum_diffmask.diffmask import DAMPED_FIT
 
 from ..methods import MethodContext, prepare, PreparedMethod
 from ..progress import bar, error_text, log
@@ -60,8 +59,9 @@ DEFAULTS: Dict[str, Any] = {
     "methods": ["DiffMask", "IntegratedGradients", "PerSampleBottleneck", "Guan", "Occlusion",
                 "PerExampleDiffMask", "REINFORCE", "Random"],
     "method_options": {
-        # the layer scored only (the fit runs to convergence; 10 epochs cap its time)
-        "DiffMask": {"mode": "hidden", "eps": 0.05, "batch_size": 64, "layers": [1], "epochs": 10, **DAMPED_FIT},
+        # the layer scored only, fit's defaults (the budget follows its convergence
+        # criterion; 10 epochs cap its time)
+        "DiffMask": {"mode": "hidden", "eps": 0.05, "batch_size": 64, "layers": [1], "epochs": 10},
         "IntegratedGradients": {"n_steps": 50, "chunk": 100},
         "PerSampleBottleneck": {"steps": 200},
         "Guan": {"steps": 200},
@@ -70,11 +70,10 @@ DEFAULTS: Dict[str, Any] = {
         "REINFORCE": {"steps": 200, "eps": 0.05},
         "Random": {},
     },
-    # DiffMask fitted on every layer at once (first seed), for the per-layer view
-    # (every layer trained on every batch, fit's default: 3 epochs give each layer
-    # the steps of 3 epochs)
-    # the committed report's fit (fit's earlier defaults: DAMPED_FIT)
-    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 3, **DAMPED_FIT},
+    # DiffMask fitted on every layer at once (first seed), for the per-layer view:
+    # fit's defaults (every layer on every batch, each frozen once converged, the
+    # budget following the criterion), 10 epochs at most
+    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 10},
     "eval_examples": 500,
     "chunk": 250,
     # the cost per generated token: prompts of the held-out set, continued greedily
