@@ -12,6 +12,7 @@ attributes in one pass. It is the bottleneck's counterpart of amortised DiffMask
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -34,6 +35,9 @@ _READOUTS = ("capacity", "alpha")
 ALPHA_BOUND = 5.0
 #: The width of the learned target embedding the readout network reads.
 TARGET_DIM = 32
+#: The share of elements clamped shut in the last epoch beyond which a fit warns
+#: that the network collapsed.
+COLLAPSED = 0.99
 
 
 class ReadoutNetwork(nn.Module):
@@ -222,8 +226,10 @@ class ReadoutBottleneck(SiteAttribution):
 
         Returns:
             *list* of one dict per epoch: ``epoch``, ``steps``, ``loss``, ``task``
-            (the mean negative log-likelihood of the target) and ``capacity``
-            (mean bits per real token), means over the epoch's batches.
+            (the mean negative log-likelihood of the target), ``capacity``
+            (mean bits per real token) and ``shut`` (the share of real elements
+            clamped at alpha = -5), means over the epoch's batches. A fit whose
+            last epoch has more than 99 % shut warns that the network collapsed.
         """
         site = site_for_layer(layer, self.num_layers)
         check_choice(granularity, _GRANULARITIES, "granularity")
@@ -259,7 +265,7 @@ class ReadoutBottleneck(SiteAttribution):
         history: List[Dict[str, float]] = []
         steps = 0
         for epoch in range(epochs):
-            sums = {"loss": 0.0, "task": 0.0, "capacity": 0.0}
+            sums = {"loss": 0.0, "task": 0.0, "capacity": 0.0, "shut": 0.0}
             count = 0
             for batch in tqdm(train_data, desc=f"ReadoutBottleneck epoch {epoch + 1}", leave=False,
                               disable=None if verbose else True):
@@ -289,6 +295,12 @@ class ReadoutBottleneck(SiteAttribution):
         if network is None:
             raise ValueError("train_data gave no batch to train the readout network on")
         network.eval()
+        if history and history[-1]["shut"] > COLLAPSED:
+            warnings.warn(
+                f"ReadoutBottleneck.fit(layer={layer}): the network collapsed: {100 * history[-1]['shut']:.1f} % of "
+                f"the elements sit at alpha = -{ALPHA_BOUND:g}, where no information flows and the clamp passes no "
+                "gradient, so they cannot reopen; its scores rank the states, not what the output needs. "
+                "Fit again with a lower lr (or beta).", UserWarning, stacklevel=3)
         return history
 
     def _new_network(
@@ -334,7 +346,9 @@ class ReadoutBottleneck(SiteAttribution):
         weight = 10.0 / state.shape[-1] if beta is None else float(beta)
         loss = task + weight * capacity.mean()
         bits = capacity.mean() / torch.log(torch.tensor(2.0))
-        return {"loss": loss, "task": task.detach(), "capacity": bits.detach()}
+        # the share of real elements clamped shut, where the clamp passes no gradient
+        shut = ((alpha <= -ALPHA_BOUND) & real).float().sum() / (real.float().sum() * alpha.shape[-1]).clamp(min=1.0)
+        return {"loss": loss, "task": task.detach(), "capacity": bits.detach(), "shut": shut.detach()}
 
     @attribution_call
     def attribute(

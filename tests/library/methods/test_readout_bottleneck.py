@@ -38,6 +38,7 @@ def test_toy_query_digits_carry_more_information(toy_setup):
     history = bottleneck.fit(train.loader(128, shuffle=True, seed=0), layer=1, epochs=10, seed=0, verbose=False)
     assert [row["epoch"] for row in history] == list(range(1, 11)) and history[0]["steps"] == 71
     assert history[-1]["loss"] < 0.2 * history[0]["loss"]  # measured 29.1 -> 2.7
+    assert history[-1]["shut"] < 0.05  # measured 0.0: nothing clamped shut
     # measured (10 epochs, seeds 0-2): capacity 0.15-0.26 bits more at the query
     # digits, on 100 % of examples; alpha 0.03-0.06, on 87-99 %
     for readout, least in (("capacity", 0.1), ("alpha", 0.02)):
@@ -48,6 +49,15 @@ def test_toy_query_digits_carry_more_information(toy_setup):
         gap = query_minus_other(scores, truth, data.mask)
         assert gap.mean() > least, (readout, gap.mean())
         assert (gap > 0).float().mean() > 0.8, (readout, (gap > 0).float().mean())
+
+
+def test_a_network_clamped_shut_is_named_collapsed(toy_setup):
+    model, _, train, _ = toy_setup
+    bottleneck = ReadoutBottleneck(model, sites=toy_sites(model), padding_mask_arg=1)
+    # measured: at lr 1e-2 81 % of the elements are shut after one epoch, 100 % after two
+    with pytest.warns(UserWarning, match="collapsed"):
+        history = bottleneck.fit(train.loader(128, shuffle=True, seed=0), layer=1, lr=1e-2, epochs=2, verbose=False)
+    assert history[-1]["shut"] > 0.99
 
 
 def test_the_statistics_are_the_per_sample_bottlenecks_and_every_site_is_read():
