@@ -80,7 +80,7 @@ def _attention(block: nn.Module) -> Optional[nn.Module]:
 
 
 def _head_count(model: nn.Module, attention: nn.Module) -> Optional[int]:
-    for owner in (attention, *attention.modules(), getattr(model, "config", None)):
+    for owner in (*attention.modules(), getattr(model, "config", None)):  # the attention module first
         for attribute in _HEAD_ATTRIBUTES:
             value = getattr(owner, attribute, None)
             if isinstance(value, int) and value > 0:

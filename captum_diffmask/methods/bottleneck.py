@@ -12,6 +12,7 @@ upper bound given by the KL of the bottleneck's distribution to the noise prior.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -54,6 +55,27 @@ def capacity_nats(alpha: Tensor, state: Tensor, mean: Tensor, std: Tensor) -> Te
     log_var = 2.0 * F.logsigmoid(-alpha)
     var = log_var.exp()
     return (-0.5 * (1.0 + log_var - mu_z.pow(2) - var)).clamp(min=0.0)
+
+
+def bottleneck_scores(alpha: Tensor, state: Tensor, mean: Tensor, std: Tensor, readout: str) -> Tensor:
+    r"""
+    The bottleneck read as per-token scores.
+
+    Args:
+
+        alpha (Tensor): (B, T) per-token or (B, T, H) per-element logits of lambda.
+        state, mean, std: as for :func:`capacity_nats`.
+        readout (str): ``"alpha"``: ``sigmoid(alpha)``, averaged over H when it is
+                    per element; ``"capacity"``: :func:`capacity_nats` summed over
+                    H, in bits.
+
+    Returns:
+        *Tensor* (B, T) float32.
+    """
+    if readout == "alpha":
+        share = torch.sigmoid(alpha.float())
+        return share.mean(-1) if alpha.dim() == state.dim() else share
+    return capacity_nats(alpha, state, mean, std).sum(-1) / math.log(2.0)
 
 
 def noisy_state(state: Tensor, lam: Tensor, mean: Tensor, std: Tensor) -> Tensor:
@@ -300,10 +322,7 @@ class PerSampleBottleneck(SiteAttribution):
             optimize(loss_fn, opt, steps, "PerSampleBottleneck", verbose)
 
         with torch.no_grad():
-            if readout == "alpha":
-                scores = torch.sigmoid(alpha)
-            else:
-                scores = capacity_nats(alpha, state, mean, std).sum(-1) / torch.log(torch.tensor(2.0))
+            scores = bottleneck_scores(alpha, state, mean, std, readout)
         return self._finish(scores, call)
 
     def _statistics(self, layer: int, state: Tensor) -> Tuple[Tensor, Tensor]:

@@ -12,6 +12,7 @@ attributes in one pass. It is the bottleneck's counterpart of amortised DiffMask
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -27,7 +28,7 @@ from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import Batch, frozen
 from ..objective import log_probs
 from ..rng import preserved_rng
-from .bottleneck import capacity_nats, noisy_state, site_statistics
+from .bottleneck import bottleneck_scores, capacity_nats, noisy_state, site_statistics
 
 _GRANULARITIES = ("element", "token")
 _READOUTS = ("capacity", "alpha")
@@ -272,8 +273,7 @@ class ReadoutBottleneck(SiteAttribution):
                 if max_steps is not None and steps >= max_steps:
                     break
                 call = self.prepare_batch(batch, layer, "train_data batch")
-                states, original = self.capture(call, list(dict.fromkeys(sites + [call.site])))
-                assert original is not None
+                states, original = self._read(call, sites)
                 if network is None:
                     network = self._new_network(states, sites, call.site, granularity, original)
                     optimizer = torch.optim.Adam(network.parameters(), lr=lr)
@@ -302,6 +302,12 @@ class ReadoutBottleneck(SiteAttribution):
                 "gradient, so they cannot reopen; its scores rank the states, not what the output needs. "
                 "Fit again with a lower lr (or beta).", UserWarning, stacklevel=3)
         return history
+
+    def _read(self, call: PreparedCall, sites: List[str]) -> Tuple[Dict[str, Tensor], Tensor]:
+        r"""The first pass: the readout sites' and the bottleneck's states, and the logits."""
+        states, original = self.capture(call, list(dict.fromkeys(sites + [call.site])))
+        assert original is not None
+        return states, original
 
     def _new_network(
         self, states: Dict[str, Tensor], sites: List[str], site: str, granularity: str, original: Tensor,
@@ -345,7 +351,7 @@ class ReadoutBottleneck(SiteAttribution):
         capacity = (capacity_nats(alpha, state, mean, std).sum(-1) * real.squeeze(-1)).sum(-1) / tokens
         weight = 10.0 / state.shape[-1] if beta is None else float(beta)
         loss = task + weight * capacity.mean()
-        bits = capacity.mean() / torch.log(torch.tensor(2.0))
+        bits = capacity.mean() / math.log(2.0)
         # the share of real elements clamped shut, where the clamp passes no gradient
         shut = ((alpha <= -ALPHA_BOUND) & real).float().sum() / (real.float().sum() * alpha.shape[-1]).clamp(min=1.0)
         return {"loss": loss, "task": task.detach(), "capacity": bits.detach(), "shut": shut.detach()}
@@ -390,15 +396,10 @@ class ReadoutBottleneck(SiteAttribution):
         if network.target_embedding is None and target is not None:
             raise ValueError("target must be None: this readout network reads no target (the model's output "
                              "is not one distribution over a fixed set of classes)")
-        states, original = self.capture(call, list(dict.fromkeys(sites + [call.site])))
-        assert original is not None
+        states, original = self._read(call, sites)
         index = resolve_target(log_probs(original), target) if network.target_embedding is not None else None
+        mean, std = (t.to(states[call.site].device) for t in self.statistics[call.site])
         with torch.no_grad():
             alpha = self._alpha(network, states, sites, index)
-            if readout == "alpha":
-                scores = torch.sigmoid(alpha).mean(-1)
-            else:
-                mean, std = (t.to(alpha.device) for t in self.statistics[call.site])
-                state = states[call.site]
-                scores = capacity_nats(alpha, state, mean, std).sum(-1) / torch.log(torch.tensor(2.0))
+            scores = bottleneck_scores(alpha, states[call.site], mean, std, readout)
         return self._finish(scores, call)
