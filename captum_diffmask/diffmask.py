@@ -16,14 +16,16 @@ from .checkpoint import check_model, read_checkpoint, save_checkpoint
 from .distributed import is_main_process
 from .fitting import fit_options, FitOptions, run_fit, signed_with_options
 from .forward import Batch, frozen, model_device
-from .gates import Gates, layer_sites
+from .component_probe import ComponentGateProbe, masked_mean
+from .components import locate_components, read_components
+from .gates import COMPONENT_MODES, Gates, layer_sites
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
-from .probes import HiddenGateProbe, InputGateProbe, mix_baseline, Reduce, VOTES
+from .probes import HiddenGateProbe, InputGateProbe, Reduce, VOTES
 from .site_finding import HOW_TO_PASS_SITES
 from .text import text_batches
 
-_MODES = ("input", "hidden")
+_MODES = ("input", "hidden", *COMPONENT_MODES)
 
 #: :meth:`DiffMask.fit` options that restore the optimisation of the reports made
 #: before fit ran to convergence (with ``lr=1e-3, epochs=10`` where a report left
@@ -73,11 +75,16 @@ class DiffMask(SiteAttribution):
       has read them at depth k, still needs.
     - ``mode="hidden"``: gates on the states of ``hidden.k``, read from
       ``hidden.k``; it says which states at depth k store what the prediction needs.
+    - ``mode="heads"`` / ``mode="units"``: one gate per attention head (or MLP
+      unit) of block k and per input, read from the block's input ``hidden.{k-1}``
+      pooled over the real positions; layers are the blocks 1..L, and
+      :meth:`attribute` returns (B, count) per block (``docs/guide/components.md``).
 
     Args:
 
         model (nn.Module): the analysed model; frozen and in eval mode while fitted.
-        mode (str, optional): ``"input"`` or ``"hidden"``. Default: ``"input"``
+        mode (str, optional): ``"input"``, ``"hidden"``, ``"heads"`` or
+                    ``"units"``. Default: ``"input"``
         sites (SiteLocator or dict, optional): where ``input`` and
                     ``hidden.0 .. hidden.L`` live; located automatically for
                     Hugging Face models (see :meth:`SiteLocator.locate`).
@@ -154,7 +161,7 @@ class DiffMask(SiteAttribution):
         votes: str = "per_depth",
     ) -> None:
         if mode not in _MODES:
-            raise ValueError(f"mode must be 'input' or 'hidden', got {mode!r}")
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         if rerun not in ("partial", "full"):
             raise ValueError(f"rerun must be 'partial' or 'full', got {rerun!r}")
         if l0 not in L0_KINDS:
@@ -165,6 +172,8 @@ class DiffMask(SiteAttribution):
         SiteAttribution.__init__(self, model, sites, forward_func, padding_mask_arg, output)
         self.declared_output = output
         self.mode = mode
+        #: the gated components of blocks 1..L (``heads``/``units`` modes; empty otherwise)
+        self.components = locate_components(model, mode, self.locator) if mode in COMPONENT_MODES else []
         self.temperature = float(temperature)
         self.stretch = (float(stretch[0]), float(stretch[1]))
         self.probe_hidden_size = probe_hidden_size
@@ -226,7 +235,8 @@ class DiffMask(SiteAttribution):
         return self
 
     # ------------------------------------------- what the fit (fitting.py) uses
-    def build_probe(self, states: Dict[str, Tensor], mask: Tensor, reduce: Optional[Reduce] = None) -> None:
+    def build_probe(self, states: Dict[str, Tensor], mask: Tensor, reduce: Optional[Reduce] = None,
+                    call: Optional[PreparedCall] = None) -> None:
         r"""
         Creates the probe and multipliers from the site sizes of a fit's first
         batch, and starts the baselines at the batch's mean states.
@@ -237,6 +247,9 @@ class DiffMask(SiteAttribution):
             mask (Tensor): (B, T) padding mask (1 = real token).
             reduce (callable, optional): sums the statistics over every process's
                         batch (a distributed fit). Default: None
+            call (PreparedCall, optional): the batch itself; the component modes
+                        read its components (their baselines start at the mean).
+                        Default: None
 
         Raises:
             ValueError naming ``sites`` when a site does not hold (B, T, H) states.
@@ -252,7 +265,15 @@ class DiffMask(SiteAttribution):
         self.site_sizes = {name: int(state.shape[-1]) for name, state in states.items()}
         self._make_modules()
         assert self.probe is not None
-        self.probe.init_baselines(states, mask, reduce)
+        if not self.components:
+            self.probe.init_baselines(states, mask, reduce)
+            return
+        if call is None:
+            raise ValueError("call: the component modes read the batch's components to start their baselines")
+        with torch.no_grad(), read_components(self.components) as seen:
+            self.replaced_logits(call, {"hidden.0": states["hidden.0"]})
+        components = {site.layer: seen[site.name] for site in self.components}
+        self.probe.init_baselines(states, components, mask, reduce)
 
     def restore_probe(self, site_sizes: Mapping[str, int], probe: Mapping[str, Any], lambdas: Mapping[str, Any]) -> None:
         r"""
@@ -282,6 +303,11 @@ class DiffMask(SiteAttribution):
                 self.site_sizes["input"], hidden_sizes, width, read_input=self.probe_reads_input,
                 init_bias=self.init_bias, votes=self.votes,
             )
+        elif self.components:
+            self.probe = ComponentGateProbe(
+                hidden_sizes[:-1], [c.count for c in self.components], [c.width for c in self.components], width,
+                init_bias=self.init_bias,
+            )
         else:
             self.probe = HiddenGateProbe(hidden_sizes, width, init_bias=self.init_bias)
         self.lambdas = LagrangeMultipliers(self.num_layers + 1)
@@ -293,8 +319,17 @@ class DiffMask(SiteAttribution):
     def independent_layers(self) -> bool:
         r"""Whether each layer's probe (gate networks, baseline) is its own, so
         that a fit may train, and freeze, one layer apart from the others:
-        hidden mode, and input mode with ``votes="per_depth"``."""
-        return self.mode == "hidden" or self.votes == "per_depth"
+        hidden and component modes, and input mode with ``votes="per_depth"``."""
+        return self.mode != "input" or self.votes == "per_depth"
+
+    @property
+    def first_layer(self) -> int:
+        r"""The first layer with gates: 1 in the component modes (layer k is
+        block k, whose output is ``hidden.k``), else 0."""
+        return 1 if self.components else 0
+
+    def _layers(self) -> List[int]:
+        return list(range(self.first_layer, self.num_layers + 1))
 
     def scored(self, layer: Any) -> str:
         r"""What ``attribute(..., layer=layer)`` scores: input mode scores the
@@ -310,6 +345,11 @@ class DiffMask(SiteAttribution):
         ``hidden.k``; None for every layer."""
         if check_layer(layer, self.num_layers, allow_none=True) is None:
             return None
+        if layer < self.first_layer:
+            raise ValueError(f"layer: mode {self.mode!r} gates blocks 1..{self.num_layers} (layer k: the block whose "
+                             f"output is hidden.k), got {layer}")
+        if self.components:
+            return f"{self.mode}.{layer}"
         return "input" if self.mode == "input" else f"hidden.{layer}"
 
     @property
@@ -319,7 +359,7 @@ class DiffMask(SiteAttribution):
         evaluation."""
         if self.probe is None:
             raise ValueError("DiffMask is not fitted: call fit(...) or DiffMask.load(...) first")
-        return Gates(self.probe, self.mode, self.temperature, self.stretch)
+        return Gates(self.probe, self.mode, self.temperature, self.stretch, self.components)
 
     def learned_baseline(self, layer: int) -> Tensor:
         r"""
@@ -334,7 +374,8 @@ class DiffMask(SiteAttribution):
             *Tensor* (H,) of the replaced site, detached.
         """
         self._check_fitted()
-        return self.gates.masked_site(check_layer(layer, self.num_layers))[1].detach()
+        self._site(check_layer(layer, self.num_layers))
+        return self.gates.masked_site(layer)[1].detach()
 
     # -------------------------------------------------------------------- fit
     @signed_with_options
@@ -435,8 +476,8 @@ class DiffMask(SiteAttribution):
 
     def attributes_every_layer(self) -> bool:
         r"""True once every layer is fitted: ``attribute(layer=None)`` then gives
-        (B, T, L + 1)."""
-        return self.is_fitted and len(self.fitted_layers) == self.num_layers + 1
+        (B, T, L + 1) ((B, L, count) in the component modes)."""
+        return self.is_fitted and set(self._layers()) <= set(self.fitted_layers)
 
     # -------------------------------------------------------------- attribute
     @attribution_call
@@ -445,7 +486,8 @@ class DiffMask(SiteAttribution):
         layer: Optional[int] = 0,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
-        The probability that each token (input mode) or state (hidden mode) is kept.
+        The probability that each token (input mode), state (hidden mode), head
+        (``"heads"``) or MLP unit (``"units"``) is kept.
 
         One capture pass (stopped as soon as the needed sites are read), the probe,
         and ``P(z != 0)`` in closed form; no sampling.
@@ -459,26 +501,32 @@ class DiffMask(SiteAttribution):
                         Default: None
             layer (int, optional): input mode: the depth k the probe reads (the
                         votes from ``hidden.0 .. hidden.k``); hidden mode: the
-                        states of ``hidden.k``; 0..L, or None for every layer.
-                        Default: 0
+                        states of ``hidden.k``; 0..L, or None for every layer;
+                        component modes: block k (1..L, whose output is
+                        ``hidden.k``), or None for every block. Default: 0
+                        (component modes: give it)
 
         Returns:
             *Tensor* (or a 1-tuple, when ``inputs`` is a tuple) of **attributions**
             in [0, 1]: (B, T) for a layer, (B, T, L + 1) for ``layer=None``; 0 at
-            padded positions.
+            padded positions. Component modes, one per input: (B, count) for a
+            block, (B, L, count) for ``layer=None``.
         """
         self._check_fitted()
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
+        self._site(layer)  # a layer without gates is named before the model runs
         call = self._prepare(inputs, additional_forward_args, layer)
-        self._check_layers_fitted(range(self.num_layers + 1) if layer is None else [layer])
+        self._check_layers_fitted(self._layers() if layer is None else [layer])
         states, _ = self.capture(call, layer_sites(self.mode, layer, self.num_layers), stop_early=True)
         for name, state in states.items():
             if not bool(torch.isfinite(state).all()):
                 raise FloatingPointError(f"DiffMask.attribute: the model's {name} states are not finite (NaN or inf)")
         with torch.no_grad():
             gates = self.gates
-            keep = (gates.keep_probabilities_every_layer(states, self.num_layers) if layer is None
-                    else gates.keep_probabilities(states, layer))
+            keep = (gates.keep_probabilities_every_layer(states, self.num_layers, call.mask) if layer is None
+                    else gates.keep_probabilities(states, layer, call.mask))
+        if self.components:  # per input: no positions to trim or zero
+            return (keep,) if isinstance(inputs, tuple) else keep
         return self._finish(keep, call)
 
     # ------------------------------------------------------------- evaluation
@@ -534,7 +582,7 @@ class DiffMask(SiteAttribution):
             :meth:`masked_forward` returns it.
         """
         self._check_fitted()
-        chosen = list(range(self.num_layers + 1)) if layers is None else list(layers)
+        chosen = self._layers() if layers is None else list(layers)
         if not chosen:
             raise ValueError("layers must name at least one layer")
         for k in chosen:
@@ -543,6 +591,8 @@ class DiffMask(SiteAttribution):
         call = self._prepare(inputs, additional_forward_args, chosen[-1])
         with frozen(self.model):
             masked = self._masked_batch(call, chosen, rule)
+        if self.components:
+            return masked
         return {k: (call.trimmed(gates * call.mask.to(gates.dtype)), logits, original)
                 for k, (gates, logits, original) in masked.items()}
 
@@ -555,9 +605,10 @@ class DiffMask(SiteAttribution):
         assert original is not None
         results, read_out = {}, self.gates
         for k in layers:
-            gates = read_out.deterministic(states, k, rule)
-            site, baseline = read_out.masked_site(k)
-            masked = self.replaced_logits(call, {site: mix_baseline(states[site], gates, baseline)})
+            gates = read_out.deterministic(states, k, rule, call.mask)
+            replaced, context = read_out.replacement(states, gates, k, read_out.masked_site(k)[1])
+            with context:
+                masked = self.replaced_logits(call, replaced)
             results[k] = (gates, masked, original)
         return results
 
@@ -582,10 +633,12 @@ class DiffMask(SiteAttribution):
             *dict* ``layer -> {"kl", "agreement", "l0"}``: the mean
             KL(original || masked) in nats and the share of examples whose argmax
             is unchanged, over examples; the share of real positions kept
-            (gate > 0), over positions.
+            (gate > 0), over positions (component modes: of components kept).
         """
         self._check_fitted()
         chosen = list(self.fitted_layers) if layers is None else [check_layer(k, self.num_layers) for k in layers]
+        for k in chosen:
+            self._site(k)
         self._check_layers_fitted(chosen)
         if not chosen:
             raise ValueError("layers must name at least one layer")
@@ -593,23 +646,24 @@ class DiffMask(SiteAttribution):
             return self._evaluate(dataloader, chosen, rule)
 
     def _evaluate(self, dataloader: Iterable[Batch], layers: Sequence[int], rule: str) -> Dict[int, Dict[str, float]]:
-        sums = {k: {"kl": 0.0, "agreement": 0.0, "kept": 0.0} for k in layers}
-        examples, positions = 0, 0.0
+        sums = {k: {"kl": 0.0, "agreement": 0.0, "kept": 0.0, "positions": 0.0} for k in layers}
+        examples, read_out = 0, self.gates
         for batch in dataloader:
             call = self.prepare_batch(batch, None, "validation batch")
-            mask = call.mask.float()
             with torch.no_grad():
                 for k, (gates, masked, original) in self._masked_batch(call, layers, rule).items():
                     log_p, log_q = log_probs(original), log_probs(masked)
+                    real = read_out.positions(call.mask, k).float()
                     sums[k]["kl"] += float(example_kl(log_p, log_q).sum())
                     sums[k]["agreement"] += float(same_prediction(log_p, log_q).float().sum())
-                    sums[k]["kept"] += float(((gates > 0).float() * mask).sum())
+                    sums[k]["kept"] += float(((gates > 0).float() * real).sum())
+                    sums[k]["positions"] += float(real.sum())
             examples += call.ids.shape[0]
-            positions += float(mask.sum())
         if examples == 0:
             raise ValueError("validation: no batches")
         return {
-            k: {"kl": v["kl"] / examples, "agreement": v["agreement"] / examples, "l0": v["kept"] / max(positions, 1.0)}
+            k: {"kl": v["kl"] / examples, "agreement": v["agreement"] / examples,
+                "l0": v["kept"] / max(v["positions"], 1.0)}
             for k, v in sums.items()
         }
 

@@ -44,7 +44,6 @@ from .lookahead import Lookahead
 from .objective import (
     example_kl, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction,
 )
-from .probes import mix_baseline
 from .resume import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
 from .rng import preserved_rng
 
@@ -88,6 +87,9 @@ class Fittable(Protocol):
     def num_layers(self) -> int: ...  # noqa: E704 - a protocol's signature
 
     @property
+    def first_layer(self) -> int: ...  # noqa: E704 - 0, or 1 where layer k is block k (the component modes)
+
+    @property
     def independent_layers(self) -> bool: ...  # noqa: E704
 
     @property
@@ -107,7 +109,8 @@ class Fittable(Protocol):
 
     def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Any]) -> Tensor: ...  # noqa: E704
 
-    def build_probe(self, states: Dict[str, Tensor], mask: Tensor, reduce: Any = None) -> None: ...  # noqa: E704
+    def build_probe(self, states: Dict[str, Tensor], mask: Tensor, reduce: Any = None,
+                    call: Optional[PreparedCall] = None) -> None: ...  # noqa: E704
 
     def restore_probe(self, site_sizes: Mapping[str, int], probe: Mapping[str, Any],
                       lambdas: Mapping[str, Any]) -> None: ...  # noqa: E704
@@ -213,8 +216,9 @@ class FitOptions:
                     when None.
         init_baseline (Tensor or dict, optional): where the baselines start
                     instead of the mean state of the first batch: an (H,) vector
-                    in input mode, ``{layer: (H,) vector}`` in hidden mode; with
-                    ``lr_baseline=0`` they stay there.
+                    in input mode, ``{layer: (H,) vector}`` in hidden mode,
+                    ``{layer: (count, width)}`` in the component modes (zeros:
+                    zero ablation); with ``lr_baseline=0`` they stay there.
         activations (str): ``"all"``: every step keeps the activations of every
                     site from its capture pass; ``"needed"``: only those of the
                     sites up to the step's layer (less memory for deep models,
@@ -261,8 +265,9 @@ class FitOptions:
             return self.lr_lambda
         return DEFAULT_PI_RATE if self.multiplier == "pi" else 1.0
 
-    def check(self, num_layers: int) -> List[int]:
-        r"""Validates every option (errors name it); returns the trained layers."""
+    def check(self, num_layers: int, first_layer: int = 0) -> List[int]:
+        r"""Validates every option (errors name it); returns the trained layers
+        (``first_layer .. num_layers`` when ``layers`` is None)."""
         if self.epochs is not None:
             _check_int(self.epochs, "epochs")
         if self.max_steps is not None:
@@ -274,11 +279,13 @@ class FitOptions:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
-        layers = list(range(num_layers + 1)) if self.layers is None else list(self.layers)
+        layers = list(range(first_layer, num_layers + 1)) if self.layers is None else list(self.layers)
         if not layers:
             raise ValueError("layers must name at least one layer")
         for k in layers:
             check_layer(k, num_layers)
+            if k < first_layer:
+                raise ValueError(f"layers: {k} has no gates here; the layers are {first_layer}..{num_layers}")
         if not self.agreement_valid <= 1:
             raise ValueError(f"agreement_valid must be <= 1, got {self.agreement_valid!r}")
         if self.eps_valid is not None and not self.eps_valid >= 0:
@@ -432,7 +439,7 @@ class _FitLoop:
 def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOptions) -> List[Dict[str, Any]]:
     r"""Trains ``explainer``'s probe as :meth:`DiffMask.fit` documents; returns
     the history and sets ``explainer.convergence``."""
-    layers = options.check(explainer.num_layers)
+    layers = options.check(explainer.num_layers, explainer.first_layer)
     _check_reiterable(dataloader, options.epochs)
     explainer.follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
@@ -601,7 +608,7 @@ def train_epoch(
         assert original is not None
         if loop.optimizers is None:
             if explainer.probe is None:
-                explainer.build_probe(states, call.mask, all_sum if is_distributed() else None)
+                explainer.build_probe(states, call.mask, all_sum if is_distributed() else None, call)
             pin_baselines(explainer, loop.options.init_baseline)
             loop.optimizers = build_optimizers(explainer, loop.options)
         records = training_step(explainer, call, states, original, layers, loop)
@@ -672,14 +679,15 @@ def _layer_lagrangian(
     options = loop.options
     noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
     read_out = explainer.gates
-    gates, log_keep = read_out.sample(states, layer, options.vote_sampling, noise)
-    site, baseline = read_out.masked_site(layer)
-    replaced = {site: mix_baseline(states[site], gates, baseline)}
-    with model_precision(options.precision, call.ids.device):
+    gates, log_keep = read_out.sample(states, layer, options.vote_sampling, noise, call.mask)
+    _, baseline = read_out.masked_site(layer)
+    replaced, context = read_out.replacement(states, gates, layer, baseline)
+    with model_precision(options.precision, call.ids.device), context:
         masked = explainer.replaced_logits(call, replaced)
     log_p, log_q = log_probs(original), log_probs(masked)
     kl = example_kl(log_p, log_q)
-    penalty = l0_penalty(log_keep, call.mask, explainer.l0)
+    real = read_out.positions(call.mask, layer)
+    penalty = l0_penalty(log_keep, real, explainer.l0)
     lam, violation = explainer.lambdas(layer), kl.mean() - loop.eps
     if options.lagrangian == "normalized":
         # the probe descends (L0 + lambda * c) / (1 + lambda): the same stationary
@@ -693,58 +701,60 @@ def _layer_lagrangian(
         loss = penalty.mean() + lam * violation
     _check_finite(loop.step + 1, layer, {"the model's logits": original, "the masked logits": masked,
                                          "the gates": gates, "the loss": loss})
-    record = _step_record(kl, log_keep, log_p, log_q, call.mask)
+    record = _step_record(kl, log_keep, log_p, log_q, real)
     record["constraint"] = record["kl"]
     if loop.monitors[layer].measures_closure():
         with model_precision(options.precision, call.ids.device):
-            record["closure"] = _closure_kl(explainer, call, states, log_p, log_keep, site, baseline, loop.open_share)
+            record["closure"] = _closure_kl(explainer, call, states, log_p, (log_keep, real), layer, loop.open_share)
     if options.constraint == "deployed":
         with model_precision(options.precision, call.ids.device):
-            record["kl_deployed"] = _deployed_kl(explainer, call, states, log_p, log_keep, site, baseline)
+            record["kl_deployed"] = _deployed_kl(explainer, call, states, log_p, log_keep, layer)
         record["constraint"] = max(record["kl"], record["kl_deployed"])
     return loss, record
 
 
 def _deployed_kl(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
-    site: str, baseline: Tensor,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor, layer: int,
 ) -> float:
     r"""The mean KL of the batch under the deterministic gates the probe would
     return now (kept where P(z != 0) > 0.5, the read-out of ``masked_forward``),
     over every process's batch."""
-    return _mean_kl_with_gates(explainer, call, states, log_p, log_keep.detach() > math.log(0.5), site, baseline)
+    return _mean_kl_with_gates(explainer, call, states, log_p, log_keep.detach() > math.log(0.5), layer)
 
 
 def _closure_kl(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
-    site: str, baseline: Tensor, open_share: float,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor,
+    keep_and_real: Tuple[Tensor, Tensor], layer: int, open_share: float,
 ) -> float:
     r"""The mean KL with every gate open but those of the ``1 - open_share``
-    share of the batch's real positions that the probe ranks least needed
-    (lowest P(z != 0); at least one), which are closed: can a layer whose gates
-    are all open close any of them?"""
-    real = call.mask.bool()
+    share of the batch's real gates (positions, or components) that the probe
+    ranks least needed (lowest P(z != 0); at least one), which are closed: can a
+    layer whose gates are all open close any of them?"""
+    log_keep, real = keep_and_real[0], keep_and_real[1].bool()
     scores = log_keep.detach().masked_fill(~real, float("inf")).flatten()
     count = max(1, math.ceil((1.0 - open_share) * int(real.sum())))
     keep = torch.ones_like(scores, dtype=torch.bool)
     keep[torch.topk(scores, count, largest=False).indices] = False
-    return _mean_kl_with_gates(explainer, call, states, log_p, keep.view_as(real), site, baseline)
+    return _mean_kl_with_gates(explainer, call, states, log_p, keep.view_as(real), layer)
 
 
 def _mean_kl_with_gates(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, keep: Tensor,
-    site: str, baseline: Tensor,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, keep: Tensor, layer: int,
 ) -> float:
     r"""The batch's mean KL(original || masked) with binary gates ``keep``
-    (B, T), without gradients, over every process's batch."""
+    (B, T) (or (B, count)) at ``layer``, without gradients, over every
+    process's batch."""
     with torch.no_grad():
         if bool(keep.all()):
             # every gate open: the masked model is the model (a fit's first
             # hundreds of steps, and layers that keep everything), no pass needed
             kl = torch.zeros(log_p.shape[0], device=log_p.device)
         else:
-            gates = keep.to(states[site].dtype)
-            masked = explainer.replaced_logits(call, {site: mix_baseline(states[site], gates, baseline.detach())})
+            read_out = explainer.gates
+            baseline = read_out.masked_site(layer)[1].detach()
+            replaced, context = read_out.replacement(states, keep.to(baseline.dtype), layer, baseline)
+            with context:
+                masked = explainer.replaced_logits(call, replaced)
             kl = example_kl(log_p, log_probs(masked))
         if not is_distributed():
             return float(kl.mean())
@@ -877,11 +887,14 @@ def pin_baselines(explainer: Fittable, init_baseline: InitBaseline) -> None:
         targets = {f"input (depth {k})": (baseline, init_baseline) for k, baseline in enumerate(explainer.probe.baselines)}
     else:
         if not isinstance(init_baseline, Mapping):
-            raise TypeError("init_baseline must be a dict {layer: (H,) Tensor} in hidden mode")
+            raise TypeError(f"init_baseline must be a dict {{layer: Tensor}} in {explainer.mode} mode")
         targets = {}
         for k, vector in init_baseline.items():
             check_layer(k, explainer.num_layers)
-            targets[f"hidden.{k}"] = (explainer.probe.baselines[k], vector)
+            if k < explainer.first_layer:
+                raise ValueError(f"init_baseline: layer {k} has no gates in {explainer.mode} mode")
+            site, parameter = explainer.gates.masked_site(k)
+            targets[site] = (parameter, vector)
     for site, (parameter, vector) in targets.items():
         if not isinstance(vector, Tensor) or tuple(vector.shape) != tuple(parameter.shape):
             shape = tuple(vector.shape) if isinstance(vector, Tensor) else type(vector).__name__

@@ -6,6 +6,11 @@ for either mode.
 - **input mode**: the gates of the input tokens at depth k are the product of
   k + 1 votes, one from each of ``hidden.0 .. hidden.k``; a token is kept only
   if every vote is non-zero, so its ``log P(z != 0)`` is the sum of the votes'.
+- **component modes** (``"heads"``, ``"units"``): the gates of block k's heads or
+  MLP units, one per component and input, read from the block's input
+  ``hidden.{k-1}`` pooled over the input's real positions
+  (:class:`~captum_diffmask.component_probe.ComponentGateProbe`); a closed
+  component is replaced inside the block (:func:`~captum_diffmask.components.gate_components`).
 
 The fit samples them (:meth:`Gates.sample`), ``attribute`` returns the keep
 probabilities (:meth:`Gates.keep_probabilities`) and the evaluation applies the
@@ -15,13 +20,16 @@ product here, so the trained and the deployed gates cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence, Tuple
+import contextlib
+from typing import Callable, ContextManager, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn, Tensor
 
 from .checks import check_choice
+from .components import ComponentSite, gate_components
 from .hard_concrete import HardConcrete
+from .probes import mix_baseline
 
 #: How the fit samples input mode's gate from its votes: ``"joint"``, one Hard
 #: Concrete with the votes' product as its ``P(z != 0)``; ``"product"``, the
@@ -31,6 +39,9 @@ VOTE_SAMPLING = ("product", "joint")
 #: Draws the fit's uniform noise of a given shape (a distributed fit shares it).
 Noise = Callable[[torch.Size], Tensor]
 
+#: The modes whose gates are on model components (per input), not on positions.
+COMPONENT_MODES = ("heads", "units")
+
 
 class Gates:
     r"""
@@ -39,28 +50,44 @@ class Gates:
     Args:
 
         probe (nn.Module): an :class:`~captum_diffmask.probes.InputGateProbe`
-                    (input mode) or a :class:`~captum_diffmask.probes.HiddenGateProbe`.
-        mode (str): ``"input"`` or ``"hidden"``.
+                    (input mode), a :class:`~captum_diffmask.probes.HiddenGateProbe`
+                    or a :class:`~captum_diffmask.component_probe.ComponentGateProbe`.
+        mode (str): ``"input"``, ``"hidden"``, ``"heads"`` or ``"units"``.
         temperature (float): the Hard Concrete's temperature.
         stretch (tuple of float): its stretch interval ``(l, r)``.
+        components (sequence of ComponentSite, optional): the gated components
+                    of blocks 1..L (component modes only). Default: None
 
     Every ``states`` argument maps site names (``input``, ``hidden.k``) to
-    (B, T, H) activations.
+    (B, T, H) activations; every ``mask`` is the (B, T) padding mask, which the
+    component modes need (their gates pool the real positions) and the others
+    ignore. Gates are (B, T) per position, or (B, count) per component.
     """
 
-    def __init__(self, probe: nn.Module, mode: str, temperature: float, stretch: Tuple[float, float]) -> None:
+    def __init__(self, probe: nn.Module, mode: str, temperature: float, stretch: Tuple[float, float],
+                 components: Optional[Sequence[ComponentSite]] = None) -> None:
         self.probe, self.mode, self.temperature, self.stretch = probe, mode, temperature, tuple(stretch)
+        self.components = {site.layer: site for site in components or []}
+
+    @property
+    def on_components(self) -> bool:
+        r"""Whether the gates are on heads or units rather than on positions."""
+        return self.mode in COMPONENT_MODES
 
     def distribution(self, logits: Tensor) -> HardConcrete:
         r"""The Hard Concrete of ``logits`` (any shape)."""
         return HardConcrete(logits, self.temperature, self.stretch)
 
-    def logits(self, states: Dict[str, Tensor], layer: int) -> Tensor:
+    def logits(self, states: Dict[str, Tensor], layer: int, mask: Optional[Tensor] = None) -> Tensor:
         r"""(B, T, layer + 1) vote logits of depth ``layer`` (input mode), (B, T)
-        gate logits (hidden mode); the networks a call needs are evaluated
-        together, in one batched call."""
+        gate logits (hidden mode), (B, count) of block ``layer``'s components;
+        the networks a call needs are evaluated together, in one batched call."""
         if self.mode == "input":
             return self.probe(states["input"], [states[f"hidden.{j}"] for j in range(layer + 1)])
+        if self.on_components:
+            if mask is None:
+                raise ValueError("mask: component gates pool the input's real positions; pass the padding mask")
+            return self.probe(states[f"hidden.{layer - 1}"], mask, layer)
         return self.probe(states[f"hidden.{layer}"], layer)
 
     def log_keep(self, distribution: HardConcrete) -> Tensor:
@@ -71,6 +98,7 @@ class Gates:
 
     def sample(
         self, states: Dict[str, Tensor], layer: int, vote_sampling: str = "joint", noise: Optional[Noise] = None,
+        mask: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor]:
         r"""
         The fit's relaxed gates of ``layer``, differentiable in the probe.
@@ -83,13 +111,14 @@ class Gates:
                         mode only). Default: ``"joint"``
             noise (callable, optional): the uniform noise for a shape; None
                         draws it from torch's RNG. Default: None
+            mask (Tensor, optional): (B, T) padding mask. Default: None
 
         Returns:
-            *tuple* ``(gates, log_keep)``, both (B, T): the sampled gates in
-            [0, 1] and ``log P(z != 0)``.
+            *tuple* ``(gates, log_keep)``, both (B, T) (component modes:
+            (B, count)): the sampled gates in [0, 1] and ``log P(z != 0)``.
         """
         check_choice(vote_sampling, VOTE_SAMPLING, "vote_sampling")
-        sampled = self.distribution(self.logits(states, layer))
+        sampled = self.distribution(self.logits(states, layer, mask))
         log_keep = self.log_keep(sampled)
         if self.mode == "input" and vote_sampling == "joint":
             # one gate with that probability: no product of k + 1 relaxed samples,
@@ -100,13 +129,23 @@ class Gates:
             gates = gates.prod(-1)
         return gates, log_keep
 
-    def keep_probabilities(self, states: Dict[str, Tensor], layer: int) -> Tensor:
-        r"""(B, T) ``P(z != 0)`` of ``layer`` (0..L), in closed form (no sampling)."""
-        return self.log_keep(self.distribution(self.logits(states, layer))).exp()
+    def keep_probabilities(self, states: Dict[str, Tensor], layer: int, mask: Optional[Tensor] = None) -> Tensor:
+        r"""(B, T) ``P(z != 0)`` of ``layer`` (0..L), in closed form (no sampling);
+        component modes: (B, count) of block ``layer`` (1..L)."""
+        return self.log_keep(self.distribution(self.logits(states, layer, mask))).exp()
 
-    def keep_probabilities_every_layer(self, states: Dict[str, Tensor], num_layers: int) -> Tensor:
+    def keep_probabilities_every_layer(self, states: Dict[str, Tensor], num_layers: int,
+                                       mask: Optional[Tensor] = None) -> Tensor:
         r"""(B, T, L + 1) ``P(z != 0)`` of every layer 0..L (``num_layers`` = L),
-        each network evaluated once."""
+        each network evaluated once; component modes: (B, L, count) of blocks
+        1..L (the blocks must have as many components each)."""
+        if self.on_components:
+            every_block = [self.keep_probabilities(states, k, mask) for k in range(1, num_layers + 1)]
+            counts = sorted({p.shape[-1] for p in every_block})
+            if len(counts) > 1:
+                raise ValueError(f"layer: the blocks have {counts} components, which do not stack into one tensor; "
+                                 "attribute one layer at a time")
+            return torch.stack(every_block, 1)
         every = range(num_layers + 1)
         hidden = [states[f"hidden.{j}"] for j in every]
         if self.mode == "hidden":
@@ -114,9 +153,10 @@ class Gates:
         votes = self.probe.every_depth(states["input"], hidden)
         return torch.stack([self.log_keep(self.distribution(v)).exp() for v in votes], -1)
 
-    def deterministic(self, states: Dict[str, Tensor], layer: int, rule: str = "threshold") -> Tensor:
+    def deterministic(self, states: Dict[str, Tensor], layer: int, rule: str = "threshold",
+                      mask: Optional[Tensor] = None) -> Tensor:
         r"""
-        (B, T) noise-free gates of ``layer``.
+        (B, T) noise-free gates of ``layer`` ((B, count) in the component modes).
 
         Args:
 
@@ -126,31 +166,67 @@ class Gates:
                         ``P(z != 0)`` exceeds 0.5 (the read-out ``attribute``
                         implies); ``"louizos"`` is the clamped test-time gate
                         (input mode: the product of the votes'). Default: ``"threshold"``
+            mask (Tensor, optional): (B, T) padding mask. Default: None
 
         Returns:
             *Tensor* (B, T) in [0, 1].
         """
         if rule == "threshold":
-            return (self.keep_probabilities(states, layer) > 0.5).float()
+            return (self.keep_probabilities(states, layer, mask) > 0.5).float()
         if rule != "louizos":
             raise ValueError(f"rule must be 'threshold' or 'louizos', got {rule!r}")
-        gates = self.distribution(self.logits(states, layer)).deterministic_gate("louizos")
+        gates = self.distribution(self.logits(states, layer, mask)).deterministic_gate("louizos")
         return gates.prod(-1) if self.mode == "input" else gates
 
     def masked_site(self, layer: int) -> Tuple[str, Tensor]:
         r"""The site the gates of ``layer`` replace (``input`` or ``hidden.k``)
-        and its learned baseline (H,)."""
+        and its learned baseline (H,); component modes: ``heads.k`` or
+        ``units.k`` and the (count, width) baselines of its components."""
         if self.mode == "input":
             return "input", self.probe.baseline(layer)
+        if self.on_components:
+            return f"{self.mode}.{layer}", self.probe.baselines[layer - 1]
         return f"hidden.{layer}", self.probe.baselines[layer]
+
+    def positions(self, mask: Tensor, layer: int) -> Tensor:
+        r"""Which gates count (in the L0 and the kept share): (B, T) the real
+        positions, or (B, count) every component of block ``layer``."""
+        if not self.on_components:
+            return mask
+        return torch.ones(mask.shape[0], self.probe.counts[layer - 1], dtype=mask.dtype, device=mask.device)
+
+    def replacement(
+        self, states: Dict[str, Tensor], gates: Tensor, layer: int, baseline: Tensor,
+    ) -> Tuple[Dict[str, Tensor], ContextManager[None]]:
+        r"""
+        How the gates of ``layer`` change the model: the sites to replace (for
+        :meth:`SiteAttribution.replaced_logits`) and the context the pass runs in.
+
+        Position modes replace the gated site by ``z * h + (1 - z) * b`` and need
+        no context. Component modes gate the block's components in a context
+        that hooks them, and put back the block's own input, so that only the
+        blocks from ``layer`` on run again.
+
+        Returns:
+            *tuple* ``(replacements, context)``.
+        """
+        site, _ = self.masked_site(layer)
+        if not self.on_components:
+            return {site: mix_baseline(states[site], gates, baseline)}, contextlib.nullcontext()
+        context = gate_components([self.components[layer]], {site: gates}, {site: baseline})
+        block_input = f"hidden.{layer - 1}"
+        return {block_input: states[block_input]}, context
 
 
 def layer_sites(mode: str, layer: Optional[int], num_layers: int) -> Sequence[str]:
     r"""The sites the gates of ``layer`` (None: every layer) read: input mode
-    the input and ``hidden.0 .. hidden.k``; hidden mode ``hidden.k``."""
+    the input and ``hidden.0 .. hidden.k``; hidden mode ``hidden.k``; the
+    component modes the block's input ``hidden.{k-1}``."""
     last = num_layers if layer is None else layer
     if mode == "input":
         return ["input"] + [f"hidden.{j}" for j in range(last + 1)]
+    if mode in COMPONENT_MODES:
+        return [f"hidden.{j}" for j in range(num_layers)] if layer is None else [f"hidden.{layer - 1}"]
     if layer is None:
         return [f"hidden.{j}" for j in range(num_layers + 1)]
     return [f"hidden.{layer}"]

@@ -198,3 +198,14 @@ def query_minus_other(scores, truth, mask):
     q = (scores * query).sum(1) / query.sum(1).clamp(min=1)
     o = (scores * other).sum(1) / other.sum(1).clamp(min=1)
     return (q - o)[both]
+
+
+def sensitized(model):
+    r"""``model`` with weights large enough (N(0, 0.3) in every matrix, drawn from
+    a fixed generator) that one head or MLP unit moves the logits."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+    return model

@@ -6,6 +6,8 @@ under ``docs/results/``.
   held-out train sentences (or dev); the convergence reports.
 - ``sst_erasure_tuning``: the per-example masks' settings for ``sst-erasure``,
   chosen on train sentences.
+- ``readout_tuning``: the Readout Bottleneck's learning rate for a suite, chosen
+  on held-out train sentences.
 - ``sst_seed_spread``: the spread of the attributions across fit seeds, per epoch.
 - ``squad_convergence``: the SQuAD fits' verdicts, chunk by chunk.
 - ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.

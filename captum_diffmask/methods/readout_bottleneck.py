@@ -41,6 +41,12 @@ TARGET_DIM = 32
 COLLAPSED = 0.99
 
 
+def _accumulate(sums: Dict[str, float], terms: Dict[str, Tensor]) -> None:
+    r"""Adds one batch's objective terms to the running ``sums``."""
+    for key, value in terms.items():
+        sums[key] = sums.get(key, 0.0) + float(value.detach())
+
+
 class ReadoutNetwork(nn.Module):
     r"""
     Per position, the normalised states of the readout sites (and, for a model
@@ -245,6 +251,46 @@ class ReadoutBottleneck(SiteAttribution):
                 self.statistics.update(site_statistics(self, train_data, layer, wanted, min_std, statistics_batches))
             return self._train(train_data, layer, sites, granularity, (epochs, lr, beta, max_steps), verbose)
 
+    def evaluate(
+        self, data: Iterable[Batch], layer: int, beta: Optional[float] = None, seed: int = 0,
+    ) -> Dict[str, float]:
+        r"""
+        The training objective of the fitted network of ``layer`` on ``data``,
+        without training: for choosing ``lr``, ``beta`` or ``epochs`` on
+        sentences the fit did not see.
+
+        Args:
+
+            data (iterable): batches as :meth:`fit` takes them.
+            layer (int): a layer :meth:`fit` has fitted.
+            beta (float, optional): the capacity's weight in ``loss``, as in
+                        :meth:`fit`; None = ``10 / H``. Default: None
+            seed (int, optional): seeds the noise and the sampled targets (the
+                        caller's RNG is left as found). Default: 0
+
+        Returns:
+            *dict* with ``steps`` (batches read), ``loss``, ``task``, ``capacity``
+            and ``shut``, means over the batches, as one epoch of :meth:`fit`'s
+            history.
+        """
+        if layer not in self.networks:
+            raise ValueError(f"layer: no readout network is fitted for layer {layer}; fitted: {sorted(self.networks)}")
+        if beta is not None:
+            check_non_negative(beta, "beta")
+        network, sites = self.networks[layer], self.readout_sites[layer]
+        sums: Dict[str, float] = {}
+        count = 0
+        with preserved_rng(seed), frozen(self.model), torch.no_grad():
+            for batch in data:
+                call = self.prepare_batch(batch, layer, "data batch")
+                states, original = self._read(call, sites)
+                terms = self._objective(call, states, network, sites, self._training_target(network, original), beta)
+                _accumulate(sums, terms)
+                count += 1
+        if not count:
+            raise ValueError("data gave no batch to evaluate the readout network on")
+        return {"steps": count, **{k: v / count for k, v in sums.items()}}
+
     def _check_readout_sites(self, readout_sites: Optional[Sequence[str]]) -> List[str]:
         names = list(self.locator.names)
         if readout_sites is None:
@@ -266,7 +312,7 @@ class ReadoutBottleneck(SiteAttribution):
         history: List[Dict[str, float]] = []
         steps = 0
         for epoch in range(epochs):
-            sums = {"loss": 0.0, "task": 0.0, "capacity": 0.0, "shut": 0.0}
+            sums: Dict[str, float] = {}
             count = 0
             for batch in tqdm(train_data, desc=f"ReadoutBottleneck epoch {epoch + 1}", leave=False,
                               disable=None if verbose else True):
@@ -284,8 +330,7 @@ class ReadoutBottleneck(SiteAttribution):
                 optimizer.zero_grad(set_to_none=True)
                 terms["loss"].backward()
                 optimizer.step()
-                for key in sums:
-                    sums[key] += float(terms[key].detach())
+                _accumulate(sums, terms)
                 count += 1
                 steps += 1
             if count:

@@ -9,22 +9,12 @@ import torch
 
 from captum_diffmask.components import gate_components, locate_components, read_components
 
-from tiny_models import tiny_bert, tiny_causal_lm, token_batch
+from tiny_models import sensitized, tiny_bert, tiny_causal_lm, token_batch
 
 
 
-def _sensitive(model):
-    r"""The tiny model with weights large enough that one head or unit moves the logits."""
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
-    return model
-
-
-MODELS = {"bert": lambda: _sensitive(tiny_bert()), "gpt2": lambda: _sensitive(tiny_causal_lm("gpt2")),
-          "llama": lambda: _sensitive(tiny_causal_lm("llama"))}
+MODELS = {"bert": lambda: sensitized(tiny_bert()), "gpt2": lambda: sensitized(tiny_causal_lm("gpt2")),
+          "llama": lambda: sensitized(tiny_causal_lm("llama"))}
 PROJECTIONS = {
     "bert": ("bert.encoder.layer.{}.attention.output.dense", "bert.encoder.layer.{}.output.dense"),
     "gpt2": ("transformer.h.{}.attn.c_proj", "transformer.h.{}.mlp.c_proj"),

@@ -186,7 +186,8 @@ def _constant_gates(monkeypatch, dm, logit):
     from captum_diffmask.gates import Gates
 
     probe_logits = Gates.logits
-    monkeypatch.setattr(Gates, "logits", lambda gates, states, layer: torch.full_like(probe_logits(gates, states, layer), logit))
+    monkeypatch.setattr(Gates, "logits", lambda gates, states, layer, mask=None: torch.full_like(
+        probe_logits(gates, states, layer, mask), logit))
 
 
 @pytest.mark.parametrize("mode", ["input", "hidden"])

@@ -1,6 +1,8 @@
 """The Readout Bottleneck (Schulz et al. 2020, Sec. 3.2): a network trained once
 predicts the bottleneck, attribution is one pass."""
 
+import math
+
 import pytest
 import torch
 
@@ -117,6 +119,28 @@ def test_max_steps_caps_the_fit():
     model = tiny_bert()
     history = ReadoutBottleneck(model).fit([token_batch()] * 5, layer=1, epochs=3, max_steps=7, verbose=False)
     assert [row["steps"] for row in history] == [5, 2]
+
+
+def test_evaluate_scores_the_objective_on_held_out_data_without_training():
+    model = tiny_bert()
+    batches = [token_batch(seed=i) for i in range(3)]
+    readout = ReadoutBottleneck(model)
+    with pytest.raises(ValueError, match="layer"):
+        readout.evaluate(batches, layer=1)
+    readout.fit(batches[:2], layer=1, epochs=1, verbose=False)
+    weights = {n: p.clone() for n, p in readout.networks[1].state_dict().items()}
+    state = torch.get_rng_state()
+    held_out = readout.evaluate(batches[2:], layer=1, seed=3)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(weights[n], p) for n, p in readout.networks[1].state_dict().items())
+    assert set(held_out) == {"steps", "loss", "task", "capacity", "shut"} and held_out["steps"] == 1
+    assert held_out == readout.evaluate(batches[2:], layer=1, seed=3)
+    # loss = task + beta * capacity (the capacity reported in bits, weighted in nats)
+    nats = held_out["capacity"] * math.log(2.0)
+    assert held_out["loss"] == pytest.approx(held_out["task"] + 10.0 / 32 * nats, rel=1e-5)
+    assert readout.evaluate(batches[2:], layer=1, beta=0.0, seed=3)["loss"] == pytest.approx(held_out["task"], rel=1e-6)
+    with pytest.raises(ValueError, match="no batch"):
+        readout.evaluate([], layer=1)
 
 
 def test_compare_fits_it_on_the_training_data_by_name():

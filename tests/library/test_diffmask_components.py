@@ -1,0 +1,120 @@
+"""DiffMask over attention heads and MLP units (``mode="heads"``/``"units"``): one
+gate per component and input, fitted with the token modes' Lagrangian, read out
+per block, saved and loaded; a head that writes nothing is closed, a needed one
+kept."""
+
+import pytest
+import torch
+
+from captum_diffmask import DiffMask
+from captum_diffmask.components import gate_components
+from captum_diffmask.objective import example_kl, log_probs
+
+from tiny_models import sensitized, tiny_bert, tiny_causal_lm, token_batch
+
+
+def _one_dead_head_per_block():
+    r"""A sensitised tiny BERT whose head 1 writes nothing (its output projection's
+    columns are zero) in both blocks: closing it cannot change the output."""
+    model = sensitized(tiny_bert())
+    with torch.no_grad():
+        for block in model.bert.encoder.layer:
+            block.attention.output.dense.weight[:, 16:] = 0
+    return model
+
+
+@pytest.mark.parametrize("mode, count", [("heads", 2), ("units", 37)])
+def test_shapes_one_gate_per_component_and_input(mode, count):
+    model = tiny_bert()
+    batches = [token_batch(seed=i) for i in range(2)]
+    explainer = DiffMask(model, mode=mode)
+    assert [(c.name, c.count) for c in explainer.components] == [(f"{mode}.1", count), (f"{mode}.2", count)]
+    explainer.fit(batches, max_steps=4, verbose=False)
+    assert explainer.fitted_layers == [1, 2]  # layer k is block k; layer 0 has no components
+    ids, mask = batches[0]
+    every = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
+    assert every.shape == (ids.shape[0], 2, count) and ((every >= 0) & (every <= 1)).all()
+    one = explainer.attribute(ids, additional_forward_args=(mask,), layer=2)
+    assert torch.equal(one, every[:, 1])
+    assert explainer.learned_baseline(1).shape == (count, 16 if mode == "heads" else 1)
+    gates, masked, original = explainer.masked_forward(ids, (mask,), layer=1)
+    assert gates.shape == (ids.shape[0], count) and masked.shape == original.shape
+    with pytest.raises(ValueError, match="layer"):
+        explainer.attribute(ids, additional_forward_args=(mask,))  # the default layer 0 has no gates here
+    with pytest.raises(ValueError, match="layers"):
+        explainer.fit(batches, layers=[0], max_steps=2, verbose=False)
+
+
+def test_the_gates_pool_real_positions_only():
+    model = tiny_bert()
+    ids, mask = token_batch(seed=0)
+    explainer = DiffMask(model, mode="heads")
+    explainer.fit([(ids, mask)] * 2, max_steps=6, verbose=False)
+    with torch.no_grad():  # a trained-looking probe: gates that depend on the input
+        for net in explainer.probe.nets:
+            net.last.weight.normal_(0, 1.0)
+    before = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
+    # the same inputs with four more padded positions, holding other tokens
+    longer = torch.cat([ids, torch.randint(5, 50, (ids.shape[0], 4))], 1)
+    padded = torch.cat([mask, torch.zeros(mask.shape[0], 4, dtype=mask.dtype)], 1)
+    after = explainer.attribute(longer, additional_forward_args=(padded,), layer=None)
+    assert torch.allclose(before, after, atol=1e-5)
+    assert (before[0] - before[1]).abs().max() > 1e-3  # and they do depend on the input
+
+
+def test_the_baselines_start_at_the_mean_component_and_a_closed_gate_puts_it_in():
+    model = sensitized(tiny_causal_lm("gpt2"))
+    ids, mask = token_batch(seed=1)
+    explainer = DiffMask(model, mode="units")
+    explainer.fit([(ids, mask)], max_steps=1, lr=1e-12, lr_baseline=0.0, verbose=False)
+    site = explainer.components[0]
+    seen = {}
+    hook = site.module.register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0].detach()))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+    finally:
+        hook.remove()
+    real = mask.bool()
+    assert torch.allclose(explainer.learned_baseline(1)[:, 0], seen["x"][real].mean(0), atol=1e-5)
+
+
+def test_a_head_that_writes_nothing_is_closed_and_a_needed_one_kept():
+    model = _one_dead_head_per_block()
+    batches = [token_batch(seed=i) for i in range(8)]
+    ids, mask = batches[0]
+    explainer = DiffMask(model, mode="heads")
+    with torch.no_grad():  # zero ablation of head 0 costs KL 0.25 (block 1) and 0.18 (block 2); of head 1, 0
+        original = log_probs(model(input_ids=ids, attention_mask=mask).logits)
+        for site in explainer.components:
+            for head, least, most in ((0, 0.1, 1.0), (1, 0.0, 1e-6)):
+                gates = torch.ones(ids.shape[0], 2)
+                gates[:, head] = 0
+                with gate_components([site], {site.name: gates}):
+                    kl = example_kl(original, log_probs(model(input_ids=ids, attention_mask=mask).logits)).mean()
+                assert least <= float(kl) <= most, (site.name, head, float(kl))
+    zeros = {k: torch.zeros(2, 16) for k in (1, 2)}  # zero ablation, kept fixed: a head cannot hide in the baseline
+    explainer.fit(batches, eps=0.05, init_baseline=zeros, lr_baseline=0.0, seed=0, verbose=False)
+    # fit's defaults: both blocks converged (measured: about 1 400 steps, 17 s)
+    assert {k: v["status"] for k, v in explainer.convergence.items()} == {1: "converged", 2: "converged"}
+    keep = torch.cat([explainer.attribute(i, additional_forward_args=(m,), layer=None) for i, m in batches])
+    # measured: head 1 kept with P <= 0.002; head 0 with 0.99 (block 1) and 0.90 (block 2) on average
+    assert keep[..., 1].max() < 0.05
+    assert (keep[..., 0] > keep[..., 1]).all()
+    assert keep[:, 0, 0].mean() > 0.9 and keep[:, 1, 0].mean() > 0.6
+    assert all(row["kl"] <= 0.05 for row in explainer.evaluate(batches).values())
+
+
+def test_save_and_load_give_the_same_gates(tmp_path):
+    model = tiny_causal_lm("llama")
+    ids, mask = token_batch(seed=2)
+    explainer = DiffMask(model, mode="heads")
+    explainer.fit([(ids, mask)] * 2, max_steps=5, verbose=False)
+    path = tmp_path / "heads.pt"
+    explainer.save(path)
+    loaded = DiffMask.load(path, model)
+    assert loaded.mode == "heads" and loaded.fitted_layers == [1, 2]
+    assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,), layer=None),
+                       explainer.attribute(ids, additional_forward_args=(mask,), layer=None))
+    with pytest.raises(ValueError, match="mode"):
+        DiffMask(model, mode="neurons")
