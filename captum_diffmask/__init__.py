@@ -7,7 +7,7 @@ from .forward import ModelForward
 from .generation import attribute_generation, GenerationAttribution, prefix_batches
 from .hard_concrete import HardConcrete
 from .methods import (
-    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
+    AttributionPatching, ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
     ReadoutBottleneck, REINFORCE,
 )
 from .objective import js_divergence, kl_divergence, LagrangeMultipliers
@@ -18,6 +18,7 @@ from .text import explain, Explanation, merge_into_words
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttributionPatching",
     "Comparison",
     "Convergence",
     "DiffMask",

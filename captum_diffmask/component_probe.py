@@ -9,6 +9,9 @@ as the token probes' gate networks (:class:`~captum_diffmask.probes.GateNetworks
 with a bias per component started at ``init_bias`` so that every component starts
 kept. A closed component is replaced by its learned baseline, started at its mean
 activation over the first batch's real positions (mean ablation).
+
+``per_task=True`` keeps the biases alone: one mask for every input, fitted on the
+whole data set (Subnetwork Probing, Cao et al. 2021), the non-amortised variant.
 """
 
 from __future__ import annotations
@@ -70,18 +73,24 @@ class ComponentGateProbe(nn.Module):
         hidden_features (int): hidden layer size of each block's network.
         init_bias (float, optional): the gates' initial bias b. Default: 5.0
         max_activation (float, optional): xi. Default: 10.0
+        per_task (bool, optional): the biases alone, one mask for every input
+                    (no network reads the input). Default: False
     """
 
     def __init__(
         self, in_sizes: Sequence[int], counts: Sequence[int], widths: Sequence[int], hidden_features: int,
-        init_bias: float = 5.0, max_activation: float = 10.0,
+        init_bias: float = 5.0, max_activation: float = 10.0, per_task: bool = False,
     ) -> None:
         super().__init__()
         if not len(in_sizes) == len(counts) == len(widths) or not in_sizes:
             raise ValueError(f"in_sizes, counts and widths must name the same blocks, got {len(in_sizes)}, "
                              f"{len(counts)} and {len(widths)}")
         self.max_activation = float(max_activation)
+        self.per_task = bool(per_task)
         self.nets = nn.ModuleList(_BlockGates(h, hidden_features, c, init_bias) for h, c in zip(in_sizes, counts))
+        if self.per_task:  # the biases alone: no parameter the fit would leave untrained
+            for net in self.nets:
+                del net.first, net.last
         self.baselines = nn.ParameterList(nn.Parameter(torch.zeros(c, w)) for c, w in zip(counts, widths))
         for k, size in enumerate(in_sizes):
             self.register_buffer(f"feature_mean_{k}", torch.zeros(size))
@@ -128,6 +137,8 @@ class ComponentGateProbe(nn.Module):
         """
         k = layer - 1
         net = self.nets[k]
+        if self.per_task:
+            return net.bias.expand(state.shape[0], -1)
         standard = (state.float() - getattr(self, f"feature_mean_{k}")) / getattr(self, f"feature_std_{k}")
         weights = mask.to(standard.dtype).unsqueeze(-1)
         pooled = (standard * weights).sum(1) / weights.sum(1).clamp(min=1.0)

@@ -130,6 +130,10 @@ class DiffMask(SiteAttribution):
                     k >= j, one baseline). Tied votes couple the depths: on a
                     fine-tuned MiniLM every depth masks about the same tokens
                     (see :class:`InputGateProbe`). Default: ``"per_depth"``
+        per_task (bool, optional): component modes: one mask for every input
+                    (the gates' biases alone, fitted on the whole data set:
+                    Subnetwork Probing), instead of a probe that reads each
+                    input. Default: False
 
     Examples::
 
@@ -159,6 +163,7 @@ class DiffMask(SiteAttribution):
         rerun: str = "partial",
         init_bias: float = 5.0,
         votes: str = "per_depth",
+        per_task: bool = False,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -182,6 +187,9 @@ class DiffMask(SiteAttribution):
         self.rerun = rerun
         self.init_bias = float(init_bias)
         self.votes = votes
+        if per_task and mode not in COMPONENT_MODES:
+            raise ValueError(f"per_task: a mask shared by every input needs mode 'heads' or 'units', got mode {mode!r}")
+        self.per_task = bool(per_task)
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
@@ -306,7 +314,7 @@ class DiffMask(SiteAttribution):
         elif self.components:
             self.probe = ComponentGateProbe(
                 hidden_sizes[:-1], [c.count for c in self.components], [c.width for c in self.components], width,
-                init_bias=self.init_bias,
+                init_bias=self.init_bias, per_task=self.per_task,
             )
         else:
             self.probe = HiddenGateProbe(hidden_sizes, width, init_bias=self.init_bias)
@@ -682,6 +690,7 @@ class DiffMask(SiteAttribution):
             "rerun": self.rerun,
             "init_bias": self.init_bias,
             "votes": self.votes,
+            "per_task": self.per_task,
             "output": self.declared_output,
         }
 

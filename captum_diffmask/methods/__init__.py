@@ -1,10 +1,13 @@
 """The methods DiffMask is compared with, as Captum attributions of one shape:
 ``attribute(inputs, target=None, additional_forward_args=None, layer=k)`` returns
 (B, T) scores for the input tokens (``layer=0``) or the states of ``hidden.k``,
-higher = more important, 0 at padding."""
+higher = more important, 0 at padding. :class:`AttributionPatching` scores model
+components instead: (B, count) per block, the gradient baseline of DiffMask's
+``heads`` and ``units`` modes."""
 
 from ..attribution import site_for_layer, SiteAttribution
 from .optimization import optimize
+from .attribution_patching import AttributionPatching
 from .bottleneck import PerSampleBottleneck
 from .erasure import ErasureResult, ExactErasure
 from .gradients import IntegratedGradients, Occlusion
@@ -28,4 +31,5 @@ __all__ = [
     "REINFORCE",
     "MaskResult",
     "RandomAttribution",
+    "AttributionPatching",
 ]

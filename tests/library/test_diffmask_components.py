@@ -118,3 +118,25 @@ def test_save_and_load_give_the_same_gates(tmp_path):
                        explainer.attribute(ids, additional_forward_args=(mask,), layer=None))
     with pytest.raises(ValueError, match="mode"):
         DiffMask(model, mode="neurons")
+
+
+def test_the_per_task_mask_is_one_mask_for_every_input_and_finds_the_dead_heads(tmp_path):
+    model = _one_dead_head_per_block()
+    batches = [token_batch(seed=i) for i in range(8)]
+    explainer = DiffMask(model, mode="heads", per_task=True)
+    zeros = {k: torch.zeros(2, 16) for k in (1, 2)}
+    # Adam moves a bias by about lr a step: at fit's lr (3e-3) a gate that starts at 5 needs over 2 000
+    # steps to close, hence a larger lr for the biases alone
+    explainer.fit(batches, eps=0.05, lr=0.03, init_baseline=zeros, lr_baseline=0.0, max_steps=800, seed=0,
+                  verbose=False)
+    keep = torch.cat([explainer.attribute(i, additional_forward_args=(m,), layer=None) for i, m in batches])
+    assert torch.equal(keep, keep[:1].expand_as(keep))  # no input changes the mask
+    # head 0 is needed on most inputs (zero ablation: KL 0.25 and 0.18), so one mask keeps it everywhere
+    assert keep[0, :, 1].max() < 0.05 and keep[0, :, 0].min() > 0.5
+    assert [name for name, _ in explainer.probe.named_parameters() if "nets" in name] == ["nets.0.bias", "nets.1.bias"]
+    explainer.save(tmp_path / "task.pt")
+    loaded = DiffMask.load(tmp_path / "task.pt", model)
+    assert loaded.per_task and torch.equal(loaded.attribute(*batches[0][:1], additional_forward_args=batches[0][1:],
+                                                            layer=None), keep[:batches[0][0].shape[0]])
+    with pytest.raises(ValueError, match="per_task"):
+        DiffMask(model, mode="input", per_task=True)
