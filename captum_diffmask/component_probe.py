@@ -119,7 +119,11 @@ class ComponentGateProbe(nn.Module):
             mean = masked_mean(state, mask, reduce)
             spread = (masked_mean(state.float().pow(2), mask, reduce) - mean.pow(2)).clamp(min=0.0).sqrt()
             getattr(self, f"feature_mean_{k}").copy_(mean)
-            getattr(self, f"feature_std_{k}").copy_(spread.clamp(min=1e-4))
+            # a feature (nearly) constant over the first batch must not be blown up by
+            # its own tiny spread: on other inputs it would saturate the tanh, whose
+            # gradient then vanishes and leaves those inputs' gates where they are
+            floor = max(1e-4, 0.1 * float(spread.mean()))
+            getattr(self, f"feature_std_{k}").copy_(spread.clamp(min=floor))
             self.baselines[k].copy_(masked_mean(components[k + 1], mask, reduce))
 
     def forward(self, state: Tensor, mask: Tensor, layer: int) -> Tensor:

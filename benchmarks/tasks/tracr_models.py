@@ -29,6 +29,11 @@ PROGRAMS: Dict[str, Tuple[str, Tuple[Any, ...], int]] = {
     "frac_prevs": ("the fraction of the tokens so far that are 'x' (numerical)", ("x", "y", "z"), 6),
     "sort_unique": ("the tokens sorted (categorical; the tokens are distinct)", (1, 2, 3, 4, 5), 5),
     "hist": ("how often each token occurs in the sequence (categorical)", ("a", "b", "c"), 6),
+    # three with heads and units that the program leaves unused (tracr gives every
+    # layer as many heads and units as its busiest one needs)
+    "reverse": ("the tokens reversed (categorical)", ("a", "b", "c"), 5),
+    "sort": ("the tokens sorted, repeats allowed (categorical)", (1, 2, 3, 4), 5),
+    "sort_freq": ("the tokens sorted by how often they occur, most frequent first (categorical)", ("a", "b", "c"), 5),
 }
 
 
@@ -42,6 +47,12 @@ def _program(name: str) -> Any:
         return lib.make_sort_unique(rasp.tokens, rasp.tokens)
     if name == "hist":
         return lib.make_hist()
+    if name == "reverse":
+        return lib.make_reverse(rasp.tokens)
+    if name == "sort":
+        return lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=PROGRAMS[name][2], min_key=1)
+    if name == "sort_freq":
+        return lib.make_sort_freq(max_seq_len=PROGRAMS[name][2])
     raise KeyError(f"name must be one of {sorted(PROGRAMS)}, got {name!r}")
 
 
