@@ -39,5 +39,15 @@ def test_the_table_has_a_row_per_line_and_dashes_where_a_method_has_no_mask():
              {"program": "sort", "kind": "heads", "used": 2, "components": 3, "method": "attribution patching",
               "auc": 1.0, "auc_min": 1.0, "attribute_seconds": 0.002}]
     rows = summary(lines).splitlines()
-    assert len(rows) == 4 and "| 0.900 (0.500) | 1: closed | 0.010 | 0.60 | 12 |" in rows[2]
-    assert rows[3].endswith("| - | - | - | - | 0.0020 |")
+    assert len(rows) == 4 and "| 0.900 (0.500) | 1: closed | 0.010 | 0.60 | 12 | 1000 | - |" in rows[2]
+    assert rows[3].endswith("| - | - | - | - | 2000 | - |")
+
+
+def test_the_report_says_what_was_measured(tmp_path):
+    from benchmarks.studies.tracr_components import report
+
+    line = {"program": "sort", "kind": "units", "used": 32, "components": 60, "method": "attribution patching",
+            "auc": 0.64, "auc_min": 0.55, "attribute_seconds": 0.0001}
+    text = report([line], tmp_path / "t.jsonl")
+    assert text.startswith("# Component masks against tracr's ground truth") and "`sort`:" in text
+    assert "| sort | units | 32 / 60 | attribution patching | 0.640 (0.550) |" in text
