@@ -388,6 +388,13 @@ class SiteAttribution(Attribution):
         scores = call.trimmed(scores.detach().float() * mask).to(call.input_device or scores.device)
         return (scores,) if call.was_tuple else scores
 
+    @staticmethod
+    def _finish_per_input(scores: Tensor, call: PreparedCall) -> Union[Tensor, Tuple[Tensor]]:
+        r"""Scores of components per input ((B, count) or (B, L, count): no
+        positions to trim or zero), on the device of the inputs, in their structure."""
+        scores = scores.detach().float().to(call.input_device or scores.device)
+        return (scores,) if call.was_tuple else scores
+
     def capture(
         self, call: PreparedCall, names: Optional[Iterable[str]] = None, stop_early: bool = False
     ) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:

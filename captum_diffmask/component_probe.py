@@ -21,28 +21,7 @@ from typing import Dict, Optional, Sequence
 import torch
 from torch import nn, Tensor
 
-from .probes import Reduce
-
-
-def masked_mean(state: Tensor, mask: Tensor, reduce: Optional[Reduce] = None) -> Tensor:
-    r"""
-    The mean over real positions.
-
-    Args:
-
-        state (Tensor): (B, T, ...) activations.
-        mask (Tensor): (B, T), 1 at real positions.
-        reduce (callable, optional): sums over processes (a distributed fit).
-                    Default: None
-
-    Returns:
-        *Tensor* (...) in float32.
-    """
-    weights = mask.float().reshape(*mask.shape, *([1] * (state.dim() - 2)))
-    total, count = (state.float() * weights).sum((0, 1)), weights.sum()
-    if reduce is not None:
-        total, count = reduce(total), reduce(count)
-    return total / count.clamp(min=1.0)
+from .probes import masked_mean, Reduce
 
 
 class _BlockGates(nn.Module):

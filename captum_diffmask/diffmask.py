@@ -16,7 +16,7 @@ from .checkpoint import check_model, read_checkpoint, save_checkpoint
 from .distributed import is_main_process
 from .fitting import fit_options, FitOptions, run_fit, signed_with_options
 from .forward import Batch, frozen, model_device
-from .component_probe import ComponentGateProbe, masked_mean
+from .component_probe import ComponentGateProbe
 from .components import locate_components, read_components
 from .gates import COMPONENT_MODES, Gates, layer_sites
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
@@ -522,7 +522,6 @@ class DiffMask(SiteAttribution):
         """
         self._check_fitted()
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
-        self._site(layer)  # a layer without gates is named before the model runs
         call = self._prepare(inputs, additional_forward_args, layer)
         self._check_layers_fitted(self._layers() if layer is None else [layer])
         states, _ = self.capture(call, layer_sites(self.mode, layer, self.num_layers), stop_early=True)
@@ -533,9 +532,7 @@ class DiffMask(SiteAttribution):
             gates = self.gates
             keep = (gates.keep_probabilities_every_layer(states, self.num_layers, call.mask) if layer is None
                     else gates.keep_probabilities(states, layer, call.mask))
-        if self.components:  # per input: no positions to trim or zero
-            return (keep,) if isinstance(inputs, tuple) else keep
-        return self._finish(keep, call)
+        return self._finish_per_input(keep, call) if self.components else self._finish(keep, call)
 
     # ------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -614,7 +611,7 @@ class DiffMask(SiteAttribution):
         results, read_out = {}, self.gates
         for k in layers:
             gates = read_out.deterministic(states, k, rule, call.mask)
-            replaced, context = read_out.replacement(states, gates, k, read_out.masked_site(k)[1])
+            replaced, context = read_out.replacement(states, gates, k)
             with context:
                 masked = self.replaced_logits(call, replaced)
             results[k] = (gates, masked, original)

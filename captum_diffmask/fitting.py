@@ -680,8 +680,7 @@ def _layer_lagrangian(
     noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
     read_out = explainer.gates
     gates, log_keep = read_out.sample(states, layer, options.vote_sampling, noise, call.mask)
-    _, baseline = read_out.masked_site(layer)
-    replaced, context = read_out.replacement(states, gates, layer, baseline)
+    replaced, context = read_out.replacement(states, gates, layer)
     with model_precision(options.precision, call.ids.device), context:
         masked = explainer.replaced_logits(call, replaced)
     log_p, log_q = log_probs(original), log_probs(masked)
@@ -705,7 +704,7 @@ def _layer_lagrangian(
     record["constraint"] = record["kl"]
     if loop.monitors[layer].measures_closure():
         with model_precision(options.precision, call.ids.device):
-            record["closure"] = _closure_kl(explainer, call, states, log_p, (log_keep, real), layer, loop.open_share)
+            record["closure"] = _closure_kl(explainer, call, states, log_p, log_keep, layer, loop.open_share)
     if options.constraint == "deployed":
         with model_precision(options.precision, call.ids.device):
             record["kl_deployed"] = _deployed_kl(explainer, call, states, log_p, log_keep, layer)
@@ -723,14 +722,14 @@ def _deployed_kl(
 
 
 def _closure_kl(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor,
-    keep_and_real: Tuple[Tensor, Tensor], layer: int, open_share: float,
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
+    layer: int, open_share: float,
 ) -> float:
     r"""The mean KL with every gate open but those of the ``1 - open_share``
     share of the batch's real gates (positions, or components) that the probe
     ranks least needed (lowest P(z != 0); at least one), which are closed: can a
     layer whose gates are all open close any of them?"""
-    log_keep, real = keep_and_real[0], keep_and_real[1].bool()
+    real = explainer.gates.positions(call.mask, layer).bool()
     scores = log_keep.detach().masked_fill(~real, float("inf")).flatten()
     count = max(1, math.ceil((1.0 - open_share) * int(real.sum())))
     keep = torch.ones_like(scores, dtype=torch.bool)

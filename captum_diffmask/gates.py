@@ -196,7 +196,7 @@ class Gates:
         return torch.ones(mask.shape[0], self.probe.counts[layer - 1], dtype=mask.dtype, device=mask.device)
 
     def replacement(
-        self, states: Dict[str, Tensor], gates: Tensor, layer: int, baseline: Tensor,
+        self, states: Dict[str, Tensor], gates: Tensor, layer: int, baseline: Optional[Tensor] = None,
     ) -> Tuple[Dict[str, Tensor], ContextManager[None]]:
         r"""
         How the gates of ``layer`` change the model: the sites to replace (for
@@ -205,12 +205,14 @@ class Gates:
         Position modes replace the gated site by ``z * h + (1 - z) * b`` and need
         no context. Component modes gate the block's components in a context
         that hooks them, and put back the block's own input, so that only the
-        blocks from ``layer`` on run again.
+        blocks from ``layer`` on run again. ``baseline``: what closed gates mix
+        in; None = the learned one (:meth:`masked_site`).
 
         Returns:
             *tuple* ``(replacements, context)``.
         """
-        site, _ = self.masked_site(layer)
+        site, learned = self.masked_site(layer)
+        baseline = learned if baseline is None else baseline
         if not self.on_components:
             return {site: mix_baseline(states[site], gates, baseline)}, contextlib.nullcontext()
         context = gate_components([self.components[layer]], {site: gates}, {site: baseline})

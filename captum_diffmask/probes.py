@@ -252,8 +252,21 @@ class GateNetworks(nn.Module):
         return F.pad(direction, (0, missing)) if missing else direction
 
 
-def _mean_state(state: Tensor, mask: Tensor, reduce: Optional[Reduce] = None) -> Tensor:
-    weights = mask.float().unsqueeze(-1)
+def masked_mean(state: Tensor, mask: Tensor, reduce: Optional[Reduce] = None) -> Tensor:
+    r"""
+    The mean over real positions.
+
+    Args:
+
+        state (Tensor): (B, T, ...) activations.
+        mask (Tensor): (B, T), 1 at real positions.
+        reduce (callable, optional): sums over processes (a distributed fit).
+                    Default: None
+
+    Returns:
+        *Tensor* (...) in float32.
+    """
+    weights = mask.float().reshape(*mask.shape, *([1] * (state.dim() - 2)))
     total, count = (state.float() * weights).sum((0, 1)), weights.sum()
     if reduce is not None:
         total, count = reduce(total), reduce(count)
@@ -331,7 +344,7 @@ class InputGateProbe(nn.Module):
         r"""Starts each baseline at the mean input embedding over real tokens and
         standardises each vote network's features (over every process's batch
         with ``reduce``)."""
-        mean = _mean_state(states["input"], mask, reduce)
+        mean = masked_mean(states["input"], mask, reduce)
         for baseline in self.baselines:
             baseline.copy_(mean)
         depths = [self.num_depths - 1] if self.tied else range(self.num_depths)
@@ -403,7 +416,7 @@ class HiddenGateProbe(nn.Module):
         and standardises each gate network's features (over every process's batch
         with ``reduce``)."""
         for k, baseline in enumerate(self.baselines):
-            baseline.copy_(_mean_state(states[f"hidden.{k}"], mask, reduce))
+            baseline.copy_(masked_mean(states[f"hidden.{k}"], mask, reduce))
             self.gates.standardize(k, states[f"hidden.{k}"], mask, reduce)
 
     def forward(self, state: Tensor, layer: int) -> Tensor:

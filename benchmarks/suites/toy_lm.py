@@ -23,7 +23,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-
 from ..methods import MethodContext, prepare, PreparedMethod
 from ..progress import bar, error_text, log
 from ..records import cached

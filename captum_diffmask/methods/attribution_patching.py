@@ -13,10 +13,10 @@ from ..attribution import (
     attribution_call, check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target,
     SiteAttribution, SitesType,
 )
-from ..component_probe import masked_mean
 from ..components import ComponentSite, gate_components, locate_components, read_components
 from ..forward import Batch, frozen
 from ..objective import log_probs
+from ..probes import masked_mean
 
 
 class AttributionPatching(SiteAttribution):
@@ -133,9 +133,7 @@ class AttributionPatching(SiteAttribution):
         call = self._prepare(inputs, additional_forward_args, layer)
         scores = self._gate_gradients(call, target)
         chosen = torch.stack(scores, 1) if layer is None else scores[layer - 1]
-        chosen = chosen.abs() if absolute else chosen
-        chosen = chosen.to(call.input_device)
-        return (chosen,) if call.was_tuple else chosen
+        return self._finish_per_input(chosen.abs() if absolute else chosen, call)
 
     def _gate_gradients(self, call: PreparedCall, target: Any) -> List[Tensor]:
         r"""``dF/dg`` at ``g = 1`` for every block, each (B, count)."""
