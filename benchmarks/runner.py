@@ -42,6 +42,7 @@ SUITES: Dict[str, str] = {
     "sst": "benchmarks.suites.sst",
     "faithfulness": "benchmarks.suites.faithfulness",
     "squad": "benchmarks.suites.squad",
+    "components": "benchmarks.suites.components",
 }
 
 

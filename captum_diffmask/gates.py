@@ -90,15 +90,16 @@ class Gates:
             return self.probe(states[f"hidden.{layer - 1}"], mask, layer)
         return self.probe(states[f"hidden.{layer}"], layer)
 
-    def log_keep(self, distribution: HardConcrete) -> Tensor:
+    def log_keep(self, distribution: HardConcrete, l0_floor: float = 0.0) -> Tensor:
         r"""(B, T) ``log P(z != 0)`` of a position under ``distribution`` (of
-        :meth:`logits`): input mode's votes summed (kept only if every vote is)."""
-        log_keep = distribution.log_prob_nonzero()
+        :meth:`logits`): input mode's votes summed (kept only if every vote is);
+        ``l0_floor``: see :meth:`HardConcrete.log_prob_nonzero_floored`."""
+        log_keep = distribution.log_prob_nonzero_floored(l0_floor)
         return log_keep.sum(-1) if self.mode == "input" else log_keep
 
     def sample(
         self, states: Dict[str, Tensor], layer: int, vote_sampling: str = "joint", noise: Optional[Noise] = None,
-        mask: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None, l0_floor: float = 0.0,
     ) -> Tuple[Tensor, Tensor]:
         r"""
         The fit's relaxed gates of ``layer``, differentiable in the probe.
@@ -112,14 +113,18 @@ class Gates:
             noise (callable, optional): the uniform noise for a shape; None
                         draws it from torch's RNG. Default: None
             mask (Tensor, optional): (B, T) padding mask. Default: None
+            l0_floor (float, optional): the least L0 gradient of an open gate in
+                        the returned ``log_keep``
+                        (:meth:`HardConcrete.log_prob_nonzero_floored`); the
+                        sampled gates do not depend on it. Default: 0.0
 
         Returns:
             *tuple* ``(gates, log_keep)``, both (B, T) (component modes:
             (B, count)): the sampled gates in [0, 1] and ``log P(z != 0)``.
         """
         check_choice(vote_sampling, VOTE_SAMPLING, "vote_sampling")
-        sampled = self.distribution(self.logits(states, layer, mask))
-        log_keep = self.log_keep(sampled)
+        distribution = self.distribution(self.logits(states, layer, mask))
+        sampled, log_keep = distribution, self.log_keep(distribution)
         if self.mode == "input" and vote_sampling == "joint":
             # one gate with that probability: no product of k + 1 relaxed samples,
             # each a little below 1, shrinking the kept tokens at depth
@@ -127,7 +132,7 @@ class Gates:
         gates = sampled.rsample(uniform=None if noise is None else noise(sampled.logits.shape))
         if self.mode == "input" and vote_sampling == "product":
             gates = gates.prod(-1)
-        return gates, log_keep
+        return gates, (self.log_keep(distribution, l0_floor) if l0_floor > 0.0 else log_keep)
 
     def keep_probabilities(self, states: Dict[str, Tensor], layer: int, mask: Optional[Tensor] = None) -> Tensor:
         r"""(B, T) ``P(z != 0)`` of ``layer`` (0..L), in closed form (no sampling);

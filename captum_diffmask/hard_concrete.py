@@ -140,6 +140,33 @@ class HardConcrete:
         """
         return F.logsigmoid(self.logits.float() + self.offset)
 
+    def log_prob_nonzero_floored(self, floor: float) -> Tensor:
+        r"""
+        :meth:`log_prob_nonzero` with the same value, but a gradient that does not
+        vanish as an open gate saturates: the expected L0's gradient in a logit,
+        ``P (1 - P)``, is at least ``floor`` wherever ``P(z != 0) > 0.5``.
+
+        A gate the probe has driven to a large logit (on some inputs) gets no push
+        from the L0 otherwise, and stays open however little the output needs it;
+        the KL's own gradient, which holds a needed gate open, vanishes there too,
+        so a needed gate settles where the two balance, still open.
+
+        Args:
+
+            floor (float): the least L0 gradient of an open gate; 0 = the plain one.
+
+        Returns:
+            *Tensor* shaped like ``logits``, float32.
+        """
+        log_keep = self.log_prob_nonzero()
+        if floor <= 0.0:
+            return log_keep
+        p = log_keep.detach().exp()
+        # d P / d logit = P * d log P / d logit: the extra slope is (floor - P (1 - P)) / P
+        extra = torch.where(p > 0.5, (floor - p * (1.0 - p)).clamp(min=0.0) / p, torch.zeros_like(p))
+        logits = self.logits.float()
+        return log_keep + (logits - logits.detach()) * extra
+
     def prob_nonzero(self) -> Tensor:
         r"""
         Returns:

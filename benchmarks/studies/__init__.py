@@ -6,9 +6,6 @@ under ``docs/results/``.
   held-out train sentences (or dev); the convergence reports.
 - ``sst_erasure_tuning``: the per-example masks' settings for ``sst-erasure``,
   chosen on train sentences.
-- ``tracr_components``: the component masks (amortised DiffMask, the per-task
-  mask) and attribution patching against the heads and units tracr placed each
-  program's computations in (ROC AUC per input).
 - ``readout_tuning``: the Readout Bottleneck's learning rate for a suite, chosen
   on held-out train sentences.
 - ``sst_seed_spread``: the spread of the attributions across fit seeds, per epoch.

@@ -34,7 +34,16 @@ PROGRAMS: Dict[str, Tuple[str, Tuple[Any, ...], int]] = {
     "reverse": ("the tokens reversed (categorical)", ("a", "b", "c"), 5),
     "sort": ("the tokens sorted, repeats allowed (categorical)", (1, 2, 3, 4), 5),
     "sort_freq": ("the tokens sorted by how often they occur, most frequent first (categorical)", ("a", "b", "c"), 5),
+    # development programs (unused heads and units too): the component modes'
+    # settings are chosen on these, never on the programs a report scores
+    "palindrome": ("whether each token equals its mirror image (categorical)", ("a", "b", "c"), 5),
+    "sort_desc": ("the tokens sorted, largest first (categorical; the tokens are distinct)", (1, 2, 3, 4, 5), 5),
+    "reverse_sorted": ("the tokens sorted, then reversed (categorical; the tokens are distinct)", (1, 2, 3, 4, 5), 5),
 }
+#: The programs whose inputs hold each token at most once.
+DISTINCT_TOKENS = ("sort_unique", "sort_desc", "reverse_sorted")
+#: The programs the component modes' settings are chosen on (never reported).
+DEVELOPMENT_PROGRAMS = ("palindrome", "sort_desc", "reverse_sorted")
 
 
 def _program(name: str) -> Any:
@@ -53,6 +62,12 @@ def _program(name: str) -> Any:
         return lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=PROGRAMS[name][2], min_key=1)
     if name == "sort_freq":
         return lib.make_sort_freq(max_seq_len=PROGRAMS[name][2])
+    if name == "palindrome":
+        return rasp.categorical(rasp.SequenceMap(lambda x, y: x == y, rasp.tokens, lib.make_reverse(rasp.tokens)))
+    if name == "sort_desc":
+        return lib.make_sort_unique(rasp.tokens, rasp.categorical(rasp.Map(lambda x: -x, rasp.tokens)))
+    if name == "reverse_sorted":
+        return lib.make_reverse(lib.make_sort_unique(rasp.tokens, rasp.tokens))
     raise KeyError(f"name must be one of {sorted(PROGRAMS)}, got {name!r}")
 
 

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("tracr")
 
-from benchmarks.tasks.tracr_models import compile_program, convert, PROGRAMS, used_components, weights_of  # noqa: E402
+from benchmarks.tasks.tracr_models import compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of  # noqa: E402
 
 
 def _inputs(name, count=6, seed=0):
@@ -16,7 +16,7 @@ def _inputs(name, count=6, seed=0):
     rng = np.random.default_rng(seed)
     for _ in range(count):
         size = int(rng.integers(1, length))  # BOS plus 1 .. length - 1 tokens
-        picks = rng.permutation(len(vocabulary))[:size] if name == "sort_unique" else rng.integers(len(vocabulary), size=size)
+        picks = rng.permutation(len(vocabulary))[:size] if name in DISTINCT_TOKENS else rng.integers(len(vocabulary), size=size)
         yield ["BOS"] + [vocabulary[i] for i in picks]
 
 

@@ -94,8 +94,8 @@ def test_a_head_that_writes_nothing_is_closed_and_a_needed_one_kept():
                     kl = example_kl(original, log_probs(model(input_ids=ids, attention_mask=mask).logits)).mean()
                 assert least <= float(kl) <= most, (site.name, head, float(kl))
     zeros = {k: torch.zeros(2, 16) for k in (1, 2)}  # zero ablation, kept fixed: a head cannot hide in the baseline
-    explainer.fit(batches, eps=0.05, init_baseline=zeros, lr_baseline=0.0, seed=0, verbose=False)
     # fit's defaults: both blocks converged (measured: about 1 400 steps, 17 s)
+    explainer.fit(batches, eps=0.05, init_baseline=zeros, lr_baseline=0.0, seed=0, verbose=False)
     assert {k: v["status"] for k, v in explainer.convergence.items()} == {1: "converged", 2: "converged"}
     keep = torch.cat([explainer.attribute(i, additional_forward_args=(m,), layer=None) for i, m in batches])
     # measured: head 1 kept with P <= 0.002; head 0 with 0.99 (block 1) and 0.90 (block 2) on average

@@ -89,3 +89,21 @@ def test_with_prob_nonzero_is_the_gate_with_that_keep_probability():
     assert torch.allclose((samples > 0).float().mean(0), log_keep.exp().detach(), atol=0.02)
     samples.sum().backward()
     assert torch.isfinite(votes.grad).all() and votes.grad.abs().sum() > 0
+
+
+def test_the_floored_l0_keeps_its_value_and_gives_open_gates_at_least_the_floor():
+    logits = torch.tensor([-8.0, -1.0, 0.0, 2.0, 15.0], requires_grad=True)
+    gate = HardConcrete(logits)
+    floored = gate.log_prob_nonzero_floored(0.05)
+    assert torch.allclose(floored, gate.log_prob_nonzero())
+    (grad,) = torch.autograd.grad(floored.exp().sum(), logits)
+    p = gate.prob_nonzero().detach()
+    plain = p * (1 - p)
+    is_open = p > 0.5
+    # open gates: max(P (1 - P), floor); closed ones: the plain gradient, untouched
+    assert torch.allclose(grad[is_open], plain[is_open].clamp(min=0.05), rtol=1e-5)
+    assert torch.allclose(grad[~is_open], plain[~is_open], rtol=1e-5)
+    assert grad[-1] == pytest.approx(0.05, rel=1e-4) and plain[-1] < 1e-5  # saturated open: the floor
+    # floor 0 is the plain log-probability, gradient included
+    (zero,) = torch.autograd.grad(gate.log_prob_nonzero_floored(0.0).exp().sum(), logits)
+    assert torch.allclose(zero, plain, atol=1e-6)

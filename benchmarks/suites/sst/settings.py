@@ -68,6 +68,9 @@ DEFAULTS: Dict[str, Any] = {
         "PerSampleBottleneck": {"steps": 50, "lr": 0.1, "optimizer": "rmsprop", "readout": "alpha",
                                 "max_batches": 20, "batch_size": 64},
         "Guan": {"steps": 50, "lr": 0.1, "lam": 0.1, "optimizer": "rmsprop", "readout": "inverse"},
+        # the sst-erasure suite's budget; lr chosen on train sentences by
+        # benchmarks.studies.readout_tuning --suite sst (docs/results/sst-readout-tuning.md)
+        "ReadoutBottleneck": {"batch_size": 64, "max_steps": 400},
     },
     "cls_sentences": None,  # None: every sentence of the evaluated split
     "heatmap_sentences": 3,

@@ -1,0 +1,84 @@
+"""The components suite's run: the tracr programs, then the SST MiniLM, then the figures."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Mapping
+
+from ...progress import log_to_stderr
+from ...tasks.sst.reading import SSTDataError
+from .figures import sst_figure, tracr_figures
+from .sst_heads import run_sst
+from .tracr import score_program
+
+#: The issue's target for amortised DiffMask's mean ROC AUC on every program.
+TARGET_AUC = 0.95
+
+
+def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
+    r"""
+    Runs both parts for the first seed of ``config["seeds"]``.
+
+    Args:
+
+        config (Mapping): :data:`DEFAULTS` with the run's changes.
+        out_dir (Path): where ``figures/`` goes.
+        verbose (bool, optional): a line per program and fit. Default: True
+
+    Returns:
+        *dict*: ``tracr`` (lines, skipped), ``sst`` (or the reason it was
+        skipped), ``figures``, ``checks``.
+    """
+    seed = int(config["seeds"][0])
+    results: Dict[str, Any] = {"title": "Component masks: tracr's ground truth and the SST MiniLM's heads"}
+    figures: List[Dict[str, str]] = []
+    tracr = config.get("tracr")
+    if tracr and tracr.get("programs"):
+        results["tracr"] = _run_tracr(tracr, seed, out_dir, figures, verbose)
+    sst = config.get("sst")
+    if sst:
+        try:
+            results["sst"] = run_sst(sst, seed, verbose)
+        except (SSTDataError, FileNotFoundError, ImportError) as error:
+            results["sst"] = {"skipped": f"{type(error).__name__}: {error}"}
+            log_to_stderr(verbose, f"[components] sst skipped: {error}")
+        if "figure" in results["sst"] and results["sst"]["figure"]["tokens"]:
+            name = sst_figure(results["sst"].pop("figure"), out_dir / "figures")
+            figures.append({"file": f"figures/{name}", "caption": "SST dev sentences: P(kept) of every head "
+                            "(columns) of every block (rows), amortised DiffMask (per sentence) and the per-task "
+                            "mask (the same for every sentence)."})
+    results["figures"] = figures
+    results["checks"] = checks(results)
+    return results
+
+
+def _run_tracr(config: Mapping[str, Any], seed: int, out_dir: Path, figures: List[Dict[str, str]],
+               verbose: bool) -> Dict[str, Any]:
+    lines, shown = [], []
+    for name in config["programs"]:
+        try:
+            new, figure = score_program(name, seed, config)
+        except ImportError as error:
+            log_to_stderr(verbose, f"[components] tracr skipped: {error}")
+            return {"lines": lines, "skipped": f"ImportError: {error}"}
+        except Exception as error:  # one program's failure is recorded, the others run
+            lines.append({"program": name, "error": f"{type(error).__name__}: {error}",
+                          "traceback": traceback.format_exc()})
+            continue
+        lines += new
+        shown.append(figure)
+        log_to_stderr(verbose, f"[components] {name}: " + ", ".join(
+            f"{line['kind']} {line['method']} AUC {line['auc']:.3f}" for line in new))
+    for file in tracr_figures(shown, out_dir / "figures") if config.get("figure_inputs") else []:
+        figures.append({"file": f"figures/{file}", "caption": f"`{file[11:-4]}`: per held-out input (columns), "
+                        "blocks x components as each method scores them; the first column: the components the "
+                        "program uses."})
+    return {"lines": lines}
+
+
+def checks(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    r"""The issue's target: amortised DiffMask's mean ROC AUC >= 0.95 on every program and kind."""
+    rows = [line for line in results.get("tracr", {}).get("lines", []) if line.get("method") == "DiffMask"]
+    return [{"target": f"amortised DiffMask ROC AUC >= {TARGET_AUC} ({line['program']}, {line['kind']})",
+             "value": f"{line['auc']:.3f}", "met": bool(line["auc"] >= TARGET_AUC)} for line in rows]

@@ -1,0 +1,113 @@
+"""The components suite's report: the generic writer with the suite's own tables."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Sequence, Union
+
+from ...report import fmt, table, write_report as write_generic
+from ...tasks.tracr_models import PROGRAMS
+from .tracr import LOGIT_SCALE, PER_TASK_LR
+
+
+def tracr_table(lines: Sequence[Mapping[str, Any]]) -> str:
+    r"""A row per program, kind and method."""
+    rows = []
+    for line in lines:
+        if "error" in line:
+            rows.append([line["program"], "-", "-", "failed: " + line["error"]] + ["-"] * 8)
+            continue
+        verdicts = ", ".join(f"{k}: {v}" for k, v in line.get("verdicts", {}).items()) or "-"
+        rows.append([
+            line["program"], line["kind"], f"{line['used']} / {line['components']}", line["method"],
+            f"{fmt(line['auc'])} ({fmt(line['auc_min'])})", fmt(line.get("auc_active")), verdicts,
+            fmt(line.get("kept_kl")), fmt(line.get("kept_share"), 2), fmt(line.get("fit_seconds"), 0),
+            fmt(1e6 * line["attribute_seconds"], 0),
+            fmt(line["per_task_refit_seconds"], 0) if line["method"] == "per-task mask" else "-",
+        ])
+    headers = ["program", "component", "used / all", "method", "ROC AUC, used (mean, min)", "ROC AUC, active",
+               "verdicts", "KL kept", "kept share", "fit (s)", "attribution per input (µs)",
+               "refitted on one input (s)"]
+    return table(headers, rows)
+
+
+def tracr_section(tracr: Mapping[str, Any]) -> List[str]:
+    lines = tracr.get("lines", [])
+    programs = sorted({line["program"] for line in lines})
+    out = ["## tracr: against the components the program uses", ""]
+    if tracr.get("skipped"):
+        out += [f"Skipped: {tracr['skipped']} (the `components` extra: `pip install -e \".[components]\"`).", ""]
+    if not lines:
+        return out
+    out += [
+        "Programs compiled by tracr (" + ", ".join(f"`{p}`: {PROGRAMS[p][0]}" for p in programs) + ") and "
+        "converted to PyTorch (`benchmarks/tasks/tracr_models.py`). A component is *used* when tracr gave it "
+        "non-zero weights, *active* on an input when it is used and its output (a head's, before the output "
+        "projection) or activation (a unit's) is non-zero at a real position. Per held-out input, the ROC AUC "
+        "of a method's scores over every component of every block against the used ones (the issue's "
+        "measure; the mean and the minimum over the inputs) and against the active ones (the most a "
+        "per-input mask can be asked for: a used unit that is silent on an input changes nothing when "
+        "closed). Closed components are replaced by zeros (fixed). The read-out is tracr's one-hot output "
+        f"space times {LOGIT_SCALE:g} as logits (output `all`: every real position's distribution).",
+        "",
+        "- **DiffMask**: `DiffMask(mode=kind)`, amortised (a probe reads each input), fit's defaults.",
+        f"- **per-task mask**: `per_task=True` (one mask for every input, Subnetwork Probing), lr {PER_TASK_LR:g}; "
+        "its last column: the same mask refitted on one input alone, the cost of a per-input mask without "
+        "amortisation.",
+        "- **attribution patching**: `AttributionPatching(kind=...)`, zero baseline, the predicted tokens' "
+        "log-probability; no mask (no verdict, no KL).",
+        "",
+        "Verdicts are per block (layer k = block k). *KL kept*: the model with every block's deterministic "
+        "gates at once (each block was fitted with the others intact), mean over inputs; *kept share*: the "
+        "share of components with P(kept) > 0.5.",
+        "",
+        tracr_table(lines),
+        "",
+    ]
+    return out
+
+
+def sst_section(sst: Mapping[str, Any]) -> List[str]:
+    out = ["## SST MiniLM: heads per layer at unchanged prediction", ""]
+    if sst.get("skipped"):
+        return out + [f"Skipped: {sst['skipped']}.", ""]
+    model = sst.get("model", {})
+    out += [
+        f"The sst suite's fine-tuned MiniLM ({model.get('layers', '?')} blocks of 12 heads, dev accuracy "
+        f"{fmt(model.get('dev_accuracy'), 1)} %). Both masks fitted on {sst['train_sentences']} train sentences "
+        f"with fit's defaults and eps {fmt(sst['eps'], 3)} (the sst suite's), closed heads replaced by learned "
+        f"baselines started at the mean head output; scored on {sst['eval_sentences']} dev sentences. Per block: "
+        "the heads kept (P > 0.5) per sentence, mean ± std over sentences; the share of sentences whose "
+        "prediction the block's kept heads keep; the mean KL; the fit's verdict. A conclusion rests on "
+        "blocks whose verdict is `converged` or `closed`.",
+        "",
+    ]
+    rows = []
+    for name, result in sst["methods"].items():
+        for block, row in result["blocks"].items():
+            rows.append([name, block, f"{fmt(row['heads_kept'], 2)} ± {fmt(row['heads_kept_std'], 2)}",
+                         f"{fmt(100 * row['agreement'], 1)} %", fmt(row["kl"]), row["verdict"]])
+        rows.append([name, "all at once", "-", f"{fmt(100 * result['every_block_agreement'], 1)} %",
+                     fmt(result["every_block_kl"]), "-"])
+    out += [table(["method", "block", "heads kept", "prediction kept", "KL", "verdict"], rows), ""]
+    cost = [[name, fmt(r["fit_seconds"], 0), fmt(1e3 * r["attribute_seconds"], 2),
+             fmt(r.get("refit_seconds"), 0) if "refit_seconds" in r else "-"] for name, r in sst["methods"].items()]
+    out += ["Cost:", "", table(["method", "fit (s)", "attribution per sentence (ms)",
+                                "refitted on one sentence (s)"], cost), ""]
+    return out
+
+
+def sections(results: Mapping[str, Any]) -> List[str]:
+    r"""The suite's own markdown: the tracr table and the SST table."""
+    lines: List[str] = []
+    if "tracr" in results:
+        lines += tracr_section(results["tracr"])
+    if "sst" in results:
+        lines += sst_section(results["sst"])
+    return lines
+
+
+def write_report(results: Mapping[str, Any], path: Union[str, "os.PathLike[str]"], json_name: str = "results.json") -> str:
+    r"""The generic report (run line, targets, figures, configuration) with :func:`sections`."""
+    with_sections: Dict[str, Any] = {**results, "extra_sections": sections(results)}
+    return write_generic(with_sections, path, json_name)

@@ -1,0 +1,115 @@
+"""The components suite: the ROC AUC, the inputs, the active components, the
+tables, and tiny runs of both parts (a tracr program with few steps, a tiny
+BERT on a few dozen SST sentences)."""
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import runner
+from benchmarks.suites.components.report import sst_section, tracr_table
+from benchmarks.suites.components.tracr import roc_auc
+from tiny_models import needs_sst
+
+
+def test_roc_auc_is_the_chance_a_used_component_scores_above_an_unused_one():
+    truth = np.array([True, False, True, False, False])
+    assert roc_auc(np.array([0.9, 0.1, 0.8, 0.2, 0.3]), truth) == 1.0
+    assert roc_auc(np.array([0.1, 0.9, 0.2, 0.8, 0.7]), truth) == 0.0
+    assert roc_auc(np.ones(5), truth) == 0.5  # ties count half
+    # against the definition, pair by pair, on random scores with ties
+    rng = np.random.default_rng(0)
+    scores, labels = rng.integers(0, 4, size=40).astype(float), rng.random(40) < 0.3
+    pairs = [(p > n) + 0.5 * (p == n) for p in scores[labels] for n in scores[~labels]]
+    assert roc_auc(scores, labels) == pytest.approx(np.mean(pairs))
+    assert np.isnan(roc_auc(np.ones(3), np.ones(3, dtype=bool)))
+
+
+def test_the_inputs_start_with_bos_and_pad_the_rest():
+    pytest.importorskip("tracr")
+    from benchmarks.suites.components.tracr import random_inputs
+    from benchmarks.tasks.tracr_models import compile_program, convert
+
+    model = convert(compile_program("reverse"))
+    ids, mask = random_inputs(model, "reverse", 20, seed=0)
+    assert ids.shape == (20, 5) and (ids[:, 0] == model.vocabulary["BOS"]).all()
+    assert (mask.sum(1) >= 2).all() and torch.equal(ids[mask == 0], torch.full_like(ids[mask == 0], model.vocabulary["compiler_pad"]))
+    assert torch.equal(random_inputs(model, "reverse", 20, seed=0)[0], ids)
+
+
+def test_active_components_are_the_used_ones_with_a_non_zero_output_on_the_input():
+    pytest.importorskip("tracr")
+    from benchmarks.suites.components.tracr import active_components, random_inputs
+    from benchmarks.tasks.tracr_models import compile_program, convert, used_components, weights_of
+
+    assembled = compile_program("sort")
+    model, used = convert(assembled), used_components(weights_of(assembled))
+    ids, mask = random_inputs(model, "sort", 8, seed=0)
+    active = active_components(model, ids, mask)
+    assert active["heads"].shape == (8,) + used["heads"].shape and active["units"].shape == (8,) + used["units"].shape
+    # an unused component (zero weights) is never active; some used unit is silent on some input
+    assert not (active["units"] & ~torch.as_tensor(used["units"])).any()
+    assert (torch.as_tensor(used["units"]) & ~active["units"]).any()
+    # by hand: unit u of layer 0 is active on input b when relu(linear_1(x)) is non-zero at a real position
+    with torch.no_grad():
+        x = model.token_embed(ids) + model.position_embed(torch.arange(ids.shape[1]))
+        allowed = mask.bool().unsqueeze(1).expand(-1, ids.shape[1], -1)
+        x = x + model.layers[0].attention(x, allowed)
+        units = torch.relu(model.layers[0].mlp.linear_1(x))
+    expected = ((units.abs() > 1e-6) & mask.bool().unsqueeze(-1)).any(1)
+    assert torch.equal(active["units"][:, 0], expected)
+
+
+def test_the_table_has_a_row_per_line_and_dashes_where_a_method_has_no_mask():
+    lines = [{"program": "sort", "kind": "heads", "used": 2, "components": 3, "method": "DiffMask", "auc": 0.9,
+              "auc_min": 0.5, "auc_active": 0.95, "verdicts": {"1": "closed"}, "kept_kl": 0.01, "kept_share": 0.6,
+              "fit_seconds": 12.0, "attribute_seconds": 0.001, "per_task_refit_seconds": 3.0},
+             {"program": "sort", "kind": "heads", "used": 2, "components": 3, "method": "attribution patching",
+              "auc": 1.0, "auc_min": 1.0, "auc_active": 1.0, "attribute_seconds": 0.002, "per_task_refit_seconds": 3.0}]
+    rows = tracr_table(lines).splitlines()
+    assert len(rows) == 4 and "| 0.900 (0.500) | 0.950 | 1: closed | 0.010 | 0.60 | 12 | 1000 | - |" in rows[2]
+    assert rows[3].endswith("| - | n/a | n/a | n/a | 2000 | - |")
+
+
+def test_the_sst_section_says_why_it_was_skipped():
+    assert "Skipped: SSTDataError: no data." in "\n".join(sst_section({"skipped": "SSTDataError: no data"}))
+
+
+def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
+    pytest.importorskip("tracr")
+    overrides = {"tracr": {"programs": ["sort"], "train_batches": 1, "batch_size": 8, "held_out": 6, "max_steps": 20,
+                           "figure_inputs": 2}, "sst": None}
+    results = runner.run_suite("components", tmp_path, overrides=overrides, verbose=False)
+    lines = results["tracr"]["lines"]
+    assert [(line["kind"], line["method"]) for line in lines] == [
+        (kind, method) for kind in ("heads", "units")
+        for method in ("DiffMask", "per-task mask", "DiffMask, l0_floor 0.05", "attribution patching")]
+    for line in lines:
+        assert 0.0 <= line["auc_min"] <= line["auc"] <= 1.0 and line["inputs"] == 6
+        assert line["active"] <= line["used"]
+    assert {c["target"] for c in results["checks"]} == {
+        "amortised DiffMask ROC AUC >= 0.95 (sort, heads)", "amortised DiffMask ROC AUC >= 0.95 (sort, units)"}
+    report = (tmp_path / "report.md").read_text()
+    assert "## tracr: against the components the program uses" in report and "| sort | units |" in report
+    assert (tmp_path / "figures" / "components-sort-heads.png").stat().st_size > 0
+
+
+@needs_sst
+def test_a_tiny_sst_run_counts_heads_per_block_for_both_masks(tmp_path):
+    overrides = {"tracr": None, "sst": {"sst_suite": {
+        "train_sentences": 96, "model": {"source": "tiny", "epochs": 1, "batch_size": 16, "lr": 1e-3},
+        "diffmask": {"validation_sentences": 24}, "cache": False},
+        "train_sentences": 32, "eval_sentences": 8, "batch_size": 8, "max_steps": 10, "figure_sentences": 2}}
+    results = runner.run_suite("components", tmp_path, overrides=overrides, verbose=False)
+    sst = results["sst"]
+    assert sst["train_sentences"] == 32 and sst["eval_sentences"] == 8
+    for name in ("DiffMask", "per-task mask"):
+        blocks = sst["methods"][name]["blocks"]
+        assert list(blocks) == [str(k) for k in range(1, sst["model"]["layers"] + 1)]
+        for row in blocks.values():
+            assert 0 <= row["heads_kept"] <= 12 and 0 <= row["agreement"] <= 1 and row["kl"] >= 0
+    assert sst["methods"]["per-task mask"]["refit_seconds"] > 0
+    # the per-task mask is one mask: every sentence keeps as many heads
+    assert all(row["heads_kept_std"] == 0 for row in sst["methods"]["per-task mask"]["blocks"].values())
+    assert "## SST MiniLM: heads per layer at unchanged prediction" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "figures" / "components-sst-heads.png").stat().st_size > 0
