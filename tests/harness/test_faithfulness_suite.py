@@ -21,7 +21,8 @@ TINY = {
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
     "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24, "eps_valid": 10.0, "agreement_valid": 0.0},
     "method_options": {"IntegratedGradients": {"n_steps": 4},
-                       "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16}, "Guan": {"steps": 3}},
+                       "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16},
+                       "ReadoutBottleneck": {"max_steps": 3, "batch_size": 16}, "Guan": {"steps": 3}},
     "fractions": [0.2, 0.5],
     "cache": False,
 }

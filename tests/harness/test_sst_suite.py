@@ -27,6 +27,7 @@ TINY = {
     "method_options": {
         "IntegratedGradients": {"n_steps": 4},
         "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16},
+                       "ReadoutBottleneck": {"max_steps": 3, "batch_size": 16},
         "Guan": {"steps": 3},
     },
     "heatmap_sentences": 1,

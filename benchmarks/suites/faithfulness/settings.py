@@ -19,7 +19,7 @@ DESCRIPTION = (
 
 #: The comparison methods (registry names) plus ``Attention`` (built in here);
 #: DiffMask (input mode, every layer and the mean over layers) always runs.
-METHODS = ["IntegratedGradients", "Occlusion", "PerSampleBottleneck", "Guan", "Attention", "Random"]
+METHODS = ["IntegratedGradients", "Occlusion", "PerSampleBottleneck", "ReadoutBottleneck", "Guan", "Attention", "Random"]
 
 DEFAULTS: Dict[str, Any] = {
     # two DiffMask fits of about 10 min each on 2 cores keep the full run within an hour
@@ -40,7 +40,8 @@ DEFAULTS: Dict[str, Any] = {
                  "votes": "tied"},
     "methods": list(METHODS),
     # the stochastic methods, run once per seed (their std across seeds is reported); the
-    # deterministic ones (IG, Occlusion, attention) run once
+    # deterministic ones (IG, Occlusion, attention) run once, and so does the Readout
+    # Bottleneck, whose network is trained (the first seed's; ~10 min a fit on 2 cores)
     "seeded_methods": ["PerSampleBottleneck", "Guan", "Random"],
     # the sst suite's settings (those of DiffMask's own SST comparison), IG with 20 steps for time
     "method_options": {**copy.deepcopy(SST_DEFAULTS["method_options"]), "IntegratedGradients": {"n_steps": 20}},

@@ -13,7 +13,7 @@ DESCRIPTION = (
 )
 
 #: The comparison methods (registry names) plus ``Attention`` (built in here).
-METHODS = ["IntegratedGradients", "Occlusion", "PerSampleBottleneck", "Guan", "Attention", "Random"]
+METHODS = ["IntegratedGradients", "Occlusion", "PerSampleBottleneck", "ReadoutBottleneck", "Guan", "Attention", "Random"]
 #: The methods whose per-layer heatmaps are drawn beside DiffMask's.
 HEATMAP_METHODS = ["IntegratedGradients", "PerSampleBottleneck", "Guan", "Attention"]
 

@@ -68,7 +68,7 @@ def measure_speed(
     n = min(int(options.get("sentences", 64)), len(data))
     batches = list(data.subset(torch.arange(n)).batches(int(options.get("batch_size", 32)), sort_by_length=True))
     ig_steps = int(options.get("ig_steps", 50))
-    timed = _timed_methods(explainers, prepared, ig_steps)
+    timed = _timed_methods(explainers, prepared, ig_steps, bench.layers)
     per_sentence = _seconds_per_sentence(bench.model, batches, n, timed, verbose)
     ratios = {k: v / per_sentence["forward"] for k, v in per_sentence.items()}
     finetune = time_finetune_steps(bench.model, train, int(config["diffmask"].get("batch_size", 64)),
@@ -85,10 +85,12 @@ def measure_speed(
 
 
 def _timed_methods(
-    explainers: Mapping[str, Any], prepared: Mapping[str, Any], ig_steps: int
+    explainers: Mapping[str, Any], prepared: Mapping[str, Any], ig_steps: int, last_layer: int,
 ) -> Dict[str, Callable[[Tensor, Tensor], Any]]:
     r"""What is timed, by its label in the report: DiffMask at every layer at
-    once, the other methods at the input (IG with ``ig_steps``), attention."""
+    once, the other methods at the input (IG with ``ig_steps``; a method fitted
+    for one layer only, as the Readout Bottleneck's network for the last, at
+    that layer), attention."""
     timed: Dict[str, Callable[[Tensor, Tensor], Any]] = {}
     for mode, explainer in explainers.items():
         timed[f"DiffMask {mode}"] = lambda ids, mask, e=explainer: e.attribute(ids, additional_forward_args=(mask,), layer=None)
@@ -101,7 +103,9 @@ def _timed_methods(
         elif name == "Attention":
             timed[name] = lambda ids, mask, m=method: m.attribute_all(ids, mask)
         else:
-            timed[f"{name} (input)"] = lambda ids, mask, m=method: attribute_at(m, ids, mask, 0)
+            layer = 0 if method.explainer.is_prepared(0) else last_layer
+            label = "input" if layer == 0 else f"layer {layer}"
+            timed[f"{name} ({label})"] = lambda ids, mask, m=method, k=layer: attribute_at(m, ids, mask, k)
     return timed
 
 
