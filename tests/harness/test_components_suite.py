@@ -88,7 +88,8 @@ def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
         assert 0.0 <= line["auc_min"] <= line["auc"] <= 1.0 and line["inputs"] == 6
         assert line["active"] <= line["used"]
     assert {c["target"] for c in results["checks"]} == {
-        "amortised DiffMask ROC AUC >= 0.95 (sort, heads)", "amortised DiffMask ROC AUC >= 0.95 (sort, units)"}
+        f"amortised {method}: ROC AUC >= 0.95 (sort, {kind})"
+        for method in ("DiffMask", "DiffMask, l0_floor 0.05") for kind in ("heads", "units")}
     report = (tmp_path / "report.md").read_text()
     assert "## tracr: against the components the program uses" in report and "| sort | units |" in report
     assert (tmp_path / "figures" / "components-sort-heads.png").stat().st_size > 0
@@ -111,5 +112,6 @@ def test_a_tiny_sst_run_counts_heads_per_block_for_both_masks(tmp_path):
     assert sst["methods"]["per-task mask"]["refit_seconds"] > 0
     # the per-task mask is one mask: every sentence keeps as many heads
     assert all(row["heads_kept_std"] == 0 for row in sst["methods"]["per-task mask"]["blocks"].values())
-    assert "## SST MiniLM: heads per layer at unchanged prediction" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "## SST MiniLM: heads per layer at unchanged prediction" in report and "Blocks whose fit settled" in report
     assert (tmp_path / "figures" / "components-sst-heads.png").stat().st_size > 0

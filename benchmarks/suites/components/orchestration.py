@@ -78,7 +78,9 @@ def _run_tracr(config: Mapping[str, Any], seed: int, out_dir: Path, figures: Lis
 
 
 def checks(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    r"""The issue's target: amortised DiffMask's mean ROC AUC >= 0.95 on every program and kind."""
-    rows = [line for line in results.get("tracr", {}).get("lines", []) if line.get("method") == "DiffMask"]
-    return [{"target": f"amortised DiffMask ROC AUC >= {TARGET_AUC} ({line['program']}, {line['kind']})",
+    r"""The issue's target: amortised DiffMask's mean ROC AUC >= 0.95 on every
+    program and kind, with fit's defaults and with each variant's options."""
+    rows = [line for line in results.get("tracr", {}).get("lines", [])
+            if str(line.get("method", "")).startswith("DiffMask")]
+    return [{"target": f"amortised {line['method']}: ROC AUC >= {TARGET_AUC} ({line['program']}, {line['kind']})",
              "value": f"{line['auc']:.3f}", "met": bool(line["auc"] >= TARGET_AUC)} for line in rows]

@@ -7,7 +7,11 @@ from typing import Any, Dict, List, Mapping, Sequence, Union
 
 from ...report import fmt, table, write_report as write_generic
 from ...tasks.tracr_models import PROGRAMS
+from .orchestration import checks
 from .tracr import LOGIT_SCALE, PER_TASK_LR
+
+#: The verdicts of a block whose fit ended where it should (the constraint met and the gates settled).
+SETTLED = ("converged", "closed", "needed")
 
 
 def tracr_table(lines: Sequence[Mapping[str, Any]]) -> str:
@@ -90,6 +94,11 @@ def sst_section(sst: Mapping[str, Any]) -> List[str]:
         rows.append([name, "all at once", "-", f"{fmt(100 * result['every_block_agreement'], 1)} %",
                      fmt(result["every_block_kl"]), "-"])
     out += [table(["method", "block", "heads kept", "prediction kept", "KL", "verdict"], rows), ""]
+    verdicts = [row["verdict"] for result in sst["methods"].values() for row in result["blocks"].values()]
+    settled = sum(v in SETTLED for v in verdicts)
+    out += [f"Blocks whose fit settled ({', '.join(SETTLED)}): {settled} of {len(verdicts)}"
+            + ("." if settled else "; these counts describe the fits as they ended and support no conclusion "
+               "about the heads the model needs."), ""]
     cost = [[name, fmt(r["fit_seconds"], 0), fmt(1e3 * r["attribute_seconds"], 2),
              fmt(r.get("refit_seconds"), 0) if "refit_seconds" in r else "-"] for name, r in sst["methods"].items()]
     out += ["Cost:", "", table(["method", "fit (s)", "attribution per sentence (ms)",
@@ -109,5 +118,5 @@ def sections(results: Mapping[str, Any]) -> List[str]:
 
 def write_report(results: Mapping[str, Any], path: Union[str, "os.PathLike[str]"], json_name: str = "results.json") -> str:
     r"""The generic report (run line, targets, figures, configuration) with :func:`sections`."""
-    with_sections: Dict[str, Any] = {**results, "extra_sections": sections(results)}
+    with_sections: Dict[str, Any] = {**results, "extra_sections": sections(results), "checks": checks(results)}
     return write_generic(with_sections, path, json_name)
