@@ -12,7 +12,8 @@ class name says attention, its output projection the last linear map in it that
 writes the hidden size; the down projection is the last such map of the block
 outside the attention.
 
-This module says *where* (:func:`locate_components`) and reads or gates what is
+This module says *where* (:func:`locate_components`, or :func:`named_components`
+for modules the caller names) and reads or gates what is
 there (:func:`read_components`, :func:`gate_components`); what the gates are is
 up to the caller. Hooks are removed on exit, also when the forward raises.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn, Tensor
@@ -143,6 +144,63 @@ def _block_site(model: nn.Module, block: nn.Module, layer: int, kind: str, hidde
         raise ValueError(f"model: no MLP down projection (a linear map to the hidden size outside the attention) "
                          f"in {where}")
     return ComponentSite(f"units.{layer}", layer, outside[-1], _in_features(outside[-1]), 1)
+
+
+#: A block's components named by hand (:func:`named_components`): the module whose
+#: input holds them side by side; with the number of components; with their width.
+ComponentSpec = Union[nn.Module, Tuple[nn.Module, int], Tuple[nn.Module, int, int]]
+
+
+def named_components(kind: str, specs: Mapping[int, ComponentSpec], num_layers: int) -> List[ComponentSite]:
+    r"""
+    The heads or units of every block, at modules the caller names (for a model
+    whose blocks :func:`locate_components`'s rule does not read).
+
+    Args:
+
+        kind (str): ``"heads"`` or ``"units"``.
+        specs (mapping): block k (1..L, every one) -> the module whose input's last
+                    dimension holds the block's components side by side: the
+                    module alone for units of a linear map (one unit per input
+                    feature); ``(module, count)`` for a linear map's input split
+                    into ``count`` components (heads); ``(module, count, width)``
+                    for any module.
+        num_layers (int): L.
+
+    Returns:
+        *list* of :class:`ComponentSite`, one per block, in block order.
+
+    Raises:
+        ValueError: naming ``components``: a block missing or out of range, a
+                    count or width that is not a positive int, a module whose
+                    input width is unknown or not ``count * width``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    blocks = sorted(specs)
+    if blocks != list(range(1, num_layers + 1)):
+        raise ValueError(f"components: name every block 1..{num_layers} once (layer k is block k), got {blocks}")
+    return [_named_site(kind, k, specs[k]) for k in blocks]
+
+
+def _named_site(kind: str, layer: int, spec: ComponentSpec) -> ComponentSite:
+    module, *shape = spec if isinstance(spec, tuple) else (spec,)
+    where = f"components[{layer}]"
+    if not isinstance(module, nn.Module) or len(shape) > 2:
+        raise ValueError(f"{where}: give a module, (module, count) or (module, count, width), got {spec!r}")
+    features = _in_features(module) if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D" else None
+    if not shape and kind == "heads":
+        raise ValueError(f"{where}: give the number of heads, (module, count)")
+    count = shape[0] if shape else features
+    width = shape[1] if len(shape) == 2 else (features // count if features is not None and count else None)
+    for name, value in (("count", count), ("width", width)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {name} must be an int >= 1 (give (module, count, width) for a module "
+                             f"that is not a linear map), got {value!r}")
+    if features is not None and count * width != features:
+        raise ValueError(f"{where}: {count} components of width {width} do not fill the module's {features} "
+                         "input features")
+    return ComponentSite(f"{kind}.{layer}", layer, module, count, width)
 
 
 def _hidden_size(model: nn.Module, locator: SiteLocator) -> int:

@@ -17,7 +17,7 @@ from .distributed import is_main_process
 from .fitting import fit_options, FitOptions, run_fit, signed_with_options
 from .forward import Batch, frozen, model_device
 from .component_probe import ComponentGateProbe
-from .components import locate_components, read_components
+from .components import ComponentSite, ComponentSpec, locate_components, named_components, read_components
 from .gates import COMPONENT_MODES, Gates, layer_sites
 from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
@@ -134,6 +134,13 @@ class DiffMask(SiteAttribution):
                     (the gates' biases alone, fitted on the whole data set:
                     Subnetwork Probing), instead of a probe that reads each
                     input. Default: False
+        components (mapping, optional): component modes: block k (1..L, every
+                    one) -> where its components are, for a model whose blocks
+                    the locating rule does not read: the module whose input holds
+                    them side by side, alone (a linear map's input features as
+                    units), ``(module, count)`` or ``(module, count, width)``
+                    (:func:`~captum_diffmask.components.named_components`); None
+                    locates them (``docs/guide/components.md``). Default: None
 
     Examples::
 
@@ -164,6 +171,7 @@ class DiffMask(SiteAttribution):
         init_bias: float = 5.0,
         votes: str = "per_depth",
         per_task: bool = False,
+        components: Optional[Mapping[int, ComponentSpec]] = None,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -178,7 +186,7 @@ class DiffMask(SiteAttribution):
         self.declared_output = output
         self.mode = mode
         #: the gated components of blocks 1..L (``heads``/``units`` modes; empty otherwise)
-        self.components = locate_components(model, mode, self.locator) if mode in COMPONENT_MODES else []
+        self.components = self._component_sites(components)
         self.temperature = float(temperature)
         self.stretch = (float(stretch[0]), float(stretch[1]))
         self.probe_hidden_size = probe_hidden_size
@@ -200,6 +208,15 @@ class DiffMask(SiteAttribution):
         #: probe of any other layer is its untrained start, which
         #: :meth:`attribute` refuses
         self.fitted_layers: List[int] = []
+
+    def _component_sites(self, components: Optional[Mapping[int, ComponentSpec]]) -> List[ComponentSite]:
+        if self.mode not in COMPONENT_MODES:
+            if components is not None:
+                raise ValueError(f"components: only the modes 'heads' and 'units' gate components, got mode {self.mode!r}")
+            return []
+        if components is None:
+            return locate_components(self.model, self.mode, self.locator)
+        return named_components(self.mode, components, self.num_layers)
 
     @property
     def is_fitted(self) -> bool:
@@ -718,6 +735,7 @@ class DiffMask(SiteAttribution):
         forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto",
         check_weights: bool = True,
+        components: Optional[Mapping[int, ComponentSpec]] = None,
     ) -> "DiffMask":
         r"""
         Loads a checkpoint written by :meth:`save` for ``model``.
@@ -730,6 +748,8 @@ class DiffMask(SiteAttribution):
             check_weights (bool, optional): refuse a model whose parameter values
                         differ from those the probe was fitted on (same
                         architecture, other weights). Default: True
+            components (mapping, optional): as in the constructor, for a probe
+                        fitted with named components. Default: None
 
         Returns:
             *DiffMask*, fitted.
@@ -743,7 +763,8 @@ class DiffMask(SiteAttribution):
         config = dict(checkpoint["config"])
         config["stretch"] = tuple(config["stretch"])
         config.setdefault("votes", "tied")  # written before per-depth votes existed
-        explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg, **config)
+        explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg,
+                        components=components, **config)
         check_model(checkpoint, explainer.model, explainer.locator.describe(), check_weights)
         explainer.restore_probe(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
         # written before fitted layers were recorded: every layer, as then

@@ -127,3 +127,31 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="gates"):
         with gate_components(sites, {"heads.1": torch.ones(1, 2)}):
             pass
+
+
+def test_named_components_give_the_sites_the_rule_finds():
+    from captum_diffmask.components import named_components
+
+    model = tiny_bert()
+    for kind, spec in (("heads", lambda b: (b.attention.output.dense, 2)), ("units", lambda b: b.output.dense)):
+        named = named_components(kind, {k + 1: spec(b) for k, b in enumerate(model.bert.encoder.layer)}, 2)
+        assert named == locate_components(model, kind)
+    block = model.bert.encoder.layer[0]
+    # any module, with its count and width given
+    site = named_components("heads", {1: (block.attention.output.dense, 4, 8), 2: (block.output.dense, 37, 1)}, 2)[0]
+    assert (site.name, site.count, site.width) == ("heads.1", 4, 8)
+
+
+@pytest.mark.parametrize("specs, match", [
+    (lambda b: {1: (b.attention.output.dense, 2)}, r"every block 1\.\.2"),
+    (lambda b: {1: b.attention.output.dense, 2: b.attention.output.dense}, r"components\[1\]: give the number of heads"),
+    (lambda b: {1: (b.attention.output.dense, 3), 2: (b.attention.output.dense, 2)}, r"components\[1\]: .*do not fill"),
+    (lambda b: {1: (torch.nn.Identity(), 2), 2: (torch.nn.Identity(), 2)}, r"components\[1\]: width must be an int"),
+    (lambda b: {1: ("dense", 2), 2: ("dense", 2)}, r"components\[1\]: give a module"),
+])
+def test_named_components_name_what_is_wrong(specs, match):
+    from captum_diffmask.components import named_components
+
+    block = tiny_bert().bert.encoder.layer[0]
+    with pytest.raises(ValueError, match=match):
+        named_components("heads", specs(block), 2)

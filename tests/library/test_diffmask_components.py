@@ -3,6 +3,8 @@ gate per component and input, fitted with the token modes' Lagrangian, read out
 per block, saved and loaded; a head that writes nothing is closed, a needed one
 kept."""
 
+import copy
+
 import pytest
 import torch
 
@@ -140,3 +142,29 @@ def test_the_per_task_mask_is_one_mask_for_every_input_and_finds_the_dead_heads(
                                                             layer=None), keep[:batches[0][0].shape[0]])
     with pytest.raises(ValueError, match="per_task"):
         DiffMask(model, mode="input", per_task=True)
+
+
+def test_components_named_by_hand_gate_a_model_the_rule_cannot_read(tmp_path):
+    model = tiny_bert()
+    batches = [token_batch(seed=i) for i in range(2)]
+    ids, mask = batches[0]
+    located = DiffMask(model, mode="heads")
+    located.fit(batches, max_steps=4, seed=0, verbose=False)
+    expected = located.attribute(ids, additional_forward_args=(mask,), layer=None)
+    # the same model, its attention modules renamed: the locating rule no longer finds them
+    renamed = copy.deepcopy(model)
+    for module in renamed.modules():
+        if "attention" in type(module).__name__.lower():
+            module.__class__ = type("Mixer", (type(module),), {})
+    with pytest.raises(ValueError, match="no attention module"):
+        DiffMask(renamed, mode="heads")
+    heads = {k + 1: (block.attention.output.dense, 2) for k, block in enumerate(renamed.bert.encoder.layer)}
+    named = DiffMask(renamed, mode="heads", components=heads)
+    named.fit(batches, max_steps=4, seed=0, verbose=False)
+    assert torch.allclose(named.attribute(ids, additional_forward_args=(mask,), layer=None), expected, atol=1e-6)
+    named.save(tmp_path / "named.pt")
+    loaded = DiffMask.load(tmp_path / "named.pt", renamed, components=heads)
+    assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,), layer=None),
+                       named.attribute(ids, additional_forward_args=(mask,), layer=None))
+    with pytest.raises(ValueError, match="components: only the modes"):
+        DiffMask(model, mode="input", components=heads)
