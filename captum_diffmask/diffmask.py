@@ -141,6 +141,11 @@ class DiffMask(SiteAttribution):
                     units), ``(module, count)`` or ``(module, count, width)``
                     (:func:`~captum_diffmask.components.named_components`); None
                     locates them (``docs/guide/components.md``). Default: None
+        joint (bool, optional): component modes: fit every block's gates at
+                    once, against one constraint on the model with all of them
+                    applied (one multiplier, one verdict: layer 0), instead of
+                    each block with the others intact; ``attribute`` reads the
+                    same blocks. Default: False
 
     Examples::
 
@@ -172,6 +177,7 @@ class DiffMask(SiteAttribution):
         votes: str = "per_depth",
         per_task: bool = False,
         components: Optional[Mapping[int, ComponentSpec]] = None,
+        joint: bool = False,
     ) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -198,6 +204,9 @@ class DiffMask(SiteAttribution):
         if per_task and mode not in COMPONENT_MODES:
             raise ValueError(f"per_task: a mask shared by every input needs mode 'heads' or 'units', got mode {mode!r}")
         self.per_task = bool(per_task)
+        if joint and mode not in COMPONENT_MODES:
+            raise ValueError(f"joint: one mask over every block needs mode 'heads' or 'units', got mode {mode!r}")
+        self.joint = bool(joint)
         self.probe: Optional[nn.Module] = None
         self.lambdas: Optional[LagrangeMultipliers] = None
         self.site_sizes: Dict[str, int] = {}
@@ -350,11 +359,22 @@ class DiffMask(SiteAttribution):
     @property
     def first_layer(self) -> int:
         r"""The first layer with gates: 1 in the component modes (layer k is
-        block k, whose output is ``hidden.k``), else 0."""
-        return 1 if self.components else 0
+        block k, whose output is ``hidden.k``), else 0; 0 with ``joint``, whose
+        one fitted layer 0 gates every block at once."""
+        return 1 if self.components and not self.joint else 0
+
+    @property
+    def gated_layers(self) -> List[int]:
+        r"""The layers with gates of their own, which a fit trains by default:
+        0..L, blocks 1..L in the component modes, [0] with ``joint``."""
+        return self._layers()
 
     def _layers(self) -> List[int]:
-        return list(range(self.first_layer, self.num_layers + 1))
+        return [0] if self.joint else list(range(self.first_layer, self.num_layers + 1))
+
+    def _fitted_as(self, layers: Sequence[int]) -> List[int]:
+        r"""The fitted layers that ``layers`` need: with ``joint``, every block is layer 0's."""
+        return [0] if self.joint else list(layers)
 
     def scored(self, layer: Any) -> str:
         r"""What ``attribute(..., layer=layer)`` scores: input mode scores the
@@ -374,7 +394,7 @@ class DiffMask(SiteAttribution):
             raise ValueError(f"layer: mode {self.mode!r} gates blocks 1..{self.num_layers} (layer k: the block whose "
                              f"output is hidden.k), got {layer}")
         if self.components:
-            return f"{self.mode}.{layer}"
+            return f"{self.mode}.{layer}" if layer else f"{self.mode}.every"
         return "input" if self.mode == "input" else f"hidden.{layer}"
 
     @property
@@ -528,8 +548,9 @@ class DiffMask(SiteAttribution):
                         votes from ``hidden.0 .. hidden.k``); hidden mode: the
                         states of ``hidden.k``; 0..L, or None for every layer;
                         component modes: block k (1..L, whose output is
-                        ``hidden.k``), or None for every block. Default: 0
-                        (component modes: give it)
+                        ``hidden.k``), or None for every block (with
+                        ``joint``, 0: every block's gates concatenated).
+                        Default: 0 (component modes: give it)
 
         Returns:
             *Tensor* (or a 1-tuple, when ``inputs`` is a tuple) of **attributions**
@@ -540,7 +561,7 @@ class DiffMask(SiteAttribution):
         self._check_fitted()
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
         call = self._prepare(inputs, additional_forward_args, layer)
-        self._check_layers_fitted(self._layers() if layer is None else [layer])
+        self._check_layers_fitted(self._fitted_as(self._layers() if layer is None else [layer]))
         states, _ = self.capture(call, layer_sites(self.mode, layer, self.num_layers), stop_early=True)
         for name, state in states.items():
             if not bool(torch.isfinite(state).all()):
@@ -705,6 +726,7 @@ class DiffMask(SiteAttribution):
             "init_bias": self.init_bias,
             "votes": self.votes,
             "per_task": self.per_task,
+            "joint": self.joint,
             "output": self.declared_output,
         }
 

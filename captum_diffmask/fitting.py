@@ -39,7 +39,7 @@ from .distributed import (
     shared_seed, shared_uniform, sharded,
 )
 from .forward import Batch, frozen
-from .gates import Gates, VOTE_SAMPLING
+from .gates import COMPONENT_MODES, Gates, VOTE_SAMPLING
 from .lookahead import Lookahead
 from .objective import (
     example_kl, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction,
@@ -94,6 +94,9 @@ class Fittable(Protocol):
 
     @property
     def first_layer(self) -> int: ...  # noqa: E704 - 0, or 1 where layer k is block k (the component modes)
+
+    @property
+    def gated_layers(self) -> List[int]: ...  # noqa: E704 - the layers a fit trains by default
 
     @property
     def independent_layers(self) -> bool: ...  # noqa: E704
@@ -284,9 +287,10 @@ class FitOptions:
             return self.lr_lambda
         return DEFAULT_PI_RATE if self.multiplier == "pi" else 1.0
 
-    def check(self, num_layers: int, first_layer: int = 0) -> List[int]:
+    def check(self, num_layers: int, first_layer: int = 0, gated_layers: Optional[Sequence[int]] = None) -> List[int]:
         r"""Validates every option (errors name it); returns the trained layers
-        (``first_layer .. num_layers`` when ``layers`` is None)."""
+        (``gated_layers``, by default ``first_layer .. num_layers``, when
+        ``layers`` is None)."""
         if self.epochs is not None:
             _check_int(self.epochs, "epochs")
         if self.max_steps is not None:
@@ -298,13 +302,14 @@ class FitOptions:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
-        layers = list(range(first_layer, num_layers + 1)) if self.layers is None else list(self.layers)
+        gated = list(range(first_layer, num_layers + 1)) if gated_layers is None else list(gated_layers)
+        layers = gated if self.layers is None else list(self.layers)
         if not layers:
             raise ValueError("layers must name at least one layer")
         for k in layers:
             check_layer(k, num_layers)
-            if k < first_layer:
-                raise ValueError(f"layers: {k} has no gates here; the layers are {first_layer}..{num_layers}")
+            if k not in gated:
+                raise ValueError(f"layers: {k} has no gates here; the layers are {gated}")
         if not self.agreement_valid <= 1:
             raise ValueError(f"agreement_valid must be <= 1, got {self.agreement_valid!r}")
         if self.eps_valid is not None and not self.eps_valid >= 0:
@@ -458,7 +463,7 @@ class _FitLoop:
 def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOptions) -> List[Dict[str, Any]]:
     r"""Trains ``explainer``'s probe as :meth:`DiffMask.fit` documents; returns
     the history and sets ``explainer.convergence``."""
-    layers = options.check(explainer.num_layers, explainer.first_layer)
+    layers = options.check(explainer.num_layers, explainer.first_layer, explainer.gated_layers)
     _check_reiterable(dataloader, options.epochs)
     explainer.follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
@@ -657,6 +662,8 @@ def _sites_to_keep(explainer: Fittable, layer: int, loop: _FitLoop) -> List[str]
     ones a step whose deepest layer is k reads or re-uses (``"needed"``)."""
     names = explainer.site_names
     if loop.options.activations == "all" or explainer.probe is None or loop.optimizers is None:
+        return names
+    if layer == 0 and explainer.mode in COMPONENT_MODES:  # the joint mask reads every block's input
         return names
     return names[: names.index(f"hidden.{layer}") + 1]
 
@@ -910,8 +917,9 @@ def pin_baselines(explainer: Fittable, init_baseline: InitBaseline) -> None:
         targets = {}
         for k, vector in init_baseline.items():
             check_layer(k, explainer.num_layers)
-            if k < explainer.first_layer:
-                raise ValueError(f"init_baseline: layer {k} has no gates in {explainer.mode} mode")
+            if k < explainer.first_layer or (k == 0 and explainer.mode in COMPONENT_MODES):
+                raise ValueError(f"init_baseline: layer {k} has no gates in {explainer.mode} mode"
+                                 + (" (give the blocks 1..L, also for the joint mask)" if k == 0 else ""))
             site, parameter = explainer.gates.masked_site(k)
             targets[site] = (parameter, vector)
     for site, (parameter, vector) in targets.items():

@@ -11,6 +11,9 @@ for either mode.
   ``hidden.{k-1}`` pooled over the input's real positions
   (:class:`~captum_diffmask.component_probe.ComponentGateProbe`); a closed
   component is replaced inside the block (:func:`~captum_diffmask.components.gate_components`).
+  Layer 0, which has no components of its own, is the **joint mask**: every
+  block's gates at once, concatenated (B, sum of counts), fitted against one
+  constraint on the model with all of them applied (``DiffMask(joint=True)``).
 
 The fit samples them (:meth:`Gates.sample`), ``attribute`` returns the keep
 probabilities (:meth:`Gates.keep_probabilities`) and the evaluation applies the
@@ -21,7 +24,7 @@ product here, so the trained and the deployed gates cannot drift apart.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager, Dict, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn, Tensor
@@ -69,6 +72,11 @@ class Gates:
         self.probe, self.mode, self.temperature, self.stretch = probe, mode, temperature, tuple(stretch)
         self.components = {site.layer: site for site in components or []}
 
+    def blocks(self, layer: int) -> List[int]:
+        r"""The blocks whose components the gates of ``layer`` are: ``[layer]``,
+        or every block for layer 0 (the joint mask) in the component modes."""
+        return sorted(self.components) if layer == 0 else [layer]
+
     @property
     def on_components(self) -> bool:
         r"""Whether the gates are on heads or units rather than on positions."""
@@ -87,7 +95,7 @@ class Gates:
         if self.on_components:
             if mask is None:
                 raise ValueError("mask: component gates pool the input's real positions; pass the padding mask")
-            return self.probe(states[f"hidden.{layer - 1}"], mask, layer)
+            return torch.cat([self.probe(states[f"hidden.{k - 1}"], mask, k) for k in self.blocks(layer)], -1)
         return self.probe(states[f"hidden.{layer}"], layer)
 
     def log_keep(self, distribution: HardConcrete, l0_floor: float = 0.0) -> Tensor:
@@ -190,6 +198,12 @@ class Gates:
         if self.mode == "input":
             return "input", self.probe.baseline(layer)
         if self.on_components:
+            if layer == 0:  # the joint mask: every block's, stacked
+                every = [self.probe.baselines[k - 1] for k in self.blocks(0)]
+                if len({b.shape[-1] for b in every}) > 1:
+                    raise ValueError("joint: the blocks' components differ in width, so one baseline tensor cannot "
+                                     "hold them; fit the blocks apart (joint=False)")
+                return f"{self.mode}.every", torch.cat(every)
             return f"{self.mode}.{layer}", self.probe.baselines[layer - 1]
         return f"hidden.{layer}", self.probe.baselines[layer]
 
@@ -198,7 +212,8 @@ class Gates:
         positions, or (B, count) every component of block ``layer``."""
         if not self.on_components:
             return mask
-        return torch.ones(mask.shape[0], self.probe.counts[layer - 1], dtype=mask.dtype, device=mask.device)
+        count = sum(self.probe.counts[k - 1] for k in self.blocks(layer))
+        return torch.ones(mask.shape[0], count, dtype=mask.dtype, device=mask.device)
 
     def replacement(
         self, states: Dict[str, Tensor], gates: Tensor, layer: int, baseline: Optional[Tensor] = None,
@@ -208,9 +223,10 @@ class Gates:
         :meth:`SiteAttribution.replaced_logits`) and the context the pass runs in.
 
         Position modes replace the gated site by ``z * h + (1 - z) * b`` and need
-        no context. Component modes gate the block's components in a context
-        that hooks them, and put back the block's own input, so that only the
-        blocks from ``layer`` on run again. ``baseline``: what closed gates mix
+        no context. Component modes gate the block's components (every block's,
+        for layer 0, the joint mask) in a context that hooks them, and put back
+        the first gated block's input, so that only the blocks from there on run
+        again. ``baseline``: what closed gates mix
         in; None = the learned one (:meth:`masked_site`).
 
         Returns:
@@ -220,20 +236,25 @@ class Gates:
         baseline = learned if baseline is None else baseline
         if not self.on_components:
             return {site: mix_baseline(states[site], gates, baseline)}, contextlib.nullcontext()
-        context = gate_components([self.components[layer]], {site: gates}, {site: baseline})
-        block_input = f"hidden.{layer - 1}"
+        blocks = self.blocks(layer)
+        sizes = [self.probe.counts[k - 1] for k in blocks]
+        names = [self.components[k].name for k in blocks]
+        context = gate_components([self.components[k] for k in blocks], dict(zip(names, gates.split(sizes, -1))),
+                                  dict(zip(names, baseline.split(sizes, 0))))
+        block_input = f"hidden.{blocks[0] - 1}"
         return {block_input: states[block_input]}, context
 
 
 def layer_sites(mode: str, layer: Optional[int], num_layers: int) -> Sequence[str]:
     r"""The sites the gates of ``layer`` (None: every layer) read: input mode
     the input and ``hidden.0 .. hidden.k``; hidden mode ``hidden.k``; the
-    component modes the block's input ``hidden.{k-1}``."""
+    component modes the block's input ``hidden.{k-1}`` (every block's for
+    layer 0, the joint mask)."""
     last = num_layers if layer is None else layer
     if mode == "input":
         return ["input"] + [f"hidden.{j}" for j in range(last + 1)]
-    if mode in COMPONENT_MODES:
-        return [f"hidden.{j}" for j in range(num_layers)] if layer is None else [f"hidden.{layer - 1}"]
+    if mode in COMPONENT_MODES:  # layer 0: the joint mask, which reads every block's input
+        return [f"hidden.{j}" for j in range(num_layers)] if not layer else [f"hidden.{layer - 1}"]
     if layer is None:
         return [f"hidden.{j}" for j in range(num_layers + 1)]
     return [f"hidden.{layer}"]

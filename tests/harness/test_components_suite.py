@@ -78,18 +78,20 @@ def test_the_sst_section_says_why_it_was_skipped():
 def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
     pytest.importorskip("tracr")
     overrides = {"tracr": {"programs": ["sort"], "train_batches": 1, "batch_size": 8, "held_out": 6, "max_steps": 20,
-                           "figure_inputs": 2}, "sst": None}
+                           "figure_inputs": 2, "variants": {"DiffMask, joint": {"joint": True}}}, "sst": None}
     results = runner.run_suite("components", tmp_path, overrides=overrides, verbose=False)
     lines = results["tracr"]["lines"]
     assert [(line["kind"], line["method"]) for line in lines] == [
         (kind, method) for kind in ("heads", "units")
-        for method in ("DiffMask", "per-task mask", "DiffMask, l0_floor 0.05", "attribution patching")]
+        for method in ("DiffMask", "per-task mask", "DiffMask, l0_floor 0.05", "DiffMask, joint", "attribution patching")]
+    joint = [line for line in lines if line["method"] == "DiffMask, joint"]
+    assert all(list(line["verdicts"]) == ["0"] or list(line["verdicts"]) == [0] for line in joint)  # one layer: every block
     for line in lines:
         assert 0.0 <= line["auc_min"] <= line["auc"] <= 1.0 and line["inputs"] == 6
         assert line["active"] <= line["used"]
     assert {c["target"] for c in results["checks"]} == {
         f"amortised {method}: ROC AUC >= 0.95 (sort, {kind})"
-        for method in ("DiffMask", "DiffMask, l0_floor 0.05") for kind in ("heads", "units")}
+        for method in ("DiffMask", "DiffMask, l0_floor 0.05", "DiffMask, joint") for kind in ("heads", "units")}
     report = (tmp_path / "report.md").read_text()
     assert "## tracr: against the components the program uses" in report and "| sort | units |" in report
     assert (tmp_path / "figures" / "components-sort-heads.png").stat().st_size > 0

@@ -168,3 +168,43 @@ def test_components_named_by_hand_gate_a_model_the_rule_cannot_read(tmp_path):
                        named.attribute(ids, additional_forward_args=(mask,), layer=None))
     with pytest.raises(ValueError, match="components: only the modes"):
         DiffMask(model, mode="input", components=heads)
+
+
+def test_the_joint_mask_is_one_layer_that_gates_every_block_at_once(tmp_path):
+    model = tiny_causal_lm("gpt2")
+    batches = [token_batch(seed=i) for i in range(2)]
+    ids, mask = batches[0]
+    explainer = DiffMask(model, mode="heads", joint=True)
+    assert explainer.gated_layers == [0]
+    explainer.fit(batches, max_steps=6, lr=0.05, seed=0, verbose=False)
+    assert explainer.fitted_layers == [0] and list(explainer.convergence) == [0]
+    every = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
+    assert every.shape == (ids.shape[0], 2, 2)
+    assert torch.equal(explainer.attribute(ids, additional_forward_args=(mask,), layer=2), every[:, 1])
+    assert torch.equal(explainer.attribute(ids, additional_forward_args=(mask,), layer=0), every.flatten(1))
+    # layer 0's masked pass is the model with both blocks' deterministic gates at once
+    gates, masked, original = explainer.masked_forward(ids, (mask,), layer=0)
+    assert gates.shape == (ids.shape[0], 4)
+    closed = torch.ones(ids.shape[0], 4)
+    closed[:, 1] = closed[:, 2] = 0  # block 1's head 1 and block 2's head 0
+    with torch.no_grad():
+        replaced, context = explainer.gates.replacement({"hidden.0": None}, closed, 0)
+        sites = explainer.components
+        baselines = {s.name: explainer.learned_baseline(s.layer) for s in sites}
+        with gate_components(sites, {"heads.1": closed[:, :2], "heads.2": closed[:, 2:]}, baselines):
+            by_hand = model(input_ids=ids, attention_mask=mask).logits
+        with context:
+            via_gates = model(input_ids=ids, attention_mask=mask).logits
+        plain = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.allclose(via_gates, by_hand) and list(replaced) == ["hidden.0"]
+    assert not torch.allclose(via_gates, plain, atol=1e-4)  # the closed heads did change the output
+    assert list(explainer.evaluate(batches)) == [0]
+    explainer.save(tmp_path / "joint.pt")
+    loaded = DiffMask.load(tmp_path / "joint.pt", model)
+    assert loaded.joint and torch.equal(loaded.attribute(ids, additional_forward_args=(mask,), layer=None), every)
+    with pytest.raises(ValueError, match="layers: 1 has no gates here"):
+        explainer.fit(batches, layers=[1], max_steps=2, verbose=False)
+    with pytest.raises(ValueError, match="init_baseline: layer 0"):
+        explainer.fit(batches, init_baseline={0: torch.zeros(4, 16)}, max_steps=2, verbose=False)
+    with pytest.raises(ValueError, match="joint: one mask over every block"):
+        DiffMask(model, mode="hidden", joint=True)

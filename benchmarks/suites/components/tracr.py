@@ -53,6 +53,8 @@ DEFAULT_PROGRAMS = ("reverse", "sort", "sort_freq")
 LOGIT_SCALE = 10.0
 #: The per-task mask's learning rate (a bias moves about lr a step under Adam).
 PER_TASK_LR = 0.03
+#: The options of a variant that go to ``DiffMask``'s constructor (the others to ``fit``).
+CONSTRUCTOR_OPTIONS = ("joint", "init_bias", "temperature", "stretch", "probe_hidden_size", "l0")
 #: The kinds of component, as ``DiffMask``'s modes name them.
 KINDS = ("heads", "units")
 
@@ -97,12 +99,15 @@ def every_block_forward(explainer: DiffMask, ids: Tensor, mask: Tensor,
                         masked: Mapping[int, Tuple[Tensor, Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
     r"""
     The model's logits, and those with every block's deterministic gates at once
-    (``masked``: :meth:`DiffMask.masked_forward_layers`), closed components
-    replaced by the learned baselines.
+    (``masked``: :meth:`DiffMask.masked_forward_layers`; a joint mask's layer 0
+    is that already), closed components replaced by the learned baselines.
 
     Returns:
         *tuple* ``(original, kept)`` logits.
     """
+    if 0 in masked:  # the joint mask: its masked pass gated every block at once already
+        _, kept, original = masked[0]
+        return original.detach(), kept.detach()
     gates = {f"{explainer.mode}.{k}": g for k, (g, _, _) in masked.items()}
     baselines = {f"{explainer.mode}.{k}": explainer.learned_baseline(k) for k in masked}
     with torch.no_grad():
@@ -121,15 +126,19 @@ def kept_kl(explainer: DiffMask, ids: Tensor, mask: Tensor) -> float:
 def score_mask(model: torch.nn.Module, kind: str, per_task: bool, train: List[Tuple[Tensor, Tensor]],
                held: Tuple[Tensor, Tensor], seed: int, max_steps: Optional[int],
                fit_options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    r"""One mask fitted on ``train`` (fit's defaults, ``fit_options`` changed) and read on the held-out inputs."""
+    r"""One mask fitted on ``train`` (fit's defaults, ``fit_options`` changed; those
+    that name a constructor argument, as ``joint``, go to the constructor) and
+    read on the held-out inputs."""
+    changed = dict(fit_options or {})
+    init = {key: changed.pop(key) for key in list(changed) if key in CONSTRUCTOR_OPTIONS}
     explainer = DiffMask(model, mode=kind, forward_func=scaled_read_out(model), padding_mask_arg=0, output="all",
-                         per_task=per_task)
+                         per_task=per_task, **init)
     options: Dict[str, Any] = {"init_baseline": _zeros(explainer), "lr_baseline": 0.0, "seed": seed, "verbose": False}
     if per_task:
         options["lr"] = PER_TASK_LR
     if max_steps is not None:
         options["max_steps"] = max_steps
-    options.update(fit_options or {})
+    options.update(changed)
     start = time.perf_counter()
     with quiet_warnings():
         history = explainer.fit(train, **options)
