@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Sequence, Union
 
+from captum_diffmask.convergence import SETTLED
+
 from ...report import fmt, table, write_report as write_generic
 from ...tasks.tracr_models import PROGRAMS
 from .orchestration import checks
 from .tracr import LOGIT_SCALE, PER_TASK_LR
-
-#: The verdicts of a block whose fit ended where it should (the constraint met and the gates settled).
-SETTLED = ("converged", "closed", "needed")
 
 
 def tracr_table(lines: Sequence[Mapping[str, Any]]) -> str:
@@ -83,7 +82,7 @@ def sst_section(sst: Mapping[str, Any]) -> List[str]:
         f"baselines started at the mean head output; scored on {sst['eval_sentences']} dev sentences. Per block: "
         "the heads kept (P > 0.5) per sentence, mean ± std over sentences; the share of sentences whose "
         "prediction the block's kept heads keep; the mean KL; the fit's verdict. A conclusion rests on "
-        "blocks whose verdict is `converged` or `closed`.",
+        "blocks whose verdict is `converged` or `needed`.",
         "",
     ]
     rows = []
@@ -96,9 +95,10 @@ def sst_section(sst: Mapping[str, Any]) -> List[str]:
     out += [table(["method", "block", "heads kept", "prediction kept", "KL", "verdict"], rows), ""]
     verdicts = [row["verdict"] for result in sst["methods"].values() for row in result["blocks"].values()]
     settled = sum(v in SETTLED for v in verdicts)
-    out += [f"Blocks whose fit settled ({', '.join(SETTLED)}): {settled} of {len(verdicts)}"
-            + ("." if settled else "; these counts describe the fits as they ended and support no conclusion "
-               "about the heads the model needs."), ""]
+    caveat = ("." if settled == len(verdicts) else
+              "; the others' counts describe the fits as they ended and support no conclusion about the heads "
+              "the model needs.")
+    out += [f"Blocks whose fit settled ({', '.join(SETTLED)}): {settled} of {len(verdicts)}{caveat}", ""]
     cost = [[name, fmt(r["fit_seconds"], 0), fmt(1e3 * r["attribute_seconds"], 2),
              fmt(r.get("refit_seconds"), 0) if "refit_seconds" in r else "-"] for name, r in sst["methods"].items()]
     out += ["Cost:", "", table(["method", "fit (s)", "attribution per sentence (ms)",
