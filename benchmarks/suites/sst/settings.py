@@ -70,8 +70,8 @@ DEFAULTS: Dict[str, Any] = {
         "Guan": {"steps": 50, "lr": 0.1, "lam": 0.1, "optimizer": "rmsprop", "readout": "inverse"},
         # the sst-erasure suite's budget; lr chosen on train sentences by
         # benchmarks.studies.readout_tuning --suite sst (docs/results/sst-readout-tuning.md:
-        # 3e-5, the grid's lowest; 1e-4 and above end 98.6-99.7 % shut). Not yet in
-        # METHODS: its rows need the suites rerun
+        # 3e-5, the grid's lowest; 1e-4 and above end 98.6-99.7 % shut). The committed
+        # sst and faithfulness reports predate it: its rows come with their next run
         "ReadoutBottleneck": {"batch_size": 64, "max_steps": 400, "lr": 3e-5},
     },
     "cls_sentences": None,  # None: every sentence of the evaluated split
