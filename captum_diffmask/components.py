@@ -58,15 +58,18 @@ class ComponentSite:
     width: int
 
 
+def _is_linear(module: nn.Module) -> bool:
+    r"""Whether ``module`` is a linear map: ``nn.Linear``, or GPT-2's ``Conv1D``."""
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def _out_features(module: nn.Module) -> int:
+    return module.out_features if isinstance(module, nn.Linear) else getattr(module, "nf", None)
+
+
 def _projections(module: nn.Module, hidden: int) -> List[Tuple[str, nn.Module]]:
     r"""The linear maps inside ``module`` that write ``hidden`` features, in order."""
-    found = []
-    for name, child in module.named_modules():
-        if isinstance(child, nn.Linear) and child.out_features == hidden:
-            found.append((name, child))
-        elif type(child).__name__ == "Conv1D" and getattr(child, "nf", None) == hidden:  # GPT-2's linear maps
-            found.append((name, child))
-    return found
+    return [(name, child) for name, child in module.named_modules() if _is_linear(child) and _out_features(child) == hidden]
 
 
 def _in_features(module: nn.Module) -> int:
@@ -188,7 +191,7 @@ def _named_site(kind: str, layer: int, spec: ComponentSpec) -> ComponentSite:
     where = f"components[{layer}]"
     if not isinstance(module, nn.Module) or len(shape) > 2:
         raise ValueError(f"{where}: give a module, (module, count) or (module, count, width), got {spec!r}")
-    features = _in_features(module) if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D" else None
+    features = _in_features(module) if _is_linear(module) else None
     if not shape and kind == "heads":
         raise ValueError(f"{where}: give the number of heads, (module, count)")
     count = shape[0] if shape else features

@@ -367,9 +367,6 @@ class DiffMask(SiteAttribution):
     def gated_layers(self) -> List[int]:
         r"""The layers with gates of their own, which a fit trains by default:
         0..L, blocks 1..L in the component modes, [0] with ``joint``."""
-        return self._layers()
-
-    def _layers(self) -> List[int]:
         return [0] if self.joint else list(range(self.first_layer, self.num_layers + 1))
 
     def _fitted_as(self, layers: Sequence[int]) -> List[int]:
@@ -522,7 +519,7 @@ class DiffMask(SiteAttribution):
     def attributes_every_layer(self) -> bool:
         r"""True once every layer is fitted: ``attribute(layer=None)`` then gives
         (B, T, L + 1) ((B, L, count) in the component modes)."""
-        return self.is_fitted and set(self._layers()) <= set(self.fitted_layers)
+        return self.is_fitted and set(self.gated_layers) <= set(self.fitted_layers)
 
     # -------------------------------------------------------------- attribute
     @attribution_call
@@ -561,7 +558,7 @@ class DiffMask(SiteAttribution):
         self._check_fitted()
         reject_target(target, "DiffMask", "the whole output distribution (KL(original || masked) <= eps)")
         call = self._prepare(inputs, additional_forward_args, layer)
-        self._check_layers_fitted(self._fitted_as(self._layers() if layer is None else [layer]))
+        self._check_layers_fitted(self._fitted_as(self.gated_layers if layer is None else [layer]))
         states, _ = self.capture(call, layer_sites(self.mode, layer, self.num_layers), stop_early=True)
         for name, state in states.items():
             if not bool(torch.isfinite(state).all()):
@@ -625,7 +622,7 @@ class DiffMask(SiteAttribution):
             :meth:`masked_forward` returns it.
         """
         self._check_fitted()
-        chosen = self._layers() if layers is None else list(layers)
+        chosen = self.gated_layers if layers is None else list(layers)
         if not chosen:
             raise ValueError("layers must name at least one layer")
         for k in chosen:

@@ -93,9 +93,6 @@ class Fittable(Protocol):
     def num_layers(self) -> int: ...  # noqa: E704 - a protocol's signature
 
     @property
-    def first_layer(self) -> int: ...  # noqa: E704 - 0, or 1 where layer k is block k (the component modes)
-
-    @property
     def gated_layers(self) -> List[int]: ...  # noqa: E704 - the layers a fit trains by default
 
     @property
@@ -287,10 +284,9 @@ class FitOptions:
             return self.lr_lambda
         return DEFAULT_PI_RATE if self.multiplier == "pi" else 1.0
 
-    def check(self, num_layers: int, first_layer: int = 0, gated_layers: Optional[Sequence[int]] = None) -> List[int]:
+    def check(self, num_layers: int, gated_layers: Optional[Sequence[int]] = None) -> List[int]:
         r"""Validates every option (errors name it); returns the trained layers
-        (``gated_layers``, by default ``first_layer .. num_layers``, when
-        ``layers`` is None)."""
+        (``gated_layers``, by default ``0 .. num_layers``, when ``layers`` is None)."""
         if self.epochs is not None:
             _check_int(self.epochs, "epochs")
         if self.max_steps is not None:
@@ -302,7 +298,7 @@ class FitOptions:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
-        gated = list(range(first_layer, num_layers + 1)) if gated_layers is None else list(gated_layers)
+        gated = list(range(num_layers + 1)) if gated_layers is None else list(gated_layers)
         layers = gated if self.layers is None else list(self.layers)
         if not layers:
             raise ValueError("layers must name at least one layer")
@@ -463,7 +459,7 @@ class _FitLoop:
 def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOptions) -> List[Dict[str, Any]]:
     r"""Trains ``explainer``'s probe as :meth:`DiffMask.fit` documents; returns
     the history and sets ``explainer.convergence``."""
-    layers = options.check(explainer.num_layers, explainer.first_layer, explainer.gated_layers)
+    layers = options.check(explainer.num_layers, explainer.gated_layers)
     _check_reiterable(dataloader, options.epochs)
     explainer.follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
@@ -917,9 +913,9 @@ def pin_baselines(explainer: Fittable, init_baseline: InitBaseline) -> None:
         targets = {}
         for k, vector in init_baseline.items():
             check_layer(k, explainer.num_layers)
-            if k < explainer.first_layer or (k == 0 and explainer.mode in COMPONENT_MODES):
-                raise ValueError(f"init_baseline: layer {k} has no gates in {explainer.mode} mode"
-                                 + (" (give the blocks 1..L, also for the joint mask)" if k == 0 else ""))
+            if k == 0 and explainer.mode in COMPONENT_MODES:  # baselines are per block, also for the joint mask
+                raise ValueError(f"init_baseline: layer 0 has no gates in {explainer.mode} mode (give the blocks "
+                                 "1..L, also for the joint mask)")
             site, parameter = explainer.gates.masked_site(k)
             targets[site] = (parameter, vector)
     for site, (parameter, vector) in targets.items():

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
 from ...progress import log_to_stderr
-from ...tasks.sst.reading import SSTDataError
 from .figures import sst_figure, tracr_figures
 from .sst_heads import run_sst
 from .tracr import score_program
@@ -40,7 +39,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     if sst:
         try:
             results["sst"] = run_sst(sst, seed, verbose)
-        except (SSTDataError, FileNotFoundError, ImportError) as error:
+        except (FileNotFoundError, ImportError) as error:  # SSTDataError is a FileNotFoundError
             results["sst"] = {"skipped": f"{type(error).__name__}: {error}"}
             log_to_stderr(verbose, f"[components] sst skipped: {error}")
         if "figure" in results["sst"] and results["sst"]["figure"]["tokens"]:

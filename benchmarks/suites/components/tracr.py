@@ -105,15 +105,13 @@ def every_block_forward(explainer: DiffMask, ids: Tensor, mask: Tensor,
     Returns:
         *tuple* ``(original, kept)`` logits.
     """
+    original = next(iter(masked.values()))[2].detach()  # the capture pass's, shared by every layer
     if 0 in masked:  # the joint mask: its masked pass gated every block at once already
-        _, kept, original = masked[0]
-        return original.detach(), kept.detach()
+        return original, masked[0][1].detach()
     gates = {f"{explainer.mode}.{k}": g for k, (g, _, _) in masked.items()}
     baselines = {f"{explainer.mode}.{k}": explainer.learned_baseline(k) for k in masked}
-    with torch.no_grad():
-        original = explainer.model_forward(ids, (mask,))
-        with gate_components(explainer.components, gates, baselines):
-            kept = explainer.model_forward(ids, (mask,))
+    with torch.no_grad(), gate_components(explainer.components, gates, baselines):
+        kept = explainer.model_forward(ids, (mask,))
     return original, kept
 
 
