@@ -256,6 +256,12 @@ class SiteAttribution(Attribution):
     #: The name of the method's own call that learns from data (``"fit"``,
     #: ``"fit_statistics"``), whose options ``compare`` routes to it.
     data_step: Optional[str] = None
+    #: Captum's ``multiplies_by_inputs``: whether the scores are a product with
+    #: the state's difference from the baseline (Integrated Gradients).
+    scores_multiply_inputs: bool = False
+    #: Captum's ``has_convergence_delta()``: whether ``attribute`` can return
+    #: ``(scores, delta)`` with ``return_convergence_delta=True``.
+    reports_convergence_delta: bool = False
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
@@ -273,10 +279,10 @@ class SiteAttribution(Attribution):
 
     @property
     def multiplies_by_inputs(self) -> bool:
-        return False
+        return self.scores_multiply_inputs
 
     def has_convergence_delta(self) -> bool:
-        return False
+        return self.reports_convergence_delta
 
     @property
     def num_layers(self) -> int:

@@ -25,7 +25,7 @@ recall 1, F1 0.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -246,6 +246,10 @@ def kept_share(kept: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     return (kept & real).sum(1).float() / real.sum(1).clamp(min=1).float()
 
 
+#: The scores :func:`summarize_agreement` averages (in percent).
+SUMMARY_KEYS = ("precision", "recall", "f1", "optimality", "sufficiency", "l0", "optimal_l0")
+
+
 def agreement_per_example(
     kept: Tensor,
     optimal_sets: Sequence[Tensor],
@@ -291,19 +295,15 @@ def agreement_per_example(
     }
 
 
-def summarize_agreement(
-    kept: Tensor,
-    optimal_sets: Sequence[Tensor],
-    kept_prediction: Tensor,
-    mask: Optional[Tensor] = None,
-) -> Dict[str, float]:
+def summarize_agreement(per_example: Mapping[str, Tensor]) -> Dict[str, float]:
     r"""
     The erasure-agreement scores of one method over a set of examples, each the
-    mean of the per-example values (:func:`agreement_per_example`), as percentages.
+    mean of the per-example values, as percentages.
 
     Args:
 
-        kept, optimal_sets, kept_prediction, mask: as in :func:`agreement_per_example`.
+        per_example (Mapping[str, Tensor]): what :func:`agreement_per_example`
+                    returns: (B,) scores per key, B >= 1.
 
     Returns:
         *dict* with ``precision``, ``recall``, ``f1`` (against the closest optimal
@@ -312,8 +312,9 @@ def summarize_agreement(
         prediction), ``l0`` (mean share of real tokens kept), ``optimal_l0`` (the
         same for the optimal sets), all in percent (0..100), and ``count``.
     """
-    scores = agreement_per_example(kept, optimal_sets, kept_prediction, mask)
-    keys = ("precision", "recall", "f1", "optimality", "sufficiency", "l0", "optimal_l0")
-    summary: Dict[str, float] = {key: 100.0 * float(scores[key].float().mean()) for key in keys}
-    summary["count"] = int(kept.shape[0])
+    missing = [key for key in SUMMARY_KEYS if key not in per_example]
+    if missing:
+        raise ValueError(f"per_example lacks {missing}: pass what agreement_per_example returns")
+    summary: Dict[str, float] = {key: 100.0 * float(per_example[key].float().mean()) for key in SUMMARY_KEYS}
+    summary["count"] = int(per_example["f1"].numel())
     return summary

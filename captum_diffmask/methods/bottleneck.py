@@ -143,7 +143,60 @@ def site_statistics(
     return statistics
 
 
-class PerSampleBottleneck(SiteAttribution):
+class GaussianBottleneck(SiteAttribution):
+    r"""
+    Base of the two bottlenecks of Schulz et al. (2020): a state is mixed with
+    Gaussian noise whose mean and standard deviation, per hidden dimension, are
+    estimated on data, so both need data before they attribute.
+
+    Args:
+
+        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
+                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+    """
+
+    needs_data = True
+
+    def __init__(
+        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
+        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
+    ) -> None:
+        super().__init__(model, sites, forward_func, padding_mask_arg, output)
+        #: ``{site: (mean, std)}``, each (H,) float32, over the data's real tokens.
+        self.statistics: Dict[str, Tuple[Tensor, Tensor]] = {}
+
+    def estimate_statistics(
+        self, dataloader: Iterable[Batch], layer: int, sites: Sequence[str], min_std: float = 0.01,
+        max_batches: Optional[int] = None,
+    ) -> None:
+        r"""Estimates and stores the statistics of ``sites`` (:func:`site_statistics`,
+        whose arguments these are), replacing any stored for them."""
+        self.statistics.update(site_statistics(self, dataloader, layer, sites, min_std, max_batches))
+
+    def noise_statistics(self, site: str, state: Tensor) -> Tuple[Tensor, Tensor]:
+        r"""
+        The stored ``(mean, std)`` of ``site`` on the device of ``state``.
+
+        Args:
+
+            site (str): the site's name.
+            state (Tensor): (B, T, H) the site's state.
+
+        Returns:
+            *tuple* of two (H,) float32 tensors. Raises a ``ValueError`` naming
+            the missing site or the mismatched size.
+        """
+        if site not in self.statistics:
+            raise ValueError(f"layer: no statistics for the site {site!r}; call "
+                             f"{self.data_step}(dataloader, layer=...) for its layer first")
+        mean, std = (t.to(state.device) for t in self.statistics[site])
+        if mean.shape != state.shape[-1:]:
+            raise ValueError(f"layer: the statistics of {site!r} have size {mean.shape[0]}, "
+                             f"the site's states have size {state.shape[-1]}")
+        return mean, std
+
+
+class PerSampleBottleneck(GaussianBottleneck):
     r"""
     Per-Sample Bottleneck (Schulz et al., ICLR 2020) at the token level, as in
     DiffMask's comparison (De Cao et al., 2020, and their code): one parameter
@@ -198,21 +251,12 @@ class PerSampleBottleneck(SiteAttribution):
     """
 
     summary = "Schulz et al. 2020, per-example Gaussian bottleneck"
-    needs_data = True
     data_step = "fit_statistics"
-
-    def __init__(
-        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
-    ) -> None:
-        super().__init__(model, sites, forward_func, padding_mask_arg, output)
-        #: ``{layer: (mean, std)}``, each (H,) float32, set by :meth:`fit_statistics`.
-        self.statistics: Dict[int, Tuple[Tensor, Tensor]] = {}
 
     @torch.no_grad()
     def is_prepared(self, layer: Optional[int]) -> bool:
         r"""Whether the statistics of ``layer``'s site are estimated."""
-        return layer in self.statistics
+        return layer is not None and site_for_layer(layer, self.num_layers) in self.statistics
 
     def prepare_on_data(
         self, train_data: Iterable[Batch], layer: Optional[int], options: Mapping[str, Any], seed: int = 0,
@@ -251,12 +295,12 @@ class PerSampleBottleneck(SiteAttribution):
                         Default: None (all)
 
         Returns:
-            *tuple* ``(mean, std)`` of (H,) float32 tensors.
+            *tuple* ``(mean, std)`` of (H,) float32 tensors, stored as
+            ``statistics[site]``.
         """
         site = site_for_layer(layer, self.num_layers)
-        statistics = site_statistics(self, dataloader, layer, [site], min_std, max_batches)
-        self.statistics[layer] = statistics[site]
-        return self.statistics[layer]
+        self.estimate_statistics(dataloader, layer, [site], min_std, max_batches)
+        return self.statistics[site]
 
     @attribution_call
     def attribute(
@@ -310,7 +354,7 @@ class PerSampleBottleneck(SiteAttribution):
         states, original = self.capture(call)
         assert original is not None
         state = states[call.site]
-        mean, std = self._statistics(layer, state)
+        mean, std = self.noise_statistics(call.site, state)
         # on log-probabilities: a single binary logit is two classes here
         target_index = resolve_target(log_probs(original), target)
         assert target_index is not None
@@ -324,21 +368,6 @@ class PerSampleBottleneck(SiteAttribution):
         with torch.no_grad():
             scores = bottleneck_scores(alpha, state, mean, std, readout)
         return self._finish(scores, call)
-
-    def _statistics(self, layer: int, state: Tensor) -> Tuple[Tensor, Tensor]:
-        r"""The stored (mean, std) of ``layer`` on the state's device; errors
-        say to run :meth:`fit_statistics`."""
-        if layer not in self.statistics:
-            raise ValueError(
-                f"layer: no statistics for layer {layer}; call fit_statistics(dataloader, layer={layer}) first"
-            )
-        mean, std = (t.to(state.device) for t in self.statistics[layer])
-        if mean.shape != state.shape[-1:]:
-            raise ValueError(
-                f"layer: the statistics of layer {layer} have size {mean.shape[0]}, "
-                f"the site's states have size {state.shape[-1]}"
-            )
-        return mean, std
 
     def _loss(
         self, call: PreparedCall, state: Tensor, statistics: Tuple[Tensor, Tensor], alpha: Tensor,

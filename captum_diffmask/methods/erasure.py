@@ -189,6 +189,9 @@ class ExactErasure(ReplacingAttribution):
         baselines: BaselineType = None,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
+        Searches, per example, a smallest set of tokens that keeps the
+        prediction with the rest replaced (see :meth:`search`), and returns one.
+
         Args:
 
             inputs, additional_forward_args, layer: as for every method

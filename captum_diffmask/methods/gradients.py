@@ -13,6 +13,7 @@ contribute nothing and score exactly 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from dataclasses import replace as _replace_fields
 from typing import Any, Optional, Tuple, Union
 
@@ -77,8 +78,40 @@ def _split_targets(logits: Tensor, target: Any) -> Tuple[Optional[Tensor], Optio
     return (None, resolved) if logits.dim() == 3 else (resolved, None)
 
 
+@dataclass
+class SiteProblem:
+    r"""What Captum is handed for one call: ``function(h', ids, *extra)`` the model
+    with the site replaced, the state ``h`` (B, T, H) it is attributed at, the
+    ``baseline`` (B, T, H) (the state itself at padding) and Captum's ``target``."""
+
+    call: PreparedCall
+    function: _SiteFunction
+    state: Tensor
+    baseline: Tensor
+    target: Optional[Tensor]
+
+
+class CaptumSiteAttribution(ReplacingAttribution):
+    r"""Base of the methods that hand the model, as a function of one site's
+    state, to a Captum attribution class (:class:`SiteProblem`)."""
+
+    def site_problem(
+        self, inputs: InputType, additional_forward_args: Any, layer: int, target: TargetType,
+        baselines: BaselineType,
+    ) -> SiteProblem:
+        r"""One capture pass on the call's inputs (arguments as ``attribute``'s)
+        and what Captum is handed."""
+        call = self._prepare(inputs, additional_forward_args, layer)
+        states, logits = self.capture(call)
+        assert logits is not None
+        state = states[call.site].detach()
+        captum_target, targets = _split_targets(logits, target)
+        baseline = self.baseline_for(call, state, baselines)
+        return SiteProblem(call, _SiteFunction(self, call, targets), state, baseline, captum_target)
+
+
 # ------------------------------------------------------------ Integrated Gradients
-class IntegratedGradients(ReplacingAttribution):
+class IntegratedGradients(CaptumSiteAttribution):
     r"""
     Integrated Gradients (Sundararajan et al., 2017) on the state at a site, the
     gradient baseline DiffMask is compared with. Computed by Captum's
@@ -129,6 +162,9 @@ class IntegratedGradients(ReplacingAttribution):
     """
 
     summary = "Integrated Gradients at the site, |sum over H| per token"
+    # (h - b) times the path integral of the gradient, as Captum's own IG
+    scores_multiply_inputs = True
+    reports_convergence_delta = True
 
     def __init__(
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
@@ -156,14 +192,6 @@ class IntegratedGradients(ReplacingAttribution):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         check_positive_int(internal_batch_size, "internal_batch_size", allow_none=True)
-
-    @property
-    def multiplies_by_inputs(self) -> bool:
-        # (h - b) times the path integral of the gradient, as Captum's own IG
-        return True
-
-    def has_convergence_delta(self) -> bool:
-        return True
 
     @attribution_call
     def attribute(  # type: ignore[override]
@@ -205,18 +233,12 @@ class IntegratedGradients(ReplacingAttribution):
             internal_batch_size = self.internal_batch_size
         self._check_options(n_steps, method, reduction, internal_batch_size)
 
-        call = self._prepare(inputs, additional_forward_args, layer)
-        states, logits = self.capture(call)
-        assert logits is not None
-        state = states[call.site].detach()
-        captum_target, targets = _split_targets(logits, target)
-        baseline = self.baseline_for(call, state, baselines)
-
+        problem = self.site_problem(inputs, additional_forward_args, layer, target, baselines)
         attributions, delta = self._integrate(
-            _SiteFunction(self, call, targets), state, baseline, captum_target, n_steps, method,
+            problem.function, problem.state, problem.baseline, problem.target, n_steps, method,
             internal_batch_size, return_convergence_delta,
         )
-        scores = self._finish(reduce_tokens(attributions.detach().float(), reduction), call)
+        scores = self._finish(reduce_tokens(attributions.detach().float(), reduction), problem.call)
         if delta is not None:
             return scores, delta.detach().float()
         return scores
@@ -246,7 +268,7 @@ class IntegratedGradients(ReplacingAttribution):
 
 
 # ------------------------------------------------------------------- Occlusion
-class Occlusion(ReplacingAttribution):
+class Occlusion(CaptumSiteAttribution):
     r"""
     Leave-one-out occlusion of the state at a site, by Captum's
     :class:`captum.attr.Occlusion` with a window of one token
@@ -291,6 +313,9 @@ class Occlusion(ReplacingAttribution):
         perturbations_per_eval: Optional[int] = None,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
+        Replaces each position's state by the baseline in turn and returns how
+        much the target output drops.
+
         Args:
 
             inputs, additional_forward_args, layer: as for every method
@@ -309,24 +334,18 @@ class Occlusion(ReplacingAttribution):
         if perturbations_per_eval is None:
             perturbations_per_eval = self.perturbations_per_eval
         check_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        call = self._prepare(inputs, additional_forward_args, layer)
-        states, logits = self.capture(call)
-        assert logits is not None
-        state = states[call.site].detach()
-        captum_target, targets = _split_targets(logits, target)
-        baseline = self.baseline_for(call, state, baselines)
-
-        hidden = state.shape[-1]
-        occlusion = _CaptumOcclusion(_SiteFunction(self, call, targets))
+        problem = self.site_problem(inputs, additional_forward_args, layer, target, baselines)
+        hidden = problem.state.shape[-1]
+        occlusion = _CaptumOcclusion(problem.function)
         with frozen(self.model), torch.no_grad():
             attributions = occlusion.attribute(
-                state,
+                problem.state,
                 sliding_window_shapes=(1, hidden),
                 strides=(1, hidden),
-                baselines=baseline,
-                target=captum_target,
-                additional_forward_args=(call.ids, *call.extra),
+                baselines=problem.baseline,
+                target=problem.target,
+                additional_forward_args=(problem.call.ids, *problem.call.extra),
                 perturbations_per_eval=perturbations_per_eval,
             )
         # Every feature of a token's window gets the same drop; read one of them.
-        return self._finish(attributions[..., 0].float(), call)
+        return self._finish(attributions[..., 0].float(), problem.call)

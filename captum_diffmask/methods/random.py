@@ -76,9 +76,12 @@ class RandomAttribution(SiteAttribution):
     @attribution_call
     def attribute(
         self, inputs: InputType, target: Any = None, additional_forward_args: Any = None,
-        layer: Optional[int] = 0,
+        layer: int = 0,
     ) -> Union[Tensor, Tuple[Tensor]]:
         r"""
+        Draws uniform scores for the real tokens from the method's own generator
+        (the global RNG is not touched).
+
         Args:
 
             inputs, additional_forward_args, layer: as for every method

@@ -22,13 +22,13 @@ from tqdm.auto import tqdm
 
 from ..attribution import (
     attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
-    SiteAttribution, SitesType,
+    SitesType,
 )
 from ..checks import check_choice, check_non_negative, check_positive_int
 from ..forward import Batch, frozen
 from ..objective import log_probs
 from ..rng import preserved_rng
-from .bottleneck import bottleneck_scores, capacity_nats, noisy_state, site_statistics
+from .bottleneck import bottleneck_scores, capacity_nats, GaussianBottleneck, noisy_state
 
 _GRANULARITIES = ("element", "token")
 _READOUTS = ("capacity", "alpha")
@@ -100,7 +100,7 @@ class ReadoutNetwork(nn.Module):
         return self.layers(features).clamp(-ALPHA_BOUND, ALPHA_BOUND)
 
 
-class ReadoutBottleneck(SiteAttribution):
+class ReadoutBottleneck(GaussianBottleneck):
     r"""
     Readout Bottleneck (Schulz et al., ICLR 2020, Sec. 3.2) at the token level:
     the Per-Sample Bottleneck's noise weights predicted by a network trained once
@@ -154,12 +154,12 @@ class ReadoutBottleneck(SiteAttribution):
     Examples::
 
         >>> bottleneck = ReadoutBottleneck(model)
-        >>> bottleneck.fit(train_loader, layer=3)
-        >>> scores = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3)
+        >>> history = bottleneck.fit(train_loader, layer=3, epochs=2)  # one row per epoch
+        >>> bits = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3)
+        >>> flowing = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3, readout="alpha")
     """
 
     summary = "Schulz et al. 2020, a network reading every layer predicts the bottleneck"
-    needs_data = True
     data_step = "fit"
 
     def __init__(
@@ -171,8 +171,6 @@ class ReadoutBottleneck(SiteAttribution):
         self.networks: Dict[int, ReadoutNetwork] = {}
         #: ``{layer: readout site names}``, in the order the network reads them.
         self.readout_sites: Dict[int, List[str]] = {}
-        #: ``{site: (mean, std)}``, each (H,) float32, over the data's real tokens.
-        self.statistics: Dict[str, Tuple[Tensor, Tensor]] = {}
 
     def is_prepared(self, layer: Optional[int]) -> bool:
         r"""Whether a readout network is fitted for ``layer``."""
@@ -248,7 +246,7 @@ class ReadoutBottleneck(SiteAttribution):
         with preserved_rng(seed), frozen(self.model):
             wanted = [s for s in dict.fromkeys(sites + [site]) if s not in self.statistics]
             if wanted:
-                self.statistics.update(site_statistics(self, train_data, layer, wanted, min_std, statistics_batches))
+                self.estimate_statistics(train_data, layer, wanted, min_std, statistics_batches)
             return self._train(train_data, layer, sites, granularity, (epochs, lr, beta, max_steps), verbose)
 
     def evaluate(
@@ -375,8 +373,8 @@ class ReadoutBottleneck(SiteAttribution):
     def _alpha(self, network: ReadoutNetwork, states: Dict[str, Tensor], sites: List[str],
                target: Optional[Tensor]) -> Tensor:
         r"""(B, T, out) alpha from the normalised readout states."""
-        features = [(states[s].float() - self.statistics[s][0].to(states[s].device))
-                    / self.statistics[s][1].to(states[s].device) for s in sites]
+        statistics = [self.noise_statistics(s, states[s]) for s in sites]
+        features = [(states[s].float() - mean) / std for s, (mean, std) in zip(sites, statistics)]
         return network(torch.cat(features, dim=-1), target if network.target_embedding is not None else None)
 
     def _objective(
@@ -385,7 +383,7 @@ class ReadoutBottleneck(SiteAttribution):
     ) -> Dict[str, Tensor]:
         r"""The training loss of one batch (a mean over its examples) and its terms."""
         state = states[call.site]
-        mean, std = (t.to(state.device) for t in self.statistics[call.site])
+        mean, std = self.noise_statistics(call.site, state)
         alpha = self._alpha(network, states, sites, target)
         real = call.mask.to(state.device).unsqueeze(-1)
         # padding is never perturbed and carries no information cost
@@ -443,7 +441,7 @@ class ReadoutBottleneck(SiteAttribution):
                              "is not one distribution over a fixed set of classes)")
         states, original = self._read(call, sites)
         index = resolve_target(log_probs(original), target) if network.target_embedding is not None else None
-        mean, std = (t.to(states[call.site].device) for t in self.statistics[call.site])
+        mean, std = self.noise_statistics(call.site, states[call.site])
         with torch.no_grad():
             alpha = self._alpha(network, states, sites, index)
             scores = bottleneck_scores(alpha, states[call.site], mean, std, readout)

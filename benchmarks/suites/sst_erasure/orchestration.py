@@ -17,7 +17,7 @@ from torch import Tensor
 
 from captum_diffmask.attribution import method_trait
 from captum_diffmask.evaluation.compare import METHODS
-from captum_diffmask.evaluation.erasure_agreement import top_k_mask
+from captum_diffmask.evaluation.erasure_agreement import summarize_agreement, top_k_mask
 from benchmarks.tasks.sst import SSTData, sst_sites
 
 from ...methods import ALIASES, MethodContext
@@ -36,7 +36,6 @@ from .scoring import (
     miss_breakdown,
     over_seeds,
     Reference,
-    summarize,
 )
 from .settings import BASELINE_KINDS, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, SCORE_KEYS
 
@@ -192,9 +191,9 @@ def _attribute_and_score(name: str, options: Dict[str, Any], record: Dict[str, A
     data, k, sets = scoring.reference.data, scoring.reference.k, scoring.reference.optimal_sets
     kept_runs, scores, seconds, setup = _attribute(name, options, record, scoring)
     per_seed = [scoring.predictor.per_sentence(data, kept, sets) for kept in kept_runs]
-    summary = summarize(per_seed[0])
+    summary = summarize_agreement(per_seed[0])
     if len(per_seed) > 1:  # the scores are the means over the seeds' runs
-        summary, spread = over_seeds([summarize(p) for p in per_seed], scoring.seeds)
+        summary, spread = over_seeds([summarize_agreement(p) for p in per_seed], scoring.seeds)
         record.update(spread)
     record.update({key: summary[key] for key in SCORE_KEYS})
     record["optimal_l0"] = summary["optimal_l0"]
@@ -202,11 +201,11 @@ def _attribute_and_score(name: str, options: Dict[str, Any], record: Dict[str, A
         scoring.per_sentence[name] = mean_per_sentence(per_seed)
         record["misses"] = miss_breakdown(per_seed)
         # the same method's ranking, cut at the optimal size
-        top = summarize(scoring.predictor.per_sentence(data, top_k_mask(scores, k, data.mask), sets))
+        top = summarize_agreement(scoring.predictor.per_sentence(data, top_k_mask(scores, k, data.mask), sets))
         record.update({f"topk_{key}": top[key] for key in ("precision", "recall", "f1", "sufficiency")})
     elif scores_are_probabilities(name):
         # its own output: the tokens it keeps with probability > 0.5, no size given
-        own = summarize(scoring.predictor.per_sentence(data, (scores > 0.5) & data.mask.bool(), sets))
+        own = summarize_agreement(scoring.predictor.per_sentence(data, (scores > 0.5) & data.mask.bool(), sets))
         record["own"] = {key: own[key] for key in SCORE_KEYS}
     empty_data = scoring.reference.empty_data
     if empty_data is not None:  # scored apart, then all solved sentences together
@@ -276,7 +275,7 @@ def _score_empty_optimum(
     else:
         empty_kept = torch.zeros_like(empty_data.mask)  # top-0
     empty_sets = [torch.zeros(1, empty_data.ids.shape[1])] * len(empty_data)
-    empty_summary = summarize(scoring.predictor.per_sentence(empty_data, empty_kept, empty_sets))
+    empty_summary = summarize_agreement(scoring.predictor.per_sentence(empty_data, empty_kept, empty_sets))
     return empty_optimum_scores(empty_summary, empty_kept, summary)
 
 

@@ -45,7 +45,7 @@ class Reference:
 
 def combine_summaries(summaries: Sequence[Mapping[str, float]]) -> Dict[str, float]:
     r"""The scores of the union of disjoint sets of sentences, from each set's
-    :func:`summarize_agreement` (every score is a mean over sentences)."""
+    :func:`~captum_diffmask.evaluation.erasure_agreement.summarize_agreement` (every score is a mean over sentences)."""
     total = sum(int(x["count"]) for x in summaries)
     out: Dict[str, float] = {"count": total}
     for key in SCORE_KEYS:
@@ -74,14 +74,6 @@ def over_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> 
     }
     summary = {**summaries[0], **{key: statistics.mean(p[key] for p in summaries) for key in SCORE_KEYS}}
     return summary, spread
-
-
-def summarize(per_sentence: Mapping[str, Tensor]) -> Dict[str, Any]:
-    r"""A method's scores over sentences (in percent, each the mean of the
-    per-sentence values) from its :meth:`~.attributions.MaskedPredictor.per_sentence`."""
-    summary: Dict[str, Any] = {key: 100.0 * float(per_sentence[key].float().mean()) for key in SCORE_KEYS + ("optimal_l0",)}
-    summary["count"] = int(per_sentence["f1"].numel())
-    return summary
 
 
 def mean_per_sentence(per_seed: Sequence[Mapping[str, Tensor]]) -> Dict[str, Tensor]:

@@ -131,7 +131,7 @@ def test_agreement_per_example_hand_made():
     assert scores["optimality"].tolist() == [0.0, 1.0, 0.0] and scores["sufficiency"].tolist() == [1.0, 1.0, 0.0]
     assert scores["kept_size"].tolist() == [2, 1, 0] and scores["optimal_size"].tolist() == [1, 1, 1]
     torch.testing.assert_close(scores["l0"], torch.tensor([0.5, 1 / 3, 0.0]))
-    summary = summarize_agreement(kept, sets, torch.tensor([True, True, False]), b([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]]))
+    summary = summarize_agreement(scores)
     for key in ("precision", "recall", "f1", "optimality", "sufficiency", "l0", "optimal_l0"):
         assert summary[key] == pytest.approx(100 * float(scores[key].mean()))  # the summary is their mean
 
@@ -139,7 +139,7 @@ def test_agreement_per_example_hand_made():
 def test_summarize_agreement_means_in_percent():
     kept = b([[1, 1, 0, 0], [0, 1, 0, 0]])
     sets = [b([[1, 0, 0, 0], [0, 0, 1, 0]]), b([[0, 1, 0, 0]])]
-    summary = summarize_agreement(kept, sets, torch.tensor([True, True]), b([[1, 1, 1, 1], [1, 1, 1, 0]]))
+    summary = summarize_agreement(agreement_per_example(kept, sets, torch.tensor([True, True]), b([[1, 1, 1, 1], [1, 1, 1, 0]])))
     # row 0: closest {0}: P 1/2, R 1, F1 2/3; row 1: exact: 1, 1, 1
     assert summary["precision"] == pytest.approx(75.0)
     assert summary["recall"] == pytest.approx(100.0)
@@ -150,5 +150,7 @@ def test_summarize_agreement_means_in_percent():
     assert summary["optimal_l0"] == pytest.approx(100 * (1 / 4 + 1 / 3) / 2)
     assert summary["count"] == 2
     # kept words at padding do not count
-    padded = summarize_agreement(b([[1, 0, 0, 1]]), [b([[1, 0, 0, 0]])], torch.tensor([True]), b([[1, 1, 1, 0]]))
+    padded = summarize_agreement(agreement_per_example(b([[1, 0, 0, 1]]), [b([[1, 0, 0, 0]])], torch.tensor([True]), b([[1, 1, 1, 0]])))
     assert padded["f1"] == pytest.approx(100.0) and padded["optimality"] == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="per_example lacks"):
+        summarize_agreement({"f1": torch.ones(2)})

@@ -46,7 +46,7 @@ def test_fit_statistics_pools_real_tokens_and_floors_std():
     real = torch.cat(real)
     assert torch.allclose(mean, real.mean(0), atol=1e-5)
     assert torch.allclose(std, real.std(0, unbiased=False), atol=1e-4)
-    assert bottleneck.statistics[2][0] is mean
+    assert bottleneck.statistics["hidden.2"][0] is mean
     # the floor applies to constant dimensions
     _, floored = bottleneck.fit_statistics(batches, layer=2, min_std=10.0)
     assert torch.all(floored == 10.0)
