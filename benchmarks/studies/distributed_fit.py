@@ -46,7 +46,7 @@ def _toy(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
 
 
 def _sst(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
-    from benchmarks.suites.sst.loading import load_model
+    from benchmarks.suites.minilm.loading import load_model
     from benchmarks.suites.sst.settings import DEFAULTS
     from benchmarks.tasks import sst_bert
     from benchmarks.tasks.sst import read_sst

@@ -29,7 +29,7 @@ import torch
 
 from benchmarks.runner import build_config, load_suite
 from benchmarks.suites.squad import loading
-from benchmarks.suites.sst.fitting import fit_diffmask
+from benchmarks.suites.minilm.fitting import fit_diffmask
 
 HISTORY_KEYS = ("epoch", "layer", "kl", "l0", "lambda", "steps", "status", "valid_kl", "valid_l0", "valid_agreement")
 

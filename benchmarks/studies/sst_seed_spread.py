@@ -40,7 +40,7 @@ import torch
 import captum_diffmask.fitting as fitting
 from captum_diffmask import Convergence, DiffMask
 from benchmarks.suites import sst as suite
-from benchmarks.suites.sst.fitting import OnDevice
+from benchmarks.suites.minilm.fitting import OnDevice
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
 

@@ -167,7 +167,7 @@ def test_faithfulness_scores_the_gates_of_the_chosen_readout():
 
 
 def test_convergence_section_checks_the_held_out_read_out_against_eps():
-    from benchmarks.suites.sst.report import convergence_section
+    from benchmarks.suites.minilm.convergence import convergence_section
 
     window = {"kept": 0.5, "kl": 0.01, "lam": 3.0}
     run = {"seed": 0, "options": {"eps": 0.01},
@@ -184,7 +184,7 @@ def test_convergence_section_checks_the_held_out_read_out_against_eps():
 
 @needs_sst
 def test_fits_in_worker_processes_give_the_probes_of_one_process():
-    from benchmarks.suites.sst.loading import load_bench
+    from benchmarks.suites.minilm.loading import load_bench
     from benchmarks.suites.sst.orchestration import fit_in_workers
 
     config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2})

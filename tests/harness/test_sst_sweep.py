@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.studies import sst_sweep
 from benchmarks.suites import sst as suite
-from benchmarks.suites.sst.fitting import SUITE_KEYS
+from benchmarks.suites.minilm.fitting import SUITE_KEYS
 from captum_diffmask import DiffMask
 from captum_diffmask.convergence import STATUSES
 from tiny_models import needs_sst

@@ -31,7 +31,7 @@ from captum_diffmask import DiffMask
 from captum_diffmask.objective import example_kl, log_probs
 
 from ...progress import log_to_stderr
-from ..sst import loading as sst_loading
+from ..minilm import loading as sst_loading
 from ..sst import settings as sst_settings
 from .tracr import every_block_forward, PER_TASK_LR, quiet_warnings
 

@@ -16,9 +16,9 @@ from captum_diffmask.methods import RandomAttribution
 
 from ...methods import MethodContext, prepare
 from ...progress import log_to_stderr
-from ..sst.attributions import AttentionScores, attribute_at, per_sentence
-from ..sst.fitting import fit_diffmask
-from ..sst.loading import Bench, load_bench
+from ..minilm.attributions import AttentionScores, attribute_at, per_sentence
+from ..minilm.fitting import fit_diffmask
+from ..minilm.loading import Bench, load_bench
 from .export import write_jsonl
 from .figure import curves_figure
 from .rationales import rationale_masks, word_tokens

@@ -15,15 +15,15 @@ from benchmarks.tasks.squad import best_spans, span_text, squad_scores
 from benchmarks.tasks.squad import window_batches
 
 from ...progress import bar, log_to_stderr
-from ..sst.attributions import per_sentence
-from ..sst.fitting import fit_diffmask
+from ..minilm.attributions import per_sentence
+from ..minilm.fitting import fit_diffmask
 from .loading import Bench
 
 
 def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verbose: bool) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""
     DiffMask in ``mode`` fitted on ``bench.train`` and validated on
-    ``bench.valid`` (:func:`benchmarks.suites.sst.fitting.fit_diffmask`: layers
+    ``bench.valid`` (:func:`benchmarks.suites.minilm.fitting.fit_diffmask`: layers
     drawn per batch, the sparsest epoch that keeps the bound on the validation
     windows restored), with ``config["diffmask"]``'s settings.
 

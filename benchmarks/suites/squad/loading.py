@@ -12,7 +12,7 @@ from torch import nn
 
 from ...progress import log
 from ...records import cached
-from ..sst.loading import subset
+from ..minilm.loading import FineTuned, subset
 from ...tasks.sst import default_data_dir
 from ...tasks.squad import (
     best_spans, encode_squad, read_squad, span_text, split_by_article, SquadExample, SquadFeatures, squad_scores,
@@ -103,13 +103,11 @@ def load_qa_model(
 
 
 @dataclass
-class Bench:
-    r"""The model, the windows and the model's answers of one run.
+class Bench(FineTuned):
+    r"""The fine-tuned QA model (with a fast tokenizer), the windows and the
+    model's answers of one run (:class:`FineTuned`'s attributes, and:)
 
     Attributes:
-        model (nn.Module): the fine-tuned QA model, in eval mode.
-        tokenizer (Any): its fast tokenizer.
-        model_info (dict): the model's record in the results.
         train (SquadFeatures): windows of the fine-tuning articles DiffMask is fitted on.
         valid (SquadFeatures): windows of the fine-tuning articles held apart
                     from the fit, on which it validates.
@@ -122,9 +120,6 @@ class Bench:
                     when no span) and ``answers`` its text.
     """
 
-    model: nn.Module
-    tokenizer: Any
-    model_info: Dict[str, Any]
     train: SquadFeatures
     valid: SquadFeatures
     held_out: List[SquadExample]
@@ -132,11 +127,6 @@ class Bench:
     questions: List[int]
     spans: Dict[int, Optional[Tuple[int, int, int]]]
     answers: List[str]
-
-    @property
-    def layers(self) -> int:
-        r"""The model's number of blocks."""
-        return int(self.model.config.num_hidden_layers)
 
 
 def load_bench(config: Mapping[str, Any], verbose: bool) -> Bench:

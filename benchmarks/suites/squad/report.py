@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, List, Mapping
 
 from ...report import configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
-from ..sst.report import convergence_section
+from ..minilm.convergence import convergence_section
 from .analysis import GROUPS
 from .observations import MIN_POS_TOKENS
 
@@ -17,7 +17,6 @@ MODES = ("input", "hidden")
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
     r"""Writes the suite's report (markdown) to ``path`` and returns its text."""
-    model = results["model"]
     env = results.get("environment", {})
     lines = [f"# {results['title']}", "",
              f"Suite `squad`, **{results.get('mode', '?')}** run, DiffMask seed {results['seeds'][0]}, "

@@ -22,18 +22,19 @@ Section 6.1 and its sentiment appendix), beside every other method.
      time per sentence over one forward pass, for every method.
 
 The package: :mod:`.settings` (the configuration, the paper's numbers, the
-targets), :mod:`.loading` (the model and the splits), :mod:`.fitting`
-(DiffMask's fit and faithfulness), :mod:`.attributions` (the methods over the
-sentences), :mod:`.scoring` (the numbers), :mod:`.speed`, :mod:`.figures`,
-:mod:`.orchestration` (:func:`run`) and :mod:`.report` (:func:`write_report`).
+targets), :mod:`.scoring` (the numbers), :mod:`.speed`, :mod:`.figures`,
+:mod:`.orchestration` (:func:`run`) and :mod:`.report` (:func:`write_report`);
+the model and the splits, DiffMask's fit and faithfulness, and the methods over
+the sentences are :mod:`benchmarks.suites.minilm`'s, shared with the
+faithfulness and squad suites.
 """
 
-from .attributions import AttentionScores, per_sentence
-from .fitting import faithfulness, fit_diffmask, HELD_OUT_MARGIN, OnDevice
-from .loading import load_model, subset, validation_split
+from ..minilm.attributions import AttentionScores, per_sentence
+from ..minilm.fitting import faithfulness, fit_diffmask, HELD_OUT_MARGIN, macro_f1_and_accuracy, OnDevice
+from ..minilm.loading import load_model, subset, validation_split
 from .orchestration import run
 from .report import write_report
-from .scoring import cls_is_largest, layers_kept_by_group, macro_f1_and_accuracy, stability
+from .scoring import cls_is_largest, layers_kept_by_group, stability
 from .scoring import label_groups as _label_groups  # the name the tests know it by
 from .settings import DEFAULTS, DESCRIPTION, HEATMAP_METHODS, STABILITY_TARGETS, METHODS, PAPER, QUICK
 from .speed import time_finetune_steps

@@ -13,8 +13,8 @@ from torch import Tensor
 from captum_diffmask.visualization import layer_heatmaps, save_figure
 from benchmarks.tasks.sst import LABEL_NAMES
 
-from .attributions import attribute_at
-from .loading import Bench
+from ..minilm.attributions import attribute_at
+from ..minilm.loading import Bench
 from .settings import HEATMAP_METHODS
 
 

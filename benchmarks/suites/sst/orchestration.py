@@ -22,10 +22,10 @@ from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...methods import MethodContext
 from ...progress import log_to_stderr
-from .attributions import attribute_at, per_sentence, prepare_method
+from ..minilm.attributions import attribute_at, per_sentence, prepare_method
 from .figures import groups_figure, heatmaps
-from .fitting import faithfulness, fit_diffmask
-from .loading import Bench, load_bench
+from ..minilm.fitting import faithfulness, fit_diffmask
+from ..minilm.loading import Bench, load_bench
 from .scoring import cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability
 from .settings import METHODS
 from .speed import measure_speed

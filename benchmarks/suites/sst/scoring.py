@@ -11,15 +11,8 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import seed_std
-from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import LABEL_NAMES, SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
-
-
-def macro_f1_and_accuracy(predictions: Tensor, labels: Tensor) -> Dict[str, float]:
-    r"""Macro-F1 over the five classes and accuracy of ``predictions``, in percent."""
-    return {"macro_f1": 100.0 * sst_bert.macro_f1(predictions, labels, len(LABEL_NAMES)),
-            "accuracy": 100.0 * float((predictions == labels).float().mean())}
 
 
 def mean_faithfulness(runs: List[Dict[str, Any]]) -> Dict[str, Any]:

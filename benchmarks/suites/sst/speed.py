@@ -16,8 +16,8 @@ from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...progress import bar
 from ...records import median_seconds
-from .attributions import attribute_at
-from .loading import Bench
+from ..minilm.attributions import attribute_at
+from ..minilm.loading import Bench
 
 
 def time_finetune_steps(model: nn.Module, data: EncodedSST, batch_size: int, batches: int, seed: int) -> float:

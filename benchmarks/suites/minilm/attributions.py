@@ -1,4 +1,4 @@
-"""The sst suite's attributions: any method over a data set sentence by
+"""The MiniLM suites' attributions: any method over a data set sentence by
 sentence, the attention baseline, and the comparison methods set up."""
 
 from __future__ import annotations

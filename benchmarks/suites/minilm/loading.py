@@ -1,4 +1,4 @@
-"""The sst suite's model and data: the fine-tuned classifier (cached), the SST
+"""The MiniLM suites' model and data: the fine-tuned classifier (cached), the SST
 splits and their encodings."""
 
 from __future__ import annotations
@@ -105,13 +105,31 @@ def validation_split(
 
 
 @dataclass
-class Bench:
-    r"""The model and the encoded sentences of one run.
+class FineTuned:
+    r"""A fine-tuned model of one run.
 
     Attributes:
-        model (nn.Module): the fine-tuned classifier, in eval mode.
+        model (nn.Module): the fine-tuned model, in eval mode.
         tokenizer (Any): its tokenizer.
         model_info (dict): the model's record in the results.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    model_info: Dict[str, Any]
+
+    @property
+    def layers(self) -> int:
+        r"""The model's number of blocks."""
+        return int(self.model.config.num_hidden_layers)
+
+
+@dataclass
+class Bench(FineTuned):
+    r"""The fine-tuned classifier and the encoded sentences of one run
+    (:class:`FineTuned`'s attributes, and:)
+
+    Attributes:
         train (EncodedSST): the sentences DiffMask is fitted on (the train
                     split less the validation sentences when those come from it).
         valid (EncodedSST): the sentences DiffMask's fit validates on
@@ -119,17 +137,9 @@ class Bench:
         evaluated (EncodedSST): the sentences of the evaluated split.
     """
 
-    model: nn.Module
-    tokenizer: Any
-    model_info: Dict[str, Any]
     train: EncodedSST
     valid: EncodedSST
     evaluated: EncodedSST
-
-    @property
-    def layers(self) -> int:
-        r"""The model's number of blocks."""
-        return int(self.model.config.num_hidden_layers)
 
 
 def load_bench(config: Mapping[str, Any], verbose: bool) -> Bench:

@@ -1,0 +1,47 @@
+"""The MiniLM suites' convergence table: per fit and layer, where DiffMask's fit
+stood when it stopped."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Mapping
+
+from captum_diffmask.fitting import last_rows
+
+from ...report import fmt, table
+from .fitting import HELD_OUT_MARGIN
+
+
+def convergence_section(dm: Mapping[str, Any]) -> List[str]:
+    r"""Per fit and layer: the convergence status at the end of the fit and the
+    last window's means (``DiffMask.convergence``); empty for runs made before
+    fit reported it."""
+    rows, held_out = [], False
+    for mode in ("input", "hidden"):
+        for run in dm[mode]["runs"]:
+            eps = float(run.get("options", {}).get("eps", math.nan))
+            last_epoch = last_rows(run.get("history") or [])
+            for layer, report in sorted((run.get("convergence") or {}).items(), key=lambda item: int(item[0])):
+                last = report["windows"][-1] if report["windows"] else {}
+                row = [mode, run["seed"], layer, f"**{report['status']}**", report["steps"], fmt(last.get("kept"), 3),
+                       fmt(last.get("kl"), 4), fmt(last_epoch.get(int(layer), {}).get("kl_deployed"), 4),
+                       fmt(last.get("lam"), 3)]
+                if run.get("heldout"):
+                    held_out = True
+                    kl = run["heldout"][str(layer)]["kl"]
+                    row.append(f"{fmt(kl, 4)} {'ok' if kl <= HELD_OUT_MARGIN * eps else 'over'}")
+                rows.append(row)
+    if not rows:
+        return []
+    headers = ["mode", "seed", "layer", "status", "steps", "kept share", "KL (constraint)", "KL deployed (last epoch)",
+               "lambda"] + ([f"held-out deterministic KL (<= eps x {HELD_OUT_MARGIN:g})"] if held_out else [])
+    return ["## Convergence per layer", "",
+            "Where each fit stood when it stopped (`DiffMask.convergence`): the layer's status, the steps "
+            "trained at it, and the means of its last window of steps (kept share of the training gates, the "
+            "constraint the multiplier held, multiplier); the last epoch's mean KL of the deterministic gates; "
+            "without checkpoint selection, the deterministic read-out's KL on the held-out train sentences. "
+            "`converged`: the kept share and the multiplier settled and the constraint within eps x 1.25; "
+            "`needed`: every gate open because closing the positions the probe ranks least needed breaks the "
+            "constraint; `unsettled`: still moving when the cap came; `violated`: the constraint above eps x "
+            "1.25; `open`/`closed`: every gate open without that measurement / every gate closed.", "",
+            table(headers, [r + [""] * (len(headers) - len(r)) for r in rows]), ""]
