@@ -70,13 +70,19 @@ def test_tiny_run_is_complete_and_writes_the_report_and_export(tmp_path):
         for record in metrics.values():
             assert len(record["comprehensiveness"]) == 2 and -1 <= record["aopc_comprehensiveness"] <= 1
             assert record["aopc_sufficiency"] == pytest.approx(sum(record["sufficiency"]) / 2)
+    own = results["metrics"]["own baseline"]
+    assert set(own) == {f"DiffMask layer {k}" for k in range(L + 1)}
+    for name, record in own.items():
+        assert record["seeds"] == 2 and record["aopc_sufficiency"] == pytest.approx(sum(record["sufficiency"]) / 2)
+    # the learned baselines are not [MASK]'s embedding: the same scores read otherwise
+    assert any(own[n]["sufficiency"] != results["metrics"]["baseline"][n]["sufficiency"] for n in own)
     baseline = results["metrics"]["baseline"]
     assert baseline["DiffMask mean"]["seeds"] == 2 and baseline["Random"]["seeds"] == 2
     assert baseline["Occlusion"]["seeds"] == 1 and results["metrics"]["attention"]["Random"]["seeds"] == 1
     assert 0 <= baseline["Random"]["auprc/non-neutral"] <= 1
     report = (tmp_path / "report.md").read_text()
     for heading in ("ERASER's metrics, tokens removed by `baseline`", "`attention`", "Plausibility",
-                    "Where DiffMask stands", "Speed", "Export"):
+                    "Where DiffMask stands", "DiffMask with its own baseline as the removal", "Speed", "Export"):
         assert heading in report
     assert (tmp_path / results["figures"]["curves"]).stat().st_size > 1000
     lines = (tmp_path / "eraser" / "annotations.jsonl").read_text().splitlines()

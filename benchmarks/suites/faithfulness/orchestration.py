@@ -27,6 +27,8 @@ from .settings import METHODS
 
 #: name -> per seed, per sentence the (T_i,) scores; and the seconds per sentence of each.
 ScoreSets = Dict[str, List[List[Tensor]]]
+#: The metrics' key of DiffMask's depths scored with their own learned baselines.
+OWN_BASELINE = "own baseline"
 
 
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
@@ -36,12 +38,14 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     bench = load_bench(config, verbose)
     data = bench.evaluated
-    sets, seconds, fits = diffmask_scores(config, bench, seeds, verbose)
+    sets, seconds, fits, own_baselines = diffmask_scores(config, bench, seeds, verbose)
     method_sets, method_seconds, failures = method_scores(config, bench, seeds, verbose)
     sets.update(method_sets)
     seconds.update(method_seconds)
     seconds["forward"] = _forward_seconds(bench)
     metrics = score_all(config, bench, sets, verbose)
+    if config.get("own_baseline", False):
+        metrics[OWN_BASELINE] = score_own_baselines(config, bench, sets, own_baselines, verbose)
     figure = curves_figure(metrics, config["fractions"], config["all_seeds_removal"],
                            out_dir / "figures" / "faithfulness_curves.png")
     export = write_jsonl(out_dir, data, {n: s[0] for n, s in sets.items()},
@@ -50,7 +54,8 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "title": f"Faithfulness and plausibility on SST-5 with {bench.model_info['source']}",
         "split": config.get("split", "dev"), "model": bench.model_info, "seeds": seeds,
         "fractions": list(config["fractions"]), "removals": list(config["removals"]),
-        "all_seeds_removal": config["all_seeds_removal"], "metrics": metrics, "seconds_per_sentence": seconds,
+        "all_seeds_removal": config["all_seeds_removal"], "own_baseline": bool(config.get("own_baseline", False)),
+        "metrics": metrics, "seconds_per_sentence": seconds,
         "diffmask_fits": fits, "failures": failures, "figures": {"curves": figure}, "export": export,
         "notes": [],
     }
@@ -82,14 +87,16 @@ def _forward_seconds(bench: Bench) -> float:
 
 def diffmask_scores(
     config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
-) -> Tuple[ScoreSets, Dict[str, float], List[Dict[str, Any]]]:
+) -> Tuple[ScoreSets, Dict[str, float], List[Dict[str, Any]], Dict[str, List[Tensor]]]:
     r"""DiffMask in input mode fitted per seed as the sst suite fits it; its
     scores at every layer (``DiffMask layer k``) and their mean over layers
     (``DiffMask mean``), per seed; seconds per sentence of one attribution pass;
-    each fit's convergence record."""
+    each fit's convergence record; per ``DiffMask layer k``, each seed's learned
+    baseline of depth k, (H,)."""
     sets: ScoreSets = {}
     seconds: List[float] = []
     fits = []
+    baselines: Dict[str, List[Tensor]] = {}
     for seed in seeds:
         log_to_stderr(verbose, f"[faithfulness] DiffMask input, seed {seed}")
         explainer, info = fit_diffmask(bench.model, "input", bench.train, bench.valid, config, seed, verbose)
@@ -100,8 +107,9 @@ def diffmask_scores(
                      "convergence": {k: v.get("status") for k, v in info["convergence"].items()}})
         for k in range(scores[0].shape[-1]):
             sets.setdefault(f"DiffMask layer {k}", []).append([s[:, k] for s in scores])
+            baselines.setdefault(f"DiffMask layer {k}", []).append(explainer.learned_baseline(k))
         sets.setdefault("DiffMask mean", []).append([s.mean(-1) for s in scores])
-    return sets, {"DiffMask": min(seconds)}, fits
+    return sets, {"DiffMask": min(seconds)}, fits, baselines
 
 
 def _method(name: str, options: Mapping[str, Any], ctx: MethodContext) -> Callable[[Tensor, Tensor], Tensor]:
@@ -140,6 +148,26 @@ def method_scores(
             sets.setdefault(name, []).append(scores)
             seconds[name] = min(seconds.get(name, per), per)
     return sets, seconds, failures
+
+
+def score_own_baselines(
+    config: Mapping[str, Any], bench: Bench, sets: ScoreSets, baselines: Mapping[str, List[Tensor]], verbose: bool,
+) -> Dict[str, Any]:
+    r"""Per ``DiffMask layer k``: the summary across seeds with each seed's scores
+    read with the removed tokens' input embeddings replaced by that fit's learned
+    baseline of depth k (what DiffMask's own gates put in their place), not [MASK]'s."""
+    data = bench.evaluated
+    candidates, rationales = word_tokens(data), rationale_masks(data)
+    metrics: Dict[str, Any] = {}
+    for name, per_baseline in baselines.items():
+        summaries = []
+        for scores, baseline in zip(sets[name], per_baseline):
+            eraser = TokenEraser(bench.model, removal="baseline", baseline=baseline)
+            summaries.append(summarize(per_sentence_metrics(
+                eraser, data, scores, candidates, rationales, config["fractions"], int(config["batch_size"]),
+                verbose, f"own baseline: {name}")))
+        metrics[name] = across_seeds(summaries)
+    return metrics
 
 
 def score_all(config: Mapping[str, Any], bench: Bench, sets: ScoreSets, verbose: bool) -> Dict[str, Dict[str, Any]]:

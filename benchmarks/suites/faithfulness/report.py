@@ -28,6 +28,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines += _plausibility_section(results)
     lines += [f"![comprehensiveness and sufficiency against k]({results['figures']['curves']})", ""]
     lines += _diffmask_section(results)
+    lines += _own_baseline_section(results)
     lines += _speed_section(results)
     lines += _export_section(results["export"])
     notes = list(results.get("notes") or []) + [f"{n} failed: {e}" for n, e in results.get("failures", {}).items()]
@@ -104,6 +105,28 @@ def _diffmask_section(results: Mapping[str, Any]) -> List[str]:
         counts = {s: statuses.count(s) for s in sorted(set(statuses))}
         lines.append(f"- DiffMask's fits (as the sst suite's): per-layer status at the end {counts}.")
     return lines + [""]
+
+
+def _own_baseline_section(results: Mapping[str, Any]) -> List[str]:
+    r"""DiffMask's depths with [MASK] and with their own learned baseline as the
+    removal, side by side (absent from runs made without it)."""
+    own = results["metrics"].get("own baseline")
+    if not own:
+        return []
+    mask = results["metrics"].get("baseline", {})
+    rows = [[name, _with_std(mask[name], "aopc_comprehensiveness") if name in mask else "n/a",
+             _with_std(record, "aopc_comprehensiveness"),
+             _with_std(mask[name], "aopc_sufficiency") if name in mask else "n/a",
+             _with_std(record, "aopc_sufficiency")] for name, record in own.items()]
+    best = min(own, key=lambda n: own[n]["aopc_sufficiency"])
+    return ["## DiffMask with its own baseline as the removal", "",
+            "DiffMask's gates replace the tokens they close by the depth's learned baseline, not by [MASK]'s "
+            "embedding: the same scores, the removed tokens' input embeddings replaced by that fit's baseline of "
+            "the depth (every seed). Lower sufficiency with its own baseline than with [MASK]'s says the masks "
+            "are sufficient under the replacement they were trained with.", "",
+            table(["score set", "AOPC comp., [MASK]", "AOPC comp., own baseline", "AOPC suff., [MASK]",
+                   "AOPC suff., own baseline"], rows), "",
+            f"- Lowest AOPC sufficiency with its own baseline: {best} ({fmt(own[best]['aopc_sufficiency'], 3)}).", ""]
 
 
 def _sufficiency_verdict(metrics: Mapping[str, Any], names: List[str]) -> str:

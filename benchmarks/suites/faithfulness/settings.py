@@ -49,6 +49,9 @@ DEFAULTS: Dict[str, Any] = {
     # removals scored for every score set; the others for the first seed's only
     "removals": ["baseline", "attention"],
     "all_seeds_removal": "baseline",
+    # DiffMask's depths scored again with the removed tokens' embeddings replaced by
+    # the depth's own learned baseline (what its gates put in their place), every seed
+    "own_baseline": True,
     "batch_size": 64,
     "export_sentences": None,  # None: every evaluated sentence in the ERASER-style JSONL
     "cache": True,
