@@ -14,8 +14,9 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
-#: A layer's states at the end of a fit.
-STATUSES = ("converged", "needed", "unsettled", "violated", "open", "closed")
+#: A layer's states at the end of a fit (``collapsed``: every gate closed with the
+#: constraint violated; ``closed``: every gate closed within it).
+STATUSES = ("converged", "needed", "unsettled", "violated", "open", "closed", "collapsed")
 #: The statuses that end a layer's fit with a verdict (no warning): the gates
 #: settled within the constraint, or every gate open because the output needs
 #: the positions (see :class:`Convergence`).
@@ -229,9 +230,10 @@ class LayerMonitor:
         if last is None:
             return "unsettled"
         c = self.criterion
+        violated = self._recent_kl() > self.eps * (1 + c.tol_kl)
         if last.kept <= c.closed_share:
-            return "closed"
-        if self._recent_kl() > self.eps * (1 + c.tol_kl):
+            return "collapsed" if violated else "closed"
+        if violated:
             return "violated"
         if last.kept >= c.open_share:
             # all open is a verdict only when closing the positions the probe
@@ -278,10 +280,12 @@ class LayerMonitor:
             return f"layer {self.layer}: not trained (no step drawn it); raise epochs or max_steps"
         figures = (f"kept share {last.kept:.3f}, KL {last.kl:.4f} (eps {self.eps:g}), "
                    f"lambda {last.lam:.3g}, {self.steps} steps")
-        if status == "closed":
-            what = ("every gate closed; if the KL is above eps the gates collapsed (no gradient "
-                    "reaches a closed gate): try a lower lr or a larger lr_lambda; if the KL is within "
-                    "eps, the output does not need this layer's positions")
+        if status == "collapsed":
+            what = ("every gate closed with the constraint violated: the gates collapsed (no gradient "
+                    "reaches a closed gate); try a lower lr or a larger lr_lambda")
+        elif status == "closed":
+            what = ("every gate closed within the constraint: the output does not look to need this "
+                    "layer's positions (not counted as converged)")
         elif status == "violated":
             what = "the constraint is still violated: raise the cap (epochs, max_steps) or eps"
         elif status == "open" and last.closure is not None:

@@ -472,8 +472,8 @@ class DiffMask(SiteAttribution):
             ``kl`` (nats), ``l0`` (share of real tokens whose gate is open) and
             ``agreement`` (masked argmax == original argmax), the final
             ``lambda``, ``steps``, the epoch's ``seconds``, the layer's
-            convergence ``status`` (``converged``, ``unsettled``, ``violated``,
-            ``open``, ``closed``) and ``converged``; with ``validation`` also
+            convergence ``status`` (one of
+            :data:`~captum_diffmask.convergence.STATUSES`) and ``converged``; with ``validation`` also
             ``valid_kl``, ``valid_l0``, ``valid_agreement``, ``valid_seconds``
             and ``selected`` (True on the rows of the restored epoch).
         """

@@ -44,13 +44,22 @@ def test_moving_kept_share_or_multiplier_is_unsettled(kept, lam):
     (0.01, 0.99, "open"),       # every gate open while the KL is far inside eps
     (0.09, 0.99, "open"),       # open with the KL near eps: needed, or stuck; never "converged"
     (0.09, 0.9, "converged"),   # a tenth of the gates closed with the constraint active
-    (0.8, 0.002, "closed"),     # collapsed
-    (0.0, 0.002, "closed"),     # or not read at all: still reported
+    (0.8, 0.002, "collapsed"),  # every gate closed, the constraint broken
+    (0.0, 0.002, "closed"),     # every gate closed within it: not read at all
 ])
 def test_statuses_of_a_settled_layer(kl, kept, status):
     monitor = LayerMonitor(1, eps=0.1, criterion=CRITERION)
     _feed(monitor, 4, kl=kl, kept=kept, lam=1.0)
     assert monitor.status() == status
+
+
+def test_all_closed_advice_tells_a_collapse_from_a_layer_not_needed():
+    collapsed, unneeded = LayerMonitor(1, 0.1, CRITERION), LayerMonitor(1, 0.1, CRITERION)
+    _feed(collapsed, 4, kl=0.8, kept=0.002, lam=5.0)
+    _feed(unneeded, 4, kl=0.05, kept=0.002, lam=0.5)
+    assert "collapsed" in collapsed.advice() and "lr_lambda" in collapsed.advice()
+    assert "does not look to need" in unneeded.advice() and "collapsed" not in unneeded.advice()
+    assert not collapsed.report()["converged"] and not unneeded.report()["converged"]
 
 
 def test_all_open_advice_tells_slack_from_a_binding_constraint():

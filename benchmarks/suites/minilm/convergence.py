@@ -43,5 +43,6 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
             "`converged`: the kept share and the multiplier settled and the constraint within eps x 1.25; "
             "`needed`: every gate open because closing the positions the probe ranks least needed breaks the "
             "constraint; `unsettled`: still moving when the cap came; `violated`: the constraint above eps x "
-            "1.25; `open`/`closed`: every gate open without that measurement / every gate closed.", "",
+            "1.25; `open`: every gate open without that measurement; `closed` / `collapsed`: every gate closed, "
+            "within the constraint / with it broken.", "",
             table(headers, [r + [""] * (len(headers) - len(r)) for r in rows]), ""]
