@@ -37,7 +37,7 @@ from captum_diffmask.methods.readout_bottleneck import COLLAPSED
 
 from ..methods import MethodContext, prepare
 from ..records import to_jsonable
-from ..suites.sst import loading as sst_loading
+from ..suites.minilm import loading as sst_loading
 from ..suites.sst import settings as sst_settings
 from ..suites.sst_erasure import loading as erasure_loading
 from ..suites.sst_erasure import settings as erasure_settings

@@ -40,6 +40,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import torch
 
+from captum_diffmask.evaluation.erasure_agreement import summarize_agreement
+
 from ..runner import merge
 
 from ..records import to_jsonable
@@ -47,7 +49,7 @@ from ..suites.sst_erasure import settings
 from ..suites.sst_erasure.attributions import MaskedPredictor, run_mask_method
 from ..suites.sst_erasure.loading import load_bench
 from ..suites.sst_erasure.orchestration import erasure_reference, mask_run_info
-from ..suites.sst_erasure.scoring import miss_breakdown, summarize
+from ..suites.sst_erasure.scoring import miss_breakdown
 
 
 def combinations(grid: Mapping[str, Sequence[Any]]) -> Iterator[Dict[str, Any]]:
@@ -91,7 +93,7 @@ def tune(spec: Mapping[str, Any], out: Path, sentences: int, seed: int, verbose:
                 run = run_mask_method(row, bench.model, data, bench.baseline, options, len(data), seed, False)
                 per_sentence = predictor.per_sentence(data, run.kept, sets)
                 line = {"row": row, "options": options, "shared": shared, "per_row": per_row,
-                        **summarize(per_sentence), **mask_run_info([run], options),
+                        **summarize_agreement(per_sentence), **mask_run_info([run], options),
                         "misses": miss_breakdown([per_sentence]), "seconds": time.perf_counter() - start,
                         "sentences": len(data), "searched": len(bench.short)}
                 with open(out, "a", encoding="utf-8") as handle:
