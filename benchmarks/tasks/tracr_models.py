@@ -39,11 +39,12 @@ PROGRAMS: Dict[str, Tuple[str, Tuple[Any, ...], int]] = {
     "palindrome": ("whether each token equals its mirror image (categorical)", ("a", "b", "c"), 5),
     "sort_desc": ("the tokens sorted, largest first (categorical; the tokens are distinct)", (1, 2, 3, 4, 5), 5),
     "reverse_sorted": ("the tokens sorted, then reversed (categorical; the tokens are distinct)", (1, 2, 3, 4, 5), 5),
+    "sort_freq_asc": ("the tokens sorted by how often they occur, least frequent first (categorical)", ("a", "b", "c"), 5),
 }
 #: The programs whose inputs hold each token at most once.
 DISTINCT_TOKENS = ("sort_unique", "sort_desc", "reverse_sorted")
 #: The programs the component modes' settings are chosen on (never reported).
-DEVELOPMENT_PROGRAMS = ("palindrome", "sort_desc", "reverse_sorted")
+DEVELOPMENT_PROGRAMS = ("palindrome", "sort_desc", "reverse_sorted", "sort_freq_asc")
 
 
 def _program(name: str) -> Any:
@@ -68,6 +69,8 @@ def _program(name: str) -> Any:
         return lib.make_sort_unique(rasp.tokens, rasp.categorical(rasp.Map(lambda x: -x, rasp.tokens)))
     if name == "reverse_sorted":
         return lib.make_reverse(lib.make_sort_unique(rasp.tokens, rasp.tokens))
+    if name == "sort_freq_asc":
+        return lib.make_sort(rasp.tokens, lib.make_hist(), max_seq_len=PROGRAMS[name][2], min_key=1)
     raise KeyError(f"name must be one of {sorted(PROGRAMS)}, got {name!r}")
 
 
