@@ -188,13 +188,13 @@ def active_components(model: torch.nn.Module, ids: Tensor, mask: Tensor, toleran
     return {kind: torch.stack(values, 1) for kind, values in seen.items()}
 
 
-def _aucs(scores: np.ndarray, truth: np.ndarray) -> List[float]:
+def aucs_per_input(scores: np.ndarray, truth: np.ndarray) -> List[float]:
     r"""Per input (rows of ``scores``, (N, C)), the ROC AUC against ``truth``, (C,) or (N, C)."""
     rows = np.broadcast_to(truth, scores.shape)
     return [roc_auc(row, labels) for row, labels in zip(scores, rows)]
 
 
-def _fmean(values: List[float]) -> float:
+def mean_defined(values: List[float]) -> float:
     kept = [v for v in values if v == v]  # an input with no active or no idle component has no AUC
     return statistics.fmean(kept) if kept else float("nan")
 
@@ -239,12 +239,12 @@ def score_program(name: str, seed: int, config: Mapping[str, Any]) -> Tuple[List
             figure["kinds"][kind]["methods"][method] = scores[:shown].tolist()
             flat = scores.reshape(scores.shape[0], -1).numpy()
             now = (active[kind].numpy() & truth[None]).reshape(flat.shape[0], -1)
-            aucs, active_aucs = _aucs(flat, truth.reshape(-1)), _aucs(flat, now)
+            aucs, active_aucs = aucs_per_input(flat, truth.reshape(-1)), aucs_per_input(flat, now)
             unused = ~truth.reshape(-1)
             lines.append({
                 "program": name, "kind": kind, "method": method, "seed": seed, "components": int(truth.size),
-                "used": int(truth.sum()), "active": float(now.sum(1).mean()), "auc": _fmean(aucs),
-                "auc_min": min(a for a in aucs if a == a), "auc_active": _fmean(active_aucs), "inputs": len(aucs),
+                "used": int(truth.sum()), "active": float(now.sum(1).mean()), "auc": mean_defined(aucs),
+                "auc_min": min(a for a in aucs if a == a), "auc_active": mean_defined(active_aucs), "inputs": len(aucs),
                 "mean_score_used": float(flat[:, ~unused].mean()), "mean_score_unused": float(flat[:, unused].mean()),
                 "per_task_refit_seconds": refits, **result,
             })
