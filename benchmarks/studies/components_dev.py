@@ -31,6 +31,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "l0_floor 0.05": {"l0_floor": 0.05},
     "l0_floor 0.05, lr 1e-3": {"l0_floor": 0.05, "lr": 1e-3},
     "joint, l0_floor 0.05, lr 1e-3": {"joint": True, "l0_floor": 0.05, "lr": 1e-3},
+    "joint, l0_floor 0.1, lr 1e-3": {"joint": True, "l0_floor": 0.1, "lr": 1e-3},
 }
 
 

@@ -83,7 +83,7 @@ def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
     lines = results["tracr"]["lines"]
     assert [(line["kind"], line["method"]) for line in lines] == [
         (kind, method) for kind in ("heads", "units")
-        for method in ("DiffMask", "per-task mask", "DiffMask, l0_floor 0.05, lr 1e-3", "DiffMask, joint, l0_floor 0.05, lr 1e-3",
+        for method in ("DiffMask", "per-task mask", "DiffMask, l0_floor 0.05, lr 1e-3", "DiffMask, joint, l0_floor 0.1, lr 1e-3",
                        "DiffMask, joint", "attribution patching")]
     joint = [line for line in lines if line["method"] == "DiffMask, joint"]
     assert all(list(line["verdicts"]) == ["0"] or list(line["verdicts"]) == [0] for line in joint)  # one layer: every block
@@ -92,7 +92,7 @@ def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
         assert line["active"] <= line["used"]
     assert {c["target"] for c in results["checks"]} == {
         f"amortised {method}: ROC AUC >= 0.95 (sort, {kind})"
-        for method in ("DiffMask", "DiffMask, l0_floor 0.05, lr 1e-3", "DiffMask, joint, l0_floor 0.05, lr 1e-3", "DiffMask, joint")
+        for method in ("DiffMask", "DiffMask, l0_floor 0.05, lr 1e-3", "DiffMask, joint, l0_floor 0.1, lr 1e-3", "DiffMask, joint")
         for kind in ("heads", "units")}
     report = (tmp_path / "report.md").read_text()
     assert "## tracr: against the components the program uses" in report and "| sort | units |" in report
