@@ -8,7 +8,7 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites.components.report import sst_section, tracr_table
-from benchmarks.suites.components.tracr import roc_auc
+from benchmarks.suites.components.tracr import idle_separation, roc_auc
 from tiny_models import needs_sst
 
 
@@ -23,6 +23,19 @@ def test_roc_auc_is_the_chance_a_used_component_scores_above_an_unused_one():
     pairs = [(p > n) + 0.5 * (p == n) for p in scores[labels] for n in scores[~labels]]
     assert roc_auc(scores, labels) == pytest.approx(np.mean(pairs))
     assert np.isnan(roc_auc(np.ones(3), np.ones(3, dtype=bool)))
+
+
+def test_idle_separation_compares_the_idle_used_components_with_the_unused_only():
+    used = np.array([True, True, False, False])
+    active = np.array([[True, False, False, False], [False, False, False, False]])
+    # input 0: idle used component 1 (0.4) above both unused (0.1, 0.3); input 1: both
+    # used are idle, 0.2 and 0.6 against 0.5 and 0.2 (pairs: 0, 0.5, 1, 1 -> 0.625)
+    scores = np.array([[0.9, 0.4, 0.1, 0.3], [0.2, 0.6, 0.5, 0.2]])
+    result = idle_separation(scores, used, active)
+    assert result["auc_idle_unused"] == pytest.approx((1.0 + 0.625) / 2)
+    assert result["median_active"] == pytest.approx(0.9)
+    assert result["median_idle"] == pytest.approx(0.4)  # 0.4, 0.2, 0.6
+    assert result["median_unused"] == pytest.approx(0.25)  # 0.1, 0.3, 0.5, 0.2
 
 
 def test_the_inputs_start_with_bos_and_pad_the_rest():
@@ -96,6 +109,8 @@ def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
         for kind in ("heads", "units")}
     report = (tmp_path / "report.md").read_text()
     assert "## tracr: against the components the program uses" in report and "| sort | units |" in report
+    assert "### Idle used components against unused ones" in report
+    assert all(0.0 <= line["auc_idle_unused"] <= 1.0 for line in lines if line["auc_idle_unused"] == line["auc_idle_unused"])
     assert (tmp_path / "figures" / "components-sort-heads.png").stat().st_size > 0
 
 

@@ -66,8 +66,32 @@ def tracr_section(tracr: Mapping[str, Any]) -> List[str]:
         "",
         tracr_table(lines),
         "",
+        *idle_section(lines),
     ]
     return out
+
+
+def idle_section(lines: Sequence[Mapping[str, Any]]) -> List[str]:
+    r"""The used components idle on an input against the unused ones, per line."""
+    rows = [[line["program"], line["kind"], line["method"], fmt(line["auc_idle_unused"]), fmt(line["median_active"]),
+             fmt(line["median_idle"]), fmt(line["median_unused"])]
+            for line in lines if "auc_idle_unused" in line]
+    if not rows:
+        return []
+    return [
+        "### Idle used components against unused ones",
+        "",
+        "On one input, a used component that is idle there (not active) and an unused one have the same "
+        "effect when closed: none. A per-input mask is then given no reason to rank the first above the "
+        "second, and the ROC AUC against the used components counts every such pair. The first column: per "
+        "input, the ROC AUC of the idle used components' scores against the unused ones' (0.5: no better "
+        "than chance; what a method reaches there comes from what it shares across inputs); then the median "
+        "score of the active, the idle and the unused components over every input.",
+        "",
+        table(["program", "component", "method", "ROC AUC, idle vs unused", "median score, active",
+               "median score, idle", "median score, unused"], rows),
+        "",
+    ]
 
 
 def sst_section(sst: Mapping[str, Any]) -> List[str]:

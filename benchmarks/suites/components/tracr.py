@@ -194,6 +194,35 @@ def aucs_per_input(scores: np.ndarray, truth: np.ndarray) -> List[float]:
     return [roc_auc(row, labels) for row, labels in zip(scores, rows)]
 
 
+def idle_separation(scores: np.ndarray, used: np.ndarray, active: np.ndarray) -> Dict[str, float]:
+    r"""
+    Whether a method tells the used components that are idle on an input apart
+    from the unused ones: on that input the two have the same effect (none), so
+    a per-input mask is given no reason to rank one above the other; only what it
+    shares across inputs can.
+
+    Args:
+
+        scores (np.ndarray): (N, C), each input's scores.
+        used (np.ndarray): (C,) bool, the components the program uses.
+        active (np.ndarray): (N, C) bool, the used components active on each input.
+
+    Returns:
+        *dict*: ``auc_idle_unused`` (mean over inputs of the ROC AUC of the idle
+        used components against the unused ones; 0.5: no better than chance), and
+        the median score of the active, the idle and the unused components.
+    """
+    idle = used[None] & ~active
+    unused = np.broadcast_to(~used[None], scores.shape)
+    aucs = [roc_auc(row[i | u], i[i | u]) for row, i, u in zip(scores, idle, unused)]
+
+    def median(where: np.ndarray) -> float:
+        return float(np.median(scores[where])) if where.any() else float("nan")
+
+    return {"auc_idle_unused": mean_defined(aucs), "median_active": median(active), "median_idle": median(idle),
+            "median_unused": median(unused)}
+
+
 def mean_defined(values: List[float]) -> float:
     kept = [v for v in values if v == v]  # an input with no active or no idle component has no AUC
     return statistics.fmean(kept) if kept else float("nan")
@@ -246,6 +275,7 @@ def score_program(name: str, seed: int, config: Mapping[str, Any]) -> Tuple[List
                 "used": int(truth.sum()), "active": float(now.sum(1).mean()), "auc": mean_defined(aucs),
                 "auc_min": min(a for a in aucs if a == a), "auc_active": mean_defined(active_aucs), "inputs": len(aucs),
                 "mean_score_used": float(flat[:, ~unused].mean()), "mean_score_unused": float(flat[:, unused].mean()),
+                **idle_separation(flat, truth.reshape(-1), now),
                 "per_task_refit_seconds": refits, **result,
             })
     return lines, figure
