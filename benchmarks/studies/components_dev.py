@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -86,7 +88,8 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--variants", default=None, help="JSON: label -> fit options (default: VARIANTS)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", default=None, help="write the report here")
-    args = parser.parse_args(list(argv) or None)
+    arguments = list(argv) or sys.argv[1:]
+    args = parser.parse_args(arguments)
     unknown = [p for p in args.programs if p not in tm.DEVELOPMENT_PROGRAMS]
     if unknown:
         parser.error(f"--programs: {unknown} are not development programs {tm.DEVELOPMENT_PROGRAMS}")
@@ -101,7 +104,7 @@ def main(argv: Sequence[str] = ()) -> None:
                     print(f"{name} {kind} {row['variant']}: AUC {row['auc']:.3f}, active {row['auc_active']:.3f}, "
                           f"KL {row['kept_kl']:.3f}, {row['verdicts']} ({row['seconds']:.0f} s)", flush=True)
     if args.markdown:
-        command = "python -m benchmarks.studies.components_dev --markdown " + args.markdown
+        command = "python -m benchmarks.studies.components_dev " + shlex.join(arguments)
         with open(args.markdown, "w", encoding="utf-8") as out:
             out.write(markdown(rows, command))
 
