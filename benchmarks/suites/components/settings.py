@@ -29,7 +29,7 @@ DEFAULTS: Dict[str, Any] = {
         # -> 0.970, its blocks no longer collapsed); and the joint mask, one
         # constraint on every block at once, with lr 1e-3 and the floor at 0.1 (the
         # development programs' units: mean ROC AUC 0.927 at floor 0.05, 0.943 at 0.1;
-        # heads 1.000 at both; docs/results/components-dev.md)
+        # heads 1.000 at both; docs/results/components-dev-joint.md)
         "variants": {"DiffMask, l0_floor 0.05, lr 1e-3": {"l0_floor": 0.05, "lr": 1e-3},
                      "DiffMask, joint, l0_floor 0.1, lr 1e-3": {"joint": True, "l0_floor": 0.1, "lr": 1e-3}},
     },
