@@ -6,7 +6,8 @@ on programs the components suite never reports
 and variant the ROC AUC against the components the program uses and against
 those active on the input, the KL of the model with every block's kept
 components, the kept share and each block's verdict. The inputs and the fit are
-the suite's (:func:`benchmarks.suites.components.tracr.score_mask`, seed 0).
+the suite's (:func:`benchmarks.suites.components.tracr.score_mask`, seed 0 unless
+``--seed`` says another).
 
 Run::
 
@@ -53,7 +54,7 @@ def score(name: str, kind: str, variants: Mapping[str, Mapping[str, Any]], seed:
         result = suite.score_mask(model, kind, False, train, held, seed, max_steps, options)
         flat = result["scores"].reshape(result["scores"].shape[0], -1).numpy()
         now = (active & used[None]).reshape(flat.shape[0], -1)
-        rows.append({"program": name, "kind": kind, "variant": label, "used": int(used.sum()),
+        rows.append({"program": name, "kind": kind, "variant": label, "seed": seed, "used": int(used.sum()),
                      "components": int(used.size), "auc": suite.mean_defined(suite.aucs_per_input(flat, used.reshape(-1))),
                      "auc_active": suite.mean_defined(suite.aucs_per_input(flat, now)), "kept_kl": result["kept_kl"],
                      "kept_share": result["kept_share"], "verdicts": result["verdicts"],
@@ -73,7 +74,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], command: str) -> str:
                for variant, v in means.items()]
     return "\n".join([
         "# Component masks on the development tracr programs", "",
-        f"Command: `{command}`. Amortised DiffMask (the components suite's inputs and fit, seed 0) with fit's "
+        f"Command: `{command}`. Amortised DiffMask (the components suite's inputs and fit, seed "
+        f"{', '.join(sorted({str(r['seed']) for r in rows}))}) with fit's "
         "options changed; programs the suite never reports. ROC AUC per held-out input against the components "
         "the program uses and against those active on the input; KL of the model with every block's kept "
         "components; kept share; each block's verdict.", "",
@@ -87,6 +89,7 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--kinds", nargs="+", default=["units", "heads"])
     parser.add_argument("--variants", default=None, help="JSON: label -> fit options (default: VARIANTS)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="the inputs' and the fits' seed")
     parser.add_argument("--markdown", default=None, help="write the report here")
     arguments = list(argv) or sys.argv[1:]
     args = parser.parse_args(arguments)
@@ -99,7 +102,7 @@ def main(argv: Sequence[str] = ()) -> None:
     with suite.quiet_warnings():
         for name in args.programs:
             for kind in args.kinds:
-                for row in score(name, kind, variants):
+                for row in score(name, kind, variants, seed=args.seed):
                     rows.append(row)
                     print(f"{name} {kind} {row['variant']}: AUC {row['auc']:.3f}, active {row['auc_active']:.3f}, "
                           f"KL {row['kept_kl']:.3f}, {row['verdicts']} ({row['seconds']:.0f} s)", flush=True)
