@@ -52,12 +52,9 @@ def score(name: str, kind: str, variants: Mapping[str, Mapping[str, Any]], seed:
     for label, options in variants.items():
         start = time.perf_counter()
         result = suite.score_mask(model, kind, False, train, held, seed, max_steps, options)
-        flat = result["scores"].reshape(result["scores"].shape[0], -1).numpy()
-        now = (active & used[None]).reshape(flat.shape[0], -1)
         rows.append({"program": name, "kind": kind, "variant": label, "seed": seed, "used": int(used.sum()),
-                     "components": int(used.size), "auc": suite.mean_defined(suite.aucs_per_input(flat, used.reshape(-1))),
-                     "auc_active": suite.mean_defined(suite.aucs_per_input(flat, now)), "kept_kl": result["kept_kl"],
-                     "kept_share": result["kept_share"], "verdicts": result["verdicts"],
+                     "components": int(used.size), **suite.against_truth(result["scores"], used, active),
+                     "kept_kl": result["kept_kl"], "kept_share": result["kept_share"], "verdicts": result["verdicts"],
                      "seconds": time.perf_counter() - start})
     return rows
 

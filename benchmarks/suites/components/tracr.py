@@ -223,6 +223,33 @@ def idle_separation(scores: np.ndarray, used: np.ndarray, active: np.ndarray) ->
             "median_unused": median(unused)}
 
 
+def against_truth(scores: Tensor, used: np.ndarray, active: np.ndarray) -> Dict[str, Any]:
+    r"""
+    One method's scores against the program's components.
+
+    Args:
+
+        scores (Tensor): (N, L, count), each held-out input's scores.
+        used (np.ndarray): (L, count) bool, the components the program uses.
+        active (np.ndarray): (N, L, count) bool, the components active on each input.
+
+    Returns:
+        *dict*: ``auc`` and ``auc_min`` (per input against the used components:
+        the mean and the minimum), ``auc_active`` (against the used components
+        active on the input), ``active`` (how many, mean over inputs), ``inputs``,
+        the mean scores of the used and the unused components, and
+        :func:`idle_separation`'s measures.
+    """
+    flat = scores.reshape(scores.shape[0], -1).numpy()
+    truth = used.reshape(-1)
+    now = (active & used[None]).reshape(flat.shape[0], -1)
+    aucs = aucs_per_input(flat, truth)
+    return {"active": float(now.sum(1).mean()), "auc": mean_defined(aucs), "auc_min": min(a for a in aucs if a == a),
+            "auc_active": mean_defined(aucs_per_input(flat, now)), "inputs": len(aucs),
+            "mean_score_used": float(flat[:, truth].mean()), "mean_score_unused": float(flat[:, ~truth].mean()),
+            **idle_separation(flat, truth, now)}
+
+
 def mean_defined(values: List[float]) -> float:
     kept = [v for v in values if v == v]  # an input with no active or no idle component has no AUC
     return statistics.fmean(kept) if kept else float("nan")
@@ -266,16 +293,9 @@ def score_program(name: str, seed: int, config: Mapping[str, Any]) -> Tuple[List
         for method, result in results.items():
             scores = result.pop("scores")
             figure["kinds"][kind]["methods"][method] = scores[:shown].tolist()
-            flat = scores.reshape(scores.shape[0], -1).numpy()
-            now = (active[kind].numpy() & truth[None]).reshape(flat.shape[0], -1)
-            aucs, active_aucs = aucs_per_input(flat, truth.reshape(-1)), aucs_per_input(flat, now)
-            unused = ~truth.reshape(-1)
             lines.append({
                 "program": name, "kind": kind, "method": method, "seed": seed, "components": int(truth.size),
-                "used": int(truth.sum()), "active": float(now.sum(1).mean()), "auc": mean_defined(aucs),
-                "auc_min": min(a for a in aucs if a == a), "auc_active": mean_defined(active_aucs), "inputs": len(aucs),
-                "mean_score_used": float(flat[:, ~unused].mean()), "mean_score_unused": float(flat[:, unused].mean()),
-                **idle_separation(flat, truth.reshape(-1), now),
+                "used": int(truth.sum()), **against_truth(scores, truth, active[kind].numpy()),
                 "per_task_refit_seconds": refits, **result,
             })
     return lines, figure
