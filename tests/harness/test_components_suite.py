@@ -38,6 +38,19 @@ def test_idle_separation_compares_the_idle_used_components_with_the_unused_only(
     assert result["median_unused"] == pytest.approx(0.25)  # 0.1, 0.3, 0.5, 0.2
 
 
+def test_a_target_counts_only_fits_whose_blocks_ended_with_a_verdict():
+    from benchmarks.suites.components.orchestration import checks
+
+    def line(auc, verdicts):
+        return {"method": "DiffMask", "program": "sort", "kind": "units", "auc": auc, "verdicts": verdicts}
+
+    lines = [line(0.99, {1: "converged", 2: "closed"}), line(0.99, {0: "violated"}), line(0.90, {0: "converged"}),
+             {"method": "attribution patching", "program": "sort", "kind": "units", "auc": 1.0}]
+    found = checks({"tracr": {"lines": lines}})
+    assert [c["met"] for c in found] == [True, False, False]
+    assert found[1]["value"] == "0.990 (not counted: violated)" and found[2]["value"] == "0.900"
+
+
 def test_the_inputs_start_with_bos_and_pad_the_rest():
     pytest.importorskip("tracr")
     from benchmarks.suites.components.tracr import random_inputs

@@ -6,6 +6,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
+from captum_diffmask.convergence import SETTLED
+
 from ...progress import log_to_stderr
 from .figures import sst_figure, tracr_figures
 from .sst_heads import run_sst
@@ -13,6 +15,12 @@ from .tracr import score_program
 
 #: The issue's target for amortised DiffMask's mean ROC AUC on every program.
 TARGET_AUC = 0.95
+#: The verdicts under which a fit's AUC counts toward the target: settled
+#: (:data:`~captum_diffmask.convergence.SETTLED`), or every gate of the block
+#: closed with the constraint kept (the right answer for a block whose
+#: components the program does not use). A violated, collapsed, unsettled or
+#: open block leaves the mask's scores without a verdict.
+COUNTED_VERDICTS = SETTLED + ("closed",)
 
 
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
@@ -78,8 +86,14 @@ def _run_tracr(config: Mapping[str, Any], seed: int, out_dir: Path, figures: Lis
 
 def checks(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
     r"""The issue's target: amortised DiffMask's mean ROC AUC >= 0.95 on every
-    program and kind, with fit's defaults and with each variant's options."""
+    program and kind, with fit's defaults and with each variant's options, met
+    only where every block's verdict is one of :data:`COUNTED_VERDICTS`."""
     rows = [line for line in results.get("tracr", {}).get("lines", [])
             if str(line.get("method", "")).startswith("DiffMask")]
-    return [{"target": f"amortised {line['method']}: ROC AUC >= {TARGET_AUC} ({line['program']}, {line['kind']})",
-             "value": f"{line['auc']:.3f}", "met": bool(line["auc"] >= TARGET_AUC)} for line in rows]
+    out = []
+    for line in rows:
+        uncounted = sorted({str(v) for v in line.get("verdicts", {}).values()} - set(COUNTED_VERDICTS))
+        value = f"{line['auc']:.3f}" + (f" (not counted: {', '.join(uncounted)})" if uncounted else "")
+        out.append({"target": f"amortised {line['method']}: ROC AUC >= {TARGET_AUC} ({line['program']}, {line['kind']})",
+                    "value": value, "met": bool(line["auc"] >= TARGET_AUC and not uncounted)})
+    return out
