@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -56,15 +56,18 @@ def spread(count: int, limit: Optional[int]) -> Tensor:
     return torch.linspace(0, count - 1, int(limit)).round().long().unique()
 
 
-def run_sst(config: Mapping[str, Any], seed: int, verbose: bool) -> Dict[str, Any]:
+def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
+            masks: Sequence[Tuple[str, bool]] = MASKS) -> Dict[str, Any]:
     r"""
-    Both masks on the sst suite's MiniLM.
+    The masks on the sst suite's MiniLM.
 
     Args:
 
         config (Mapping): the suite's ``sst`` settings.
         seed (int): the fits' seed.
         verbose (bool): a line per fit.
+        masks (sequence, optional): of :data:`MASKS` (parts of one run fitted
+                    apart are put together by :func:`merge_sst`). Default: both
 
     Returns:
         *dict*: ``model`` (its record), ``methods`` (per method: per block the
@@ -81,7 +84,7 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool) -> Dict[str, An
     shown = int(config.get("figure_sentences", 0))
     ids, mask = evaluated.input_ids[:shown], evaluated.attention_mask[:shown]
     figure["tokens"] = [bench.tokenizer.convert_ids_to_tokens(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
-    for name, per_task in MASKS:
+    for name, per_task in masks:
         explainer = DiffMask(bench.model, mode="heads", per_task=per_task)
         options = {"eps": eps, "seed": seed, "verbose": False, "max_steps": config.get("max_steps")}
         if per_task:
@@ -102,6 +105,16 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool) -> Dict[str, An
     return {"model": {k: v for k, v in bench.model_info.items() if k != "history"},
             "train_sentences": len(train), "eval_sentences": len(evaluated), "eps": eps, "methods": methods,
             "figure": figure}
+
+
+def merge_sst(parts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    r"""One result of :func:`run_sst`'s parts, each of some masks (the first
+    part's model, sentences and eps, which every part shares)."""
+    merged: Dict[str, Any] = {**parts[0], "methods": {}, "figure": {**parts[0]["figure"], "methods": {}}}
+    for part in parts:
+        merged["methods"].update(part["methods"])
+        merged["figure"]["methods"].update(part["figure"]["methods"])
+    return merged
 
 
 def score_heads(explainer: DiffMask, data: Any, batch_size: int) -> Dict[str, Any]:

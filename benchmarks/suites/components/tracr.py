@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -146,7 +146,8 @@ def score_mask(model: torch.nn.Module, kind: str, per_task: bool, train: List[Tu
     scores = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
     attribute_seconds = (time.perf_counter() - start) / ids.shape[0]
     return {"scores": scores, "fit_seconds": fit_seconds, "attribute_seconds": attribute_seconds,
-            "steps": int(sum(row["steps"] for row in history)) // max(len(explainer.components), 1),
+            # steps per fitted layer (a joint mask has one, layer 0)
+            "steps": int(sum(row["steps"] for row in history)) // max(len(explainer.convergence), 1),
             "verdicts": {k: v["status"] for k, v in explainer.convergence.items()},
             "kept_kl": kept_kl(explainer, ids, mask), "kept_share": float((scores > 0.5).float().mean())}
 
@@ -255,17 +256,22 @@ def mean_defined(values: List[float]) -> float:
     return statistics.fmean(kept) if kept else float("nan")
 
 
-def score_program(name: str, seed: int, config: Mapping[str, Any]) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+def score_program(name: str, seed: int, config: Mapping[str, Any],
+                  kinds: Sequence[str] = KINDS, everything: bool = True) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     r"""
-    Every method on both kinds of component of one program.
+    The methods on ``kinds`` of component of one program.
 
     Args:
 
         name (str): a key of :data:`~benchmarks.tasks.tracr_models.PROGRAMS`.
         seed (int): the inputs' and the fits' seed.
         config (Mapping): ``train_batches``, ``batch_size``, ``held_out``,
-                    ``max_steps`` (None: fit's own budget), ``refit_inputs`` and
-                    ``figure_inputs`` (how many held-out inputs' scores to keep).
+                    ``max_steps`` (None: fit's own budget), ``refit_inputs``,
+                    ``figure_inputs`` (how many held-out inputs' scores to keep)
+                    and ``variants``.
+        kinds (sequence of str, optional): of :data:`KINDS`. Default: both
+        everything (bool, optional): every method; False: the variants of
+                    amortised DiffMask alone (for more seeds). Default: True
 
     Returns:
         *tuple* ``(lines, figure)``: a line per kind and method; the truth and
@@ -285,10 +291,10 @@ def score_program(name: str, seed: int, config: Mapping[str, Any]) -> Tuple[List
     tokens = [[names[int(i)] for i in row[m.bool()]] for row, m in zip(held[0][:shown], held[1][:shown])]
     lines: List[Dict[str, Any]] = []
     figure: Dict[str, Any] = {"program": name, "tokens": tokens, "kinds": {}}
-    for kind in KINDS:
+    for kind in kinds:
         truth = used[kind]
-        results = _kind_results(model, name, kind, train, held, seed, config)
-        refits = results.pop("refit_seconds")
+        results = _kind_results(model, name, kind, train, held, seed, config, everything)
+        refits = results.pop("refit_seconds", float("nan"))
         figure["kinds"][kind] = {"used": truth.astype(int).tolist(), "methods": {}}
         for method, result in results.items():
             scores = result.pop("scores")
@@ -302,15 +308,20 @@ def score_program(name: str, seed: int, config: Mapping[str, Any]) -> Tuple[List
 
 
 def _kind_results(model: torch.nn.Module, name: str, kind: str, train: List[Tuple[Tensor, Tensor]],
-                  held: Tuple[Tensor, Tensor], seed: int, config: Mapping[str, Any]) -> Dict[str, Any]:
-    r"""The three methods' scores (held-out inputs, L, count) and costs on one kind."""
+                  held: Tuple[Tensor, Tensor], seed: int, config: Mapping[str, Any],
+                  everything: bool = True) -> Dict[str, Any]:
+    r"""The methods' scores (held-out inputs, L, count) and costs on one kind
+    (``everything`` False: the variants alone)."""
     steps = config.get("max_steps")
+    variants = {variant: score_mask(model, kind, False, train, held, seed, steps, options)
+                for variant, options in (config.get("variants") or {}).items()}  # amortised DiffMask, options changed
+    if not everything:
+        return variants
     results: Dict[str, Any] = {
         "DiffMask": score_mask(model, kind, False, train, held, seed, steps),
         "per-task mask": score_mask(model, kind, True, train, held, seed, steps),
+        **variants,
     }
-    for variant, options in (config.get("variants") or {}).items():  # amortised DiffMask with options changed
-        results[variant] = score_mask(model, kind, False, train, held, seed, steps, options)
     patching = AttributionPatching(model, kind=kind, forward_func=scaled_read_out(model), padding_mask_arg=0,
                                    output="all")
     start = time.perf_counter()

@@ -4,11 +4,9 @@ the figures, speed, and the results."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -22,6 +20,7 @@ from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...methods import MethodContext
 from ...progress import log_to_stderr
+from ...workers import check_workers, Job, run_jobs
 from ..minilm.attributions import attribute_at, per_sentence, prepare_method
 from .figures import groups_figure, heatmaps
 from ..minilm.fitting import faithfulness, fit_diffmask
@@ -116,7 +115,6 @@ def fit_diffmask_modes(
 def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict[str, Any]:
     r"""One DiffMask fit in a worker process on one thread: the model and sentences
     loaded as the suite does, the probe saved to ``path``; the fit's record."""
-    torch.set_num_threads(1)
     bench = load_bench(config, False)
     explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, False)
     explainer.save(path)
@@ -136,19 +134,16 @@ def fit_in_workers(
     Returns:
         *dict* ``(mode, seed) -> (explainer, the fit's record)``.
     """
-    workers = int(config.get("workers", 1))
-    if workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {config.get('workers')!r}")
+    workers = check_workers(config.get("workers", 1))
     if workers == 1:
         return {}
     jobs = [(mode, seed) for mode in ("input", "hidden") for seed in seeds]
     fitted: Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory() as folder, ProcessPoolExecutor(
-            max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+    with tempfile.TemporaryDirectory() as folder:
         paths = {job: os.path.join(folder, f"{job[0]}-{job[1]}.pt") for job in jobs}
-        futures = {job: pool.submit(_fit_job, dict(config), job[0], job[1], paths[job]) for job in jobs}
-        for job, future in futures.items():
-            info = future.result()
+        infos = run_jobs([Job(f"DiffMask {mode}, seed {seed}", _fit_job, (dict(config), mode, seed, paths[(mode, seed)]))
+                          for mode, seed in jobs], workers, verbose, "[sst] ")
+        for job, info in zip(jobs, infos):
             log_to_stderr(verbose, f"[sst] DiffMask {job[0]}, seed {job[1]}: fitted in a worker "
                                    f"({info['seconds'] / 60:.1f} min, {info['steps']} steps)")
             explainer = DiffMask.load(paths[job], bench.model)
