@@ -7,8 +7,8 @@ The model is the sst suite's fine-tuned MiniLM (its cache; ``sst.model_from``:
 ``"full"`` or ``"quick"``, the configuration of the sst suite that trained it;
 ``sst.sst_suite``: changes to that configuration, e.g. a tiny model in tests).
 Both masks are fitted on ``train_sentences`` train sentences (spread evenly over
-those the sst suite fits DiffMask on) with fit's defaults and the sst suite's
-eps, closed heads replaced by their learned baselines (started at the mean head
+those the sst suite fits DiffMask on) with fit's defaults, the sst suite's eps
+and the model's passes in ``precision``, closed heads replaced by their learned baselines (started at the mean head
 output); each block (layer k = block k) is fitted with the others intact. On
 ``eval_sentences`` dev sentences, per block: the heads kept (P > 0.5) per
 sentence, the share of sentences whose prediction the block's kept heads keep,
@@ -86,7 +86,8 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
     figure["tokens"] = [bench.tokenizer.convert_ids_to_tokens(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
     for name, per_task in masks:
         explainer = DiffMask(bench.model, mode="heads", per_task=per_task)
-        options = {"eps": eps, "seed": seed, "verbose": False, "max_steps": config.get("max_steps")}
+        options = {"eps": eps, "seed": seed, "verbose": False, "max_steps": config.get("max_steps"),
+                   "precision": config.get("precision", "float32")}
         if per_task:
             options["lr"] = PER_TASK_LR
         start = time.perf_counter()
