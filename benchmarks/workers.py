@@ -10,7 +10,10 @@ ran in (up to the threads' rounding).
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import signal
+import sys
 import time
 from concurrent.futures import as_completed, ProcessPoolExecutor
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence
@@ -18,6 +21,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence
 import torch
 
 from .progress import log_to_stderr
+
+#: prctl's option that sends the calling process a signal when its parent ends.
+PR_SET_PDEATHSIG = 1
 
 
 class Job(NamedTuple):
@@ -35,8 +41,15 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
-def _one_thread() -> None:
+def _start_worker() -> None:
+    r"""One torch thread; on Linux the worker ends with this process (a run
+    stopped by a signal leaves no fit running on without it)."""
     torch.set_num_threads(1)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):  # another C library: the worker may outlive a killed run
+            pass
 
 
 def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: str = "") -> List[Any]:
@@ -67,7 +80,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: st
         return results
     done: Dict[int, Any] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_one_thread) as pool:
+                             initializer=_start_worker) as pool:
         futures = {pool.submit(job.function, *job.arguments): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             index = futures[future]
