@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, List, Mapping, Sequence, Union
+import shlex
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 from .records import to_jsonable
 
@@ -254,6 +255,25 @@ def reproduce_command(results: Mapping[str, Any], out: str = "DIR") -> str:
     if config.get("quick"):
         parts.append("--quick")
     return " ".join(parts)
+
+
+def write_study_markdown(path: Optional[str], module: str, arguments: Sequence[str],
+                         render: Callable[[str], str]) -> None:
+    r"""
+    A study's report, when ``path`` is given: ``render`` called with the
+    command that reproduces it (``python -m MODULE ARGUMENTS``, quoted for a shell).
+
+    Args:
+
+        path (str, optional): where the markdown goes; None writes nothing.
+        module (str): the study's module, e.g. ``benchmarks.studies.components_dev``.
+        arguments (sequence of str): the command line's arguments as given.
+        render (callable): command -> the report's markdown.
+    """
+    if path:
+        command = f"python -m {module} " + shlex.join(arguments)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(render(command))
 
 
 def write_report(results: Mapping[str, Any], path: Union[str, "os.PathLike[str]"], json_name: str = "results.json") -> str:

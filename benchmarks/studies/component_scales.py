@@ -18,7 +18,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -28,7 +27,7 @@ from captum_diffmask import DiffMask
 from captum_diffmask.components import gate_components
 from captum_diffmask.objective import example_kl, log_probs
 
-from ..report import fmt, table
+from ..report import fmt, table, write_study_markdown
 from ..suites.components import tracr as suite
 from ..tasks import tracr_models as tm
 
@@ -117,10 +116,7 @@ def main(argv: Sequence[str] = ()) -> None:
             results.setdefault(name, {})[kind] = rows
             counts = {s: sum(r["shape"] == s for r in rows) for s in ("step", "graded", "none")}
             print(f"{name} {kind}: {len(rows)} used, {counts}", flush=True)
-    if args.markdown:
-        command = "python -m benchmarks.studies.component_scales " + shlex.join(arguments)
-        with open(args.markdown, "w", encoding="utf-8") as out:
-            out.write(markdown(results, command))
+    write_study_markdown(args.markdown, "benchmarks.studies.component_scales", arguments, lambda command: markdown(results, command))
 
 
 if __name__ == "__main__":  # pragma: no cover

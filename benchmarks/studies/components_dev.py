@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from ..report import fmt, table
+from ..report import fmt, table, write_study_markdown
 from ..suites.components import tracr as suite
 from ..tasks import tracr_models as tm
 
@@ -103,10 +102,7 @@ def main(argv: Sequence[str] = ()) -> None:
                     rows.append(row)
                     print(f"{name} {kind} {row['variant']}: AUC {row['auc']:.3f}, active {row['auc_active']:.3f}, "
                           f"KL {row['kept_kl']:.3f}, {row['verdicts']} ({row['seconds']:.0f} s)", flush=True)
-    if args.markdown:
-        command = "python -m benchmarks.studies.components_dev " + shlex.join(arguments)
-        with open(args.markdown, "w", encoding="utf-8") as out:
-            out.write(markdown(rows, command))
+    write_study_markdown(args.markdown, "benchmarks.studies.components_dev", arguments, lambda command: markdown(rows, command))
 
 
 if __name__ == "__main__":  # pragma: no cover

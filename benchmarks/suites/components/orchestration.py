@@ -17,6 +17,8 @@ from .tracr import KINDS, score_program
 
 #: The issue's target for amortised DiffMask's mean ROC AUC on every program.
 TARGET_AUC = 0.95
+#: The issue's targets for the whole run on 2 cores, minutes: full, and ``--quick``.
+TARGET_MINUTES = {"full": 30.0, "quick": 3.0}
 #: The verdicts under which a fit's AUC counts toward the target: settled
 #: (:data:`~captum_diffmask.convergence.SETTLED`), or every gate of the block
 #: closed with the constraint kept (the right answer for a block whose
@@ -151,4 +153,15 @@ def checks(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
         value += f" (not counted: {', '.join(uncounted)})" if uncounted else ""
         out.append({"target": f"amortised {method}: ROC AUC >= {TARGET_AUC} ({program}, {kind})",
                     "value": value, "met": bool(auc >= TARGET_AUC and not uncounted)})
-    return out
+    return out + _time_check(results)
+
+
+def _time_check(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    r"""The whole run against :data:`TARGET_MINUTES` (once the runner has timed it)."""
+    wall, mode = results.get("wall_seconds"), results.get("mode")
+    if wall is None or mode not in TARGET_MINUTES:
+        return []
+    cores = results.get("environment", {}).get("cpu_count", "?")
+    limit = TARGET_MINUTES[mode]
+    return [{"target": f"the whole {mode} run <= {limit:g} min on 2 cores (this machine: {cores})",
+             "value": f"{wall / 60:.1f} min", "met": bool(wall <= 60 * limit)}]

@@ -136,7 +136,7 @@ def idle_section(lines: Sequence[Mapping[str, Any]]) -> List[str]:
     ]
 
 
-def sst_section(sst: Mapping[str, Any]) -> List[str]:
+def sst_section(sst: Mapping[str, Any], precision: str = "float32") -> List[str]:
     out = ["## SST MiniLM: heads per layer at unchanged prediction", ""]
     if sst.get("skipped"):
         return out + [f"Skipped: {sst['skipped']}.", ""]
@@ -144,7 +144,8 @@ def sst_section(sst: Mapping[str, Any]) -> List[str]:
     out += [
         f"The sst suite's fine-tuned MiniLM ({model.get('layers', '?')} blocks of 12 heads, dev accuracy "
         f"{fmt(model.get('dev_accuracy'), 1)} %). Both masks fitted on {sst['train_sentences']} train sentences "
-        f"with fit's defaults and eps {fmt(sst['eps'], 3)} (the sst suite's), closed heads replaced by learned "
+        f"with fit's defaults, the model's passes in {precision} and eps {fmt(sst['eps'], 3)} (the sst suite's), "
+        "closed heads replaced by learned "
         f"baselines started at the mean head output; scored on {sst['eval_sentences']} dev sentences. Per block: "
         "the heads kept (P > 0.5) per sentence, mean ± std over sentences; the share of sentences whose "
         "prediction the block's kept heads keep; the mean KL; the fit's verdict. A conclusion rests on "
@@ -178,7 +179,7 @@ def sections(results: Mapping[str, Any]) -> List[str]:
     if "tracr" in results:
         lines += tracr_section(results["tracr"])
     if "sst" in results:
-        lines += sst_section(results["sst"])
+        lines += sst_section(results["sst"], str(results.get("config", {}).get("sst", {}).get("precision", "float32")))
     return lines
 
 
