@@ -43,6 +43,7 @@ from .gates import COMPONENT_MODES, Gates, VOTE_SAMPLING
 from .lookahead import Lookahead
 from .objective import (
     example_kl, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction,
+    score_function_term,
 )
 from .resume import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
 from .rng import preserved_rng
@@ -242,6 +243,14 @@ class FitOptions:
                     however little the output needs it. None: the mode's default,
                     :data:`DEFAULT_L0_FLOOR` (0, the paper's L0, in every mode
                     for now).
+        score_gradient (bool): add to the KL's pathwise gradient a
+                    score-function estimate through each gate's open/closed
+                    event, with the batch's mean KL as baseline
+                    (:func:`~captum_diffmask.objective.score_function_term`):
+                    where the output is a step function of a gate's value the
+                    pathwise gradient is zero and a needed gate can close
+                    unnoticed (``docs/guide/components.md``). The constraint's
+                    value is unchanged. Default: False
     """
 
     epochs: Optional[int] = None
@@ -272,6 +281,7 @@ class FitOptions:
     checkpoint: Optional[PathLike] = None
     checkpoint_every: int = 100
     l0_floor: Optional[float] = None
+    score_gradient: bool = False
 
     def l0_floor_for(self, mode: str) -> float:
         r"""``l0_floor``, or ``mode``'s default when it is None."""
@@ -324,7 +334,7 @@ class FitOptions:
         check_choice(self.activations, ("all", "needed"), "activations")
         check_choice(self.layers_per_batch, LAYERS_PER_BATCH, "layers_per_batch")
         check_choice(self.lagrangian, ("plain", "normalized"), "lagrangian")
-        for name in ("until_converged", "freeze_converged"):
+        for name in ("until_converged", "freeze_converged", "score_gradient"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.convergence is not None and not isinstance(self.convergence, Convergence):
@@ -701,8 +711,8 @@ def _layer_lagrangian(
     options = loop.options
     noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
     read_out = explainer.gates
-    gates, log_keep = read_out.sample(states, layer, options.vote_sampling, noise, call.mask,
-                                      options.l0_floor_for(explainer.mode))
+    gates, log_keep, plain = read_out.sample_with_plain(states, layer, options.vote_sampling, noise, call.mask,
+                                                        options.l0_floor_for(explainer.mode))
     replaced, context = read_out.replacement(states, gates, layer)
     with model_precision(options.precision, call.ids.device), context:
         masked = explainer.replaced_logits(call, replaced)
@@ -711,6 +721,8 @@ def _layer_lagrangian(
     real = read_out.positions(call.mask, layer)
     penalty = l0_penalty(log_keep, real, explainer.l0)
     lam, violation = explainer.lambdas(layer), kl.mean() - loop.eps
+    if options.score_gradient:  # 0 in value: the multiplier sees the same violation
+        violation = violation + score_function_term(kl, gates, plain, real)
     if options.lagrangian == "normalized":
         # the probe descends (L0 + lambda * c) / (1 + lambda): the same stationary
         # points, but a gradient whose scale does not grow with lambda, so that a

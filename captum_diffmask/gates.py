@@ -130,6 +130,22 @@ class Gates:
             *tuple* ``(gates, log_keep)``, both (B, T) (component modes:
             (B, count)): the sampled gates in [0, 1] and ``log P(z != 0)``.
         """
+        gates, log_keep, _ = self.sample_with_plain(states, layer, vote_sampling, noise, mask, l0_floor)
+        return gates, log_keep
+
+    def sample_with_plain(
+        self, states: Dict[str, Tensor], layer: int, vote_sampling: str = "joint", noise: Optional[Noise] = None,
+        mask: Optional[Tensor] = None, l0_floor: float = 0.0,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        r"""
+        :meth:`sample`, and the plain ``log P(z != 0)`` beside the floored one
+        (the same tensor when ``l0_floor`` is 0): the L0 takes the floored one,
+        an estimate of the KL's gradient through the gates' events the plain one.
+
+        Returns:
+            *tuple* ``(gates, log_keep, plain_log_keep)``, each (B, T)
+            (component modes: (B, count)).
+        """
         check_choice(vote_sampling, VOTE_SAMPLING, "vote_sampling")
         distribution = self.distribution(self.logits(states, layer, mask))
         sampled, log_keep = distribution, self.log_keep(distribution)
@@ -140,7 +156,7 @@ class Gates:
         gates = sampled.rsample(uniform=None if noise is None else noise(sampled.logits.shape))
         if self.mode == "input" and vote_sampling == "product":
             gates = gates.prod(-1)
-        return gates, (self.log_keep(distribution, l0_floor) if l0_floor > 0.0 else log_keep)
+        return gates, (self.log_keep(distribution, l0_floor) if l0_floor > 0.0 else log_keep), log_keep
 
     def keep_probabilities(self, states: Dict[str, Tensor], layer: int, mask: Optional[Tensor] = None) -> Tensor:
         r"""(B, T) ``P(z != 0)`` of ``layer`` (0..L), in closed form (no sampling);

@@ -213,3 +213,24 @@ def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
     assert dm.probe is None  # refused before any pass
     history = dm.fit(_loader(2), FitOptions(max_steps=2, verbose=False), seed=0, until_converged=False)
     assert [row["steps"] for row in history] == [2] * (dm.num_layers + 1)
+
+
+def test_the_score_gradient_changes_the_probe_but_not_the_constraint_it_records():
+    runs = {}
+    for score in (False, True):
+        dm = DiffMask(tiny_bert(), mode="hidden")
+        dm.fit(_loader(2), seed=0, verbose=False, max_steps=6, score_gradient=score)
+        runs[score] = dm.probe.state_dict()
+    plain, scored = runs[False], runs[True]
+    assert any(not torch.equal(plain[name], scored[name]) for name in plain)
+    with pytest.raises(TypeError, match="score_gradient"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(2), max_steps=1, verbose=False, score_gradient="yes")
+
+
+def test_the_score_gradient_leaves_the_first_step_s_kl_as_it_was():
+    kls = []
+    for score in (False, True):
+        dm = DiffMask(tiny_bert(), mode="hidden")
+        history = dm.fit(_loader(1), seed=0, verbose=False, max_steps=1, score_gradient=score)
+        kls.append([row["kl"] for row in history])
+    assert kls[0] == kls[1]  # the same sampled gates, the same KL: the term is 0 in value

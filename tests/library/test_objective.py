@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from captum_diffmask import js_divergence, kl_divergence, LagrangeMultipliers
-from captum_diffmask.objective import l0_penalty, log_probs
+from captum_diffmask.hard_concrete import HardConcrete
+from captum_diffmask.objective import l0_penalty, log_probs, score_function_term
 
 
 def test_kl_matches_direct_formula_and_is_zero_on_identity():
@@ -149,3 +150,38 @@ def test_multiplier_rule_and_decay_are_checked():
         LagrangeMultipliers(2).optimizer(rule="pid")
     with pytest.raises(ValueError, match="decay must be >= 0"):
         LagrangeMultipliers(2).optimizer(rule="damped", decay=-1.0)
+
+
+def test_the_score_function_term_is_zero_and_pushes_gates_toward_the_cheaper_event():
+    # two examples, one gate each: example 0 sampled its gate closed and paid KL 2,
+    # example 1 sampled it open and paid 0 (a step: the pathwise slope is 0 on both)
+    logits = torch.tensor([[0.5], [0.5]], requires_grad=True)
+    log_keep = HardConcrete(logits, 0.2, (-0.1, 1.1)).log_prob_nonzero()
+    gates, kl, real = torch.tensor([[0.0], [1.0]]), torch.tensor([2.0, 0.0]), torch.ones(2, 1, dtype=torch.bool)
+    term = score_function_term(kl, gates, log_keep, real)
+    assert term.item() == 0.0
+    term.backward()
+    p = log_keep.detach().exp()
+    # advantage +1 on the closed event, -1 on the open one, the mean over 2:
+    # d/dlogit [log(1 - P)] = -P, d/dlogit [log P] = 1 - P
+    expected = torch.stack([0.5 * 1.0 * -p[0], 0.5 * -1.0 * (1 - p[1])])
+    assert torch.allclose(logits.grad, expected, atol=1e-6)
+    assert (logits.grad < 0).all()  # descent raises both logits: both gates open
+
+
+def test_the_score_function_term_ignores_padding_and_a_batch_of_one():
+    logits = torch.zeros(2, 3, requires_grad=True)
+    log_keep = HardConcrete(logits, 0.2, (-0.1, 1.1)).log_prob_nonzero()
+    real = torch.tensor([[True, True, False], [True, True, False]])
+    gates = torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    score_function_term(torch.tensor([1.0, 0.0]), gates, log_keep, real).backward()
+    assert (logits.grad[:, 2] == 0).all() and (logits.grad[:, :2] != 0).all()
+    one = torch.zeros(1, 2, requires_grad=True)
+    keep = HardConcrete(one, 0.2, (-0.1, 1.1)).log_prob_nonzero()
+    score_function_term(torch.tensor([3.0]), torch.ones(1, 2), keep, torch.ones(1, 2)).backward()
+    assert (one.grad == 0).all()
+    # saturated gates stay finite
+    near = torch.full((2, 1), 30.0, requires_grad=True)
+    keep = HardConcrete(near, 0.2, (-0.1, 1.1)).log_prob_nonzero()
+    score_function_term(torch.tensor([1.0, 0.0]), torch.tensor([[0.0], [1.0]]), keep, torch.ones(2, 1)).backward()
+    assert torch.isfinite(near.grad).all()
