@@ -133,20 +133,31 @@ def _tracr_results(jobs: List[Job], done: List[Dict[str, Any]], config: Mapping[
     return {"lines": lines}
 
 
+def diffmask_fits(lines: List[Mapping[str, Any]]) -> Dict[Tuple[str, str, str], List[Mapping[str, Any]]]:
+    r"""Amortised DiffMask's scored lines by ``(program, kind, method)``, one per
+    seed it was fitted at, in the lines' order."""
+    groups: Dict[Tuple[str, str, str], List[Mapping[str, Any]]] = {}
+    for line in lines:
+        if "auc" in line and str(line.get("method", "")).startswith("DiffMask"):
+            groups.setdefault((line["program"], line["kind"], line["method"]), []).append(line)
+    return groups
+
+
+def uncounted_verdicts(line: Mapping[str, Any]) -> set:
+    r"""The verdicts of a fit's blocks that are not :data:`COUNTED_VERDICTS`
+    (empty: the fit's scores count toward the target)."""
+    return {str(v) for v in line.get("verdicts", {}).values()} - set(COUNTED_VERDICTS)
+
+
 def checks(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
     r"""The issue's target: amortised DiffMask's mean ROC AUC >= 0.95 on every
     program and kind, with fit's defaults and with each variant's options; over
     the seeds a method was fitted at, the mean, met only where every seed's
     every block ended with one of :data:`COUNTED_VERDICTS`."""
-    groups: Dict[Tuple[str, str, str], List[Mapping[str, Any]]] = {}
-    for line in results.get("tracr", {}).get("lines", []):
-        if str(line.get("method", "")).startswith("DiffMask"):
-            groups.setdefault((line["method"], line["program"], line["kind"]), []).append(line)
     out = []
-    for (method, program, kind), lines in groups.items():
+    for (program, kind, method), lines in diffmask_fits(results.get("tracr", {}).get("lines", [])).items():
         auc = sum(line["auc"] for line in lines) / len(lines)
-        uncounted = sorted({str(v) for line in lines for v in line.get("verdicts", {}).values()}
-                           - set(COUNTED_VERDICTS))
+        uncounted = sorted(set().union(*(uncounted_verdicts(line) for line in lines)))
         value = f"{auc:.3f}"
         if len(lines) > 1:
             value += f" (mean of {len(lines)} seeds, lowest {min(line['auc'] for line in lines):.3f})"

@@ -9,7 +9,7 @@ from captum_diffmask.convergence import SETTLED
 
 from ...report import fmt, table, write_report as write_generic
 from ...tasks.tracr_models import PROGRAMS
-from .orchestration import checks, COUNTED_VERDICTS
+from .orchestration import checks, diffmask_fits, uncounted_verdicts
 from .tracr import LOGIT_SCALE, PER_TASK_LR
 
 
@@ -38,16 +38,12 @@ def seeds_table(lines: Sequence[Mapping[str, Any]]) -> List[str]:
     r"""Per program, kind and amortised DiffMask fitted at several seeds: the
     ROC AUC at each, their mean and lowest, and how many fits count (every
     block's verdict one of :data:`~.orchestration.COUNTED_VERDICTS`)."""
-    groups: Dict[tuple, List[Mapping[str, Any]]] = {}
-    for line in lines:
-        if "auc" in line and str(line["method"]).startswith("DiffMask"):
-            groups.setdefault((line["program"], line["kind"], line["method"]), []).append(line)
     rows = []
-    for (program, kind, method), fits in groups.items():
+    for (program, kind, method), fits in diffmask_fits(list(lines)).items():
         if len(fits) < 2:
             continue
         aucs = [fit["auc"] for fit in fits]
-        counted = sum(set(map(str, fit.get("verdicts", {}).values())) <= set(COUNTED_VERDICTS) for fit in fits)
+        counted = sum(not uncounted_verdicts(fit) for fit in fits)
         rows.append([program, kind, method, " / ".join(f"{fit['seed']}: {fmt(fit['auc'])}" for fit in fits),
                      fmt(sum(aucs) / len(aucs)), fmt(min(aucs)),
                      fmt(sum(fit["auc_active"] for fit in fits) / len(fits)), f"{counted} of {len(fits)}",
@@ -71,7 +67,8 @@ def seeds_table(lines: Sequence[Mapping[str, Any]]) -> List[str]:
 
 def tracr_section(tracr: Mapping[str, Any]) -> List[str]:
     # the first seed's lines (every method); the further seeds' go to the seeds table
-    lines = [line for line in tracr.get("lines", []) if "auc" not in line or line.get("seed") == _first_seed(tracr)]
+    first = _first_seed(tracr)
+    lines = [line for line in tracr.get("lines", []) if "auc" not in line or line.get("seed") == first]
     programs = sorted({line["program"] for line in lines})
     out = ["## tracr: against the components the program uses", ""]
     if tracr.get("skipped"):

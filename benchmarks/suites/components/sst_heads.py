@@ -8,8 +8,8 @@ The model is the sst suite's fine-tuned MiniLM (its cache; ``sst.model_from``:
 ``sst.sst_suite``: changes to that configuration, e.g. a tiny model in tests).
 Both masks are fitted on ``train_sentences`` train sentences (spread evenly over
 those the sst suite fits DiffMask on) with fit's defaults, the sst suite's eps
-and the model's passes in ``precision``, closed heads replaced by their learned baselines (started at the mean head
-output); each block (layer k = block k) is fitted with the others intact. On
+and the model's passes in ``precision``, closed heads replaced by their learned
+baselines (started at the mean head output); each block (layer k = block k) is fitted with the others intact. On
 ``eval_sentences`` dev sentences, per block: the heads kept (P > 0.5) per
 sentence, the share of sentences whose prediction the block's kept heads keep,
 and the KL; with every block's kept heads at once too. The cost: fit seconds,
