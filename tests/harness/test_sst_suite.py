@@ -12,7 +12,6 @@ import torch
 from benchmarks import runner
 from benchmarks.suites import sst as suite
 from captum_diffmask.convergence import STATUSES
-from captum_diffmask.diffmask import DAMPED_FIT
 from benchmarks.tasks.sst import SSTSentence
 from tiny_models import needs_sst
 
@@ -22,7 +21,7 @@ TINY = {
     "train_sentences": 96,
     "eval_sentences": 24,
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
-    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24, "eps_valid": 10.0, "agreement_valid": 0.0,
+    "diffmask": {"epochs": 1, "batch_size": 16, "validation_sentences": 24,
                  "hidden": {"epochs": 2}},  # the mode's own epochs win over the shared ones
     "method_options": {
         "IntegratedGradients": {"n_steps": 4},
@@ -96,7 +95,9 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     assert results["model"]["source"] == "tiny" and 0 <= results["model"]["dev_macro_f1"] <= 100
     for mode in ("input", "hidden"):
         dm = results["diffmask"][mode]
-        assert len(dm["runs"]) == 2 and all(r["selected_epoch"] in (1, 2) for r in dm["runs"])
+        assert len(dm["runs"]) == 2 and all(r["selected_epoch"] is None for r in dm["runs"])
+        # no checkpoint is selected: the last probe's read-out is scored on the held-out train sentences
+        assert all(sorted(r["heldout"]) == [str(k) for k in range(L + 1)] for r in dm["runs"])
         layers = dm["faithfulness"]["per_layer"]
         assert [r["layer"] for r in layers] == list(range(L + 1))
         assert all(0 <= r["masked_share"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in layers)
@@ -107,11 +108,14 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert results["methods"][name]["status"] == "ok", results["methods"][name]
         assert name in results["cls_share"]
     assert "DiffMask (hidden)" in results["cls_share"]
-    # the committed report's multiplier (DAMPED_FIT), no per-task lr, fit's convergence
-    # window, every layer on every batch, and a per-layer convergence report of every fit
+    # fit's own optimisation (no multiplier, lr or votes of the suite's), the mode's own
+    # epochs, fit's convergence window, every layer on every batch, and a per-layer
+    # convergence report of every fit
     for mode in ("input", "hidden"):
         for run in results["diffmask"][mode]["runs"]:
-            assert "lr" not in run["options"] and DAMPED_FIT.items() <= run["options"].items()
+            assert not {"lr", "multiplier", "votes", "lr_lambda"} & set(run["options"])
+            assert run["options"]["epochs"] == (2 if mode == "hidden" else 1) and run["options"]["precision"] == "bfloat16"
+            assert len(run["epoch_seconds"]) == run["options"]["epochs"]
             assert run["options"]["convergence"] is None and run["layers_per_batch"] == L + 1
             assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
             assert all(r["status"] in STATUSES for r in run["convergence"].values())

@@ -62,7 +62,7 @@ QUICK: Dict[str, Any] = {
     "train_sentences": SST_QUICK["train_sentences"],
     "eval_sentences": 60,
     "model": copy.deepcopy(SST_QUICK["model"]),
-    "diffmask": {k: copy.deepcopy(v) for k, v in SST_QUICK["diffmask"].items() if k != "hidden"},
+    "diffmask": {"epochs": 1, "validation_sentences": 100, "batch_size": 32},
     "method_options": {"IntegratedGradients": {"n_steps": 8}, "PerSampleBottleneck": {"steps": 10, "max_batches": 4},
                        "Guan": {"steps": 10}},
 }

@@ -50,13 +50,15 @@ SUITE_KEYS = ("input", "hidden", "validation_sentences", "validation_from", "sel
 
 
 def fit_diffmask(
-    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int, verbose: bool
+    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int, verbose: bool,
+    checkpoint: Optional[str] = None,
 ) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""DiffMask in ``mode`` fitted on ``train``; with ``select_checkpoint`` the
     sparsest epoch that keeps the constraint on ``valid`` is restored, else the
     fit's last probe is kept and scored on ``valid`` (``heldout``: per layer the
     deterministic read-out's KL, agreement and kept share). The batches go to
-    the model's device."""
+    the model's device; ``checkpoint``: the file the fit's state is written to
+    as it goes and resumed from (``DiffMask.fit``'s)."""
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}  # the mode's own win
     select = bool(settings.get("select_checkpoint", True))
     options = {k: v for k, v in settings.items() if k not in SUITE_KEYS}
@@ -81,7 +83,8 @@ def fit_diffmask(
     held_out = OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device)
     history = explainer.fit(
         OnDevice(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), device),
-        validation=held_out if select else None, seed=seed, verbose=verbose, **options,
+        validation=held_out if select else None, seed=seed, verbose=verbose,
+        **options, **({} if checkpoint is None else {"checkpoint": checkpoint}),
     )
     seconds = time.perf_counter() - start
     heldout = None if select else {str(k): v for k, v in explainer.evaluate(held_out).items()}

@@ -23,6 +23,7 @@ from ...progress import log_to_stderr
 from ...workers import check_workers, Job, run_jobs
 from ..minilm.attributions import attribute_at, per_sentence, prepare_method
 from .figures import groups_figure, heatmaps
+from ..minilm.fit_cache import cached_fit, FitFiles, fit_key
 from ..minilm.fitting import faithfulness, fit_diffmask
 from ..minilm.loading import Bench, load_bench
 from .scoring import cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability
@@ -99,7 +100,7 @@ def fit_diffmask_modes(
                 explainer, info = fitted[(mode, seed)]
             else:
                 log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
-                explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, verbose)
+                explainer, info = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid, config, seed, verbose)
             info["faithfulness"] = faithfulness(explainer, bench.evaluated, 64, verbose)
             attributions[mode].append(per_sentence(
                 bench.evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
@@ -114,9 +115,10 @@ def fit_diffmask_modes(
 
 def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict[str, Any]:
     r"""One DiffMask fit in a worker process on one thread: the model and sentences
-    loaded as the suite does, the probe saved to ``path``; the fit's record."""
+    loaded as the suite does, the fit through the fit cache, the probe saved to
+    ``path``; the fit's record."""
     bench = load_bench(config, False)
-    explainer, info = fit_diffmask(bench.model, mode, bench.train, bench.valid, config, seed, False)
+    explainer, info = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid, config, seed, False)
     explainer.save(path)
     return info
 
@@ -127,9 +129,11 @@ def fit_in_workers(
     r"""
     Every (mode, seed) fit in ``workers`` processes side by side (spawned, one
     torch thread each; input mode, the longer, first), each probe loaded back
-    onto this process's model; nothing when ``workers`` is 1 (the fits then run
-    here, one after the other). Every fit is seeded by its seed alone, so the
-    probes are those of one process (up to the threads' rounding).
+    onto this process's model; a fit the cache holds is loaded, not refitted
+    (:mod:`benchmarks.suites.minilm.fit_cache`); nothing when ``workers`` is 1
+    (the fits then run here, one after the other). Every fit is seeded by its
+    seed alone, so the probes are those of one process (up to the threads'
+    rounding).
 
     Returns:
         *dict* ``(mode, seed) -> (explainer, the fit's record)``.
@@ -137,8 +141,8 @@ def fit_in_workers(
     workers = check_workers(config.get("workers", 1))
     if workers == 1:
         return {}
-    jobs = [(mode, seed) for mode in ("input", "hidden") for seed in seeds]
-    fitted: Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]] = {}
+    fitted = _stored_fits(config, bench, seeds, verbose)
+    jobs = [(mode, seed) for mode in ("input", "hidden") for seed in seeds if (mode, seed) not in fitted]
     with tempfile.TemporaryDirectory() as folder:
         paths = {job: os.path.join(folder, f"{job[0]}-{job[1]}.pt") for job in jobs}
         infos = run_jobs([Job(f"DiffMask {mode}, seed {seed}", _fit_job, (dict(config), mode, seed, paths[(mode, seed)]))
@@ -150,6 +154,23 @@ def fit_in_workers(
             explainer.convergence = {int(k): report for k, report in info["convergence"].items()}
             fitted[job] = (explainer, info)
     return fitted
+
+
+def _stored_fits(
+    config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
+) -> Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]]:
+    r"""The (mode, seed) fits the fit cache holds, loaded onto the bench's model."""
+    if not config.get("cache", True):
+        return {}
+    stored = {}
+    for mode in ("input", "hidden"):
+        for seed in seeds:
+            loaded = FitFiles(fit_key(bench.model, mode, bench.train, bench.valid, config, seed)).load(bench.model)
+            if loaded is not None:
+                log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}: from the fit cache "
+                                       f"(fitted at commit {loaded[1]['stored']['commit']}, {loaded[1]['stored']['date']})")
+                stored[(mode, seed)] = loaded
+    return stored
 
 
 def run_methods(

@@ -1,0 +1,154 @@
+"""DiffMask's fits on disk: a fit of the MiniLM suites is stored once it ends and
+loaded by any later run with the same model, sentences, settings and seed, and
+a fit that is stopped (a killed run, a session that ends) resumes from its last
+state. A full SST run needs some hours of fits on 2 cores; this lets it span
+several invocations."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+import torch
+from torch import nn
+
+import captum_diffmask
+from captum_diffmask import DiffMask
+from captum_diffmask.checkpoint import weights_fingerprint
+from benchmarks.tasks.sst_bert import EncodedSST
+
+from ...records import _git_commit, cache_dir, config_hash, to_jsonable
+
+#: Bumped when a stored fit's meaning changes (what the key holds, what the
+#: record holds), so that older files are not read as this layout.
+FIT_CACHE_VERSION = 1
+
+#: ``fit(model, mode, train, valid, config, seed, verbose, checkpoint) ->
+#: (explainer, record)``, :func:`benchmarks.suites.minilm.fitting.fit_diffmask`.
+Fit = Callable[..., Tuple[DiffMask, Dict[str, Any]]]
+
+
+def _tensor_digest(*tensors: torch.Tensor) -> str:
+    digest = hashlib.sha1()
+    for t in tensors:
+        digest.update(str(tuple(t.shape)).encode())
+        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def fit_key(
+    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int
+) -> Dict[str, Any]:
+    r"""What determines a fit: the mode, the seed, the suite's ``diffmask``
+    settings (the mode's own merged in), the model's weights, the fit's and the
+    held-out sentences, and the library's and this cache's versions. The code of
+    the fit is not in it: a record names the commit it was fitted at."""
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings.pop("input", None)
+    settings.pop("hidden", None)
+    return {
+        "version": FIT_CACHE_VERSION, "captum_diffmask": captum_diffmask.__version__, "mode": mode, "seed": int(seed),
+        "settings": json.loads(json.dumps(settings, sort_keys=True, default=str)),
+        "model": weights_fingerprint(model),
+        "train": _tensor_digest(train.input_ids, train.attention_mask, train.labels),
+        "valid": _tensor_digest(valid.input_ids, valid.attention_mask, valid.labels),
+    }
+
+
+class FitFiles:
+    r"""
+    A fit's files in :func:`benchmarks.records.cache_dir`: ``probe`` (the
+    fitted probe, ``DiffMask.save``), ``record`` (the fit's record, JSON, with
+    its key, commit and date) and ``state`` (the unfinished fit's state,
+    ``DiffMask.fit(checkpoint=...)``; removed once the fit ends).
+
+    Args:
+
+        key (dict): the fit's :func:`fit_key`.
+        folder (Path, optional): where the files are. Default: the cache folder
+    """
+
+    def __init__(self, key: Mapping[str, Any], folder: Optional[Path] = None) -> None:
+        self.key = dict(key)
+        stem = f"diffmask-fit-{key['mode']}-seed{key['seed']}-{config_hash(self.key)}"
+        folder = cache_dir() if folder is None else Path(folder)
+        self.probe, self.record, self.state = (folder / f"{stem}{suffix}" for suffix in (".pt", ".json", ".state"))
+
+    def stored(self) -> Optional[Dict[str, Any]]:
+        r"""The stored record when this fit has ended and been stored, else None
+        (also for a record whose key is not this one)."""
+        if not (self.probe.exists() and self.record.exists()):
+            return None
+        try:
+            record = json.loads(self.record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return record if record.get("key") == json.loads(json.dumps(self.key, default=str)) else None
+
+    def load(self, model: nn.Module) -> Optional[Tuple[DiffMask, Dict[str, Any]]]:
+        r"""The stored probe on ``model`` with its record (``info``), or None."""
+        record = self.stored()
+        if record is None:
+            return None
+        explainer = DiffMask.load(str(self.probe), model)
+        info = dict(record["info"])
+        explainer.convergence = {int(k): report for k, report in info["convergence"].items()}
+        info["stored"] = {k: record[k] for k in ("commit", "date")}
+        return explainer, info
+
+    def store(self, explainer: DiffMask, info: Mapping[str, Any]) -> None:
+        r"""Writes the probe and the record (each to a temporary name first, so a
+        reader sees a whole file or none) and removes the fit's state."""
+        self.probe.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.probe.with_suffix(f".tmp{os.getpid()}")
+        explainer.save(str(tmp))
+        os.replace(tmp, self.probe)
+        record = {"key": self.key, "commit": _git_commit(), "date": datetime.date.today().isoformat(),
+                  "info": to_jsonable(dict(info))}
+        tmp = self.record.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, self.record)
+        if self.state.exists():
+            self.state.unlink()
+
+
+def cached_fit(
+    fit: Fit, model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+    verbose: bool,
+) -> Tuple[DiffMask, Dict[str, Any]]:
+    r"""
+    ``fit(...)`` through the cache: the stored fit when there is one, else a
+    fit that writes its state as it goes (resuming an earlier state of the same
+    fit) and is stored when it ends. With ``config["cache"]`` False: a plain fit.
+
+    Args:
+
+        fit (Fit): the fitting function.
+        model (nn.Module): the fine-tuned classifier.
+        mode (str): ``"input"`` or ``"hidden"``.
+        train (EncodedSST): the fit's sentences.
+        valid (EncodedSST): the held-out train sentences.
+        config (Mapping): the suite's configuration.
+        seed (int): the fit's seed.
+        verbose (bool): progress.
+
+    Returns:
+        *tuple* ``(explainer, info)``; ``info["stored"]`` (the commit and date
+        of the fit) when it was loaded.
+    """
+    if not config.get("cache", True):
+        return fit(model, mode, train, valid, config, seed, verbose)
+    files = FitFiles(fit_key(model, mode, train, valid, config, seed))
+    loaded = files.load(model)
+    if loaded is not None:
+        return loaded
+    files.state.parent.mkdir(parents=True, exist_ok=True)
+    resumed = files.state.exists()
+    explainer, info = fit(model, mode, train, valid, config, seed, verbose, checkpoint=str(files.state))
+    info["resumed"] = resumed
+    files.store(explainer, info)
+    return explainer, info

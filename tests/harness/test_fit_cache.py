@@ -1,0 +1,107 @@
+"""The MiniLM suites' fit cache on a tiny BERT and hand-made sentences: a fit is
+stored when it ends, loaded (not refitted) by a call with the same key, refitted
+when any part of the key changes, and resumed from the state an unfinished call
+left."""
+
+import json
+
+import pytest
+import torch
+
+from benchmarks.suites.minilm.fit_cache import cached_fit, FitFiles, fit_key
+from benchmarks.suites.minilm.fitting import fit_diffmask
+from benchmarks.tasks.sst_bert import EncodedSST
+from tiny_models import tiny_bert, token_batch
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.convergence.DiffMaskConvergenceWarning")
+
+CONFIG = {
+    "diffmask": {"batch_size": 8, "l0": "mean", "eps": 0.1, "max_steps": 3, "select_checkpoint": False,
+                 "validation_sentences": 8, "input": {}, "hidden": {"eps": 0.05}},
+    "cache": True,
+}
+
+
+def _sentences(rows: int, seed: int) -> EncodedSST:
+    ids, mask = token_batch(rows, 7, seed)
+    return EncodedSST(ids, mask, ids[:, 0] % 3, torch.zeros_like(ids))
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
+    return tiny_bert(), _sentences(16, 0), _sentences(8, 1)
+
+
+def _counting(calls):
+    def fit(*args, **kwargs):
+        calls.append(kwargs.get("checkpoint"))
+        return fit_diffmask(*args, **kwargs)
+    return fit
+
+
+def _scores(explainer, data):
+    return explainer.attribute(data.input_ids, additional_forward_args=(data.attention_mask,), layer=None)
+
+
+def test_a_stored_fit_is_loaded_not_refitted(bench, tmp_path):
+    model, train, valid = bench
+    calls = []
+    first, info = cached_fit(_counting(calls), model, "hidden", train, valid, CONFIG, 0, False)
+    files = FitFiles(fit_key(model, "hidden", train, valid, CONFIG, 0))
+    assert calls == [str(files.state)] and files.probe.exists() and files.record.exists()
+    assert not files.state.exists() and info["resumed"] is False  # the state goes once the fit is stored
+    again, stored = cached_fit(_counting(calls), model, "hidden", train, valid, CONFIG, 0, False)
+    assert len(calls) == 1 and set(stored["stored"]) == {"commit", "date"}
+    assert again.convergence == {int(k): v for k, v in json.loads(json.dumps(first.convergence)).items()}
+    assert stored["steps"] == info["steps"] and stored["heldout"] == json.loads(json.dumps(info["heldout"]))
+    assert torch.allclose(_scores(again, valid), _scores(first, valid))
+
+
+def test_any_part_of_the_key_refits(bench):
+    model, train, valid = bench
+    calls = []
+    cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 0, False)
+    cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 1, False)  # the seed
+    looser = {**CONFIG, "diffmask": {**CONFIG["diffmask"], "eps": 0.2}}
+    cached_fit(_counting(calls), model, "input", train, valid, looser, 0, False)  # a setting
+    cached_fit(_counting(calls), model, "input", _sentences(16, 5), valid, CONFIG, 0, False)  # the sentences
+    other = tiny_bert(seed=3)
+    cached_fit(_counting(calls), other, "input", train, valid, CONFIG, 0, False)  # the weights
+    assert len(calls) == 5 and len(set(calls)) == 5
+    # the mode's own settings are the mode's: hidden's eps 0.05 is in its key, not input's
+    assert fit_key(model, "hidden", train, valid, CONFIG, 0)["settings"]["eps"] == 0.05
+    assert fit_key(model, "input", train, valid, CONFIG, 0)["settings"]["eps"] == 0.1
+
+
+def test_a_record_of_another_key_is_not_read(bench):
+    model, train, valid = bench
+    calls = []
+    cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 0, False)
+    files = FitFiles(fit_key(model, "input", train, valid, CONFIG, 0))
+    record = json.loads(files.record.read_text())
+    record["key"]["seed"] = 7
+    files.record.write_text(json.dumps(record))
+    assert files.stored() is None
+    cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 0, False)
+    assert len(calls) == 2
+
+
+def test_an_unfinished_fit_resumes_from_its_state(bench):
+    model, train, valid = bench
+    files = FitFiles(fit_key(model, "hidden", train, valid, CONFIG, 0))
+    files.state.parent.mkdir(parents=True, exist_ok=True)
+    # a call that was stopped after its fit wrote its state, before it was stored
+    direct, _ = fit_diffmask(model, "hidden", train, valid, CONFIG, 0, False, checkpoint=str(files.state))
+    assert files.state.exists() and not files.probe.exists()
+    calls = []
+    resumed, info = cached_fit(_counting(calls), model, "hidden", train, valid, CONFIG, 0, False)
+    assert calls == [str(files.state)] and info["resumed"] is True and not files.state.exists()
+    assert torch.allclose(_scores(resumed, valid), _scores(direct, valid))
+
+
+def test_without_the_cache_nothing_is_written(bench, tmp_path):
+    model, train, valid = bench
+    calls = []
+    cached_fit(_counting(calls), model, "input", train, valid, {**CONFIG, "cache": False}, 0, False)
+    assert calls == [None] and not list(tmp_path.glob("diffmask-fit-*"))
