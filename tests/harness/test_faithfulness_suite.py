@@ -19,7 +19,7 @@ TINY = {
     "train_sentences": 96,
     "eval_sentences": 20,
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
-    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24, "eps_valid": 10.0, "agreement_valid": 0.0},
+    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24},
     "method_options": {"IntegratedGradients": {"n_steps": 4},
                        "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16},
                        "ReadoutBottleneck": {"max_steps": 3, "batch_size": 16}, "Guan": {"steps": 3}},
@@ -52,6 +52,20 @@ def test_eraser_prediction_scores_words_by_their_best_piece():
     assert rationale["hard_rationale_predictions"] == [{"start_token": 1, "end_token": 2}]
 
 
+def test_verdicts_table_counts_settled_probes_within_the_held_out_bound():
+    from benchmarks.suites.faithfulness.report import _verdicts_table
+
+    fits = [{"seed": 0, "eps": 0.02, "convergence": {"0": "converged", "1": "unsettled"},
+             "heldout": {"0": {"kl": 0.024}, "1": {"kl": 0.01}}},
+            {"seed": 1, "eps": 0.02, "convergence": {"0": "converged", "1": "needed"},
+             "heldout": {"0": {"kl": 0.026}, "1": {"kl": 0.01}}}]
+    text = "\n".join(_verdicts_table(fits))
+    assert ("| DiffMask layer 0 | seed 0: converged, held-out KL 0.0240; seed 1: converged, held-out KL 0.0260 (over) "
+            "| 1 of 2 |") in text
+    assert "| DiffMask layer 1 | seed 0: unsettled, held-out KL 0.0100; seed 1: needed, held-out KL 0.0100 | 1 of 2 |" in text
+    assert _verdicts_table([]) == []
+
+
 def test_across_seeds_gives_mean_and_sample_std():
     result = suite.across_seeds([{"a": 1.0, "c": [1.0, 2.0]}, {"a": 3.0, "c": [3.0, 4.0]}])
     assert result["a"] == 2.0 and result["a_std"] == pytest.approx(math.sqrt(2.0))
@@ -82,8 +96,11 @@ def test_tiny_run_is_complete_and_writes_the_report_and_export(tmp_path):
     assert 0 <= baseline["Random"]["auprc/non-neutral"] <= 1
     report = (tmp_path / "report.md").read_text()
     for heading in ("ERASER's metrics, tokens removed by `baseline`", "`attention`", "Plausibility",
-                    "Where DiffMask stands", "DiffMask with its own baseline as the removal", "Speed", "Export"):
+                    "Where DiffMask stands", "DiffMask with its own baseline as the removal", "Speed", "Export",
+                    "probes that count"):
         assert heading in report
+    # the sst suite's fits: no checkpoint selected, the read-out scored on held-out train sentences
+    assert all(sorted(fit["heldout"]) == [str(k) for k in range(L + 1)] for fit in results["diffmask_fits"])
     assert (tmp_path / results["figures"]["curves"]).stat().st_size > 1000
     lines = (tmp_path / "eraser" / "annotations.jsonl").read_text().splitlines()
     assert len(lines) == results["model"]["evaluated_sentences"] == results["export"]["lines"]

@@ -33,6 +33,7 @@ TINY = {
     "speed": {"sentences": 8, "batch_size": 8, "finetune_batches": 2, "ig_steps": 4},
     "pos": False,
     "cache": False,
+    "workers": 1,
 }
 
 
@@ -130,7 +131,8 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     # the report, the JSON and every figure it links
     report = (tmp_path / "report.md").read_text()
     for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed",
-                    "Convergence per layer", "fit's defaults, hidden"):
+                    "Convergence per layer", "fit's defaults, hidden", "The depth profile on the probes that count",
+                    "verdicts, both modes"):
         assert heading in report
     stored = json.loads((tmp_path / "results.json").read_text())
     assert stored["suite"] == "sst" and stored["mode"] == "full"
@@ -182,8 +184,43 @@ def test_convergence_section_checks_the_held_out_read_out_against_eps():
     lines = convergence_section({"input": {"runs": [run]}, "hidden": {"runs": []}})
     text = "\n".join(lines)
     assert "held-out deterministic KL (<= eps x 1.25)" in text
-    assert "| input | 0 | 0 | **converged** | 500 | 0.500 | 0.0100 | 0.0090 | 3.000 | 0.0124 ok |" in text
+    assert "| input | 0 | 0 | **converged** | 500 | 0.500 | 0.0100 | 0.0100 | 0.0090 | 3.000 | 0.0124 ok |" in text
     assert "0.0126 over" in text and "**needed**" in text
+
+
+def _run(seed, statuses, heldout, masked, f1):
+    per_layer = [{"layer": k, "masked_share": m, "macro_f1": f, "accuracy": 0.0, "agreement": 0.0}
+                 for k, (m, f) in enumerate(zip(masked, f1))]
+    return {"seed": seed, "options": {"eps": 0.01}, "steps": 500,
+            "convergence": {str(k): {"status": v, "steps": 500, "windows": []} for k, v in enumerate(statuses)},
+            "heldout": {str(k): {"kl": v} for k, v in enumerate(heldout)},
+            "history": [{"epoch": 3, "layer": k, "kl": 0.009, "kl_deployed": 0.011} for k in range(len(statuses))],
+            "faithfulness": {"unmasked": {"macro_f1": 50.0}, "per_layer": per_layer}}
+
+
+def test_a_probe_counts_with_a_verdict_and_within_the_held_out_bound():
+    from benchmarks.suites.sst.scoring import counted_layers
+
+    run = _run(0, ["converged", "unsettled", "converged", "needed"], [0.0124, 0.001, 0.0126, 0.0], [0] * 4, [0] * 4)
+    assert counted_layers(run, 1.25) == {0: {"settled": True, "within": True}, 1: {"settled": False, "within": True},
+                                         2: {"settled": True, "within": False}, 3: {"settled": True, "within": True}}
+    # a selected checkpoint's run scored no held-out read-out: the verdict alone
+    assert counted_layers({**run, "heldout": None}, 1.25)[2] == {"settled": True, "within": True}
+
+
+def test_depth_profile_and_verdict_targets_read_the_counted_probes():
+    from benchmarks.suites.sst.report import _depth_profile_section, _verdict_targets
+
+    runs = [_run(0, ["converged", "unsettled"], [0.005, 0.005], [20.0, 40.0], [49.5, 47.0]),
+            _run(1, ["converged", "converged"], [0.005, 0.02], [30.0, 60.0], [48.0, 45.0])]
+    dm = {"input": {"runs": runs}, "hidden": {"runs": runs[:1]}}
+    text = "\n".join(_depth_profile_section(dm))
+    assert "| 0 | 0, 1 | 20.0, 30.0 | -0.50, -2.00 | 0.0090 / 0.0110, 0.0090 / 0.0110 |" in text
+    assert "| 1 | none (seed 0: unsettled; seed 1: converged, held-out KL over) |" in text
+    lines = _verdict_targets(dm)
+    assert lines[0] == ("- verdicts, input: 3 of 4 probes settled (`converged` or `needed`), 2 of them within "
+                        "eps x 1.25 on the held-out train sentences")
+    assert lines[-1].startswith("- verdicts, both modes: 4 of 6 probes settled (67 %") and lines[-1].endswith("**missed**")
 
 
 @needs_sst

@@ -17,6 +17,7 @@ from captum_diffmask.methods import RandomAttribution
 from ...methods import MethodContext, prepare
 from ...progress import log_to_stderr
 from ..minilm.attributions import AttentionScores, attribute_at, per_sentence
+from ..minilm.fit_cache import cached_fit
 from ..minilm.fitting import fit_diffmask
 from ..minilm.loading import Bench, load_bench
 from .export import write_jsonl
@@ -99,12 +100,14 @@ def diffmask_scores(
     baselines: Dict[str, List[Tensor]] = {}
     for seed in seeds:
         log_to_stderr(verbose, f"[faithfulness] DiffMask input, seed {seed}")
-        explainer, info = fit_diffmask(bench.model, "input", bench.train, bench.valid, config, seed, verbose)
+        explainer, info = cached_fit(fit_diffmask, bench.model, "input", bench.train, bench.valid, config, seed, verbose)
         scores, per = _timed(bench.evaluated, lambda ids, mask: explainer.attribute(
             ids, additional_forward_args=(mask,), layer=None), verbose, "attribute DiffMask")
         seconds.append(per)
         fits.append({"seed": seed, "seconds": info["seconds"], "selected_epoch": info["selected_epoch"],
-                     "convergence": {k: v.get("status") for k, v in info["convergence"].items()}})
+                     "convergence": {str(k): v.get("status") for k, v in info["convergence"].items()},
+                     "heldout": info.get("heldout"), "eps": info.get("options", {}).get("eps"),
+                     "stored": info.get("stored")})
         for k in range(scores[0].shape[-1]):
             sets.setdefault(f"DiffMask layer {k}", []).append([s[:, k] for s in scores])
             baselines.setdefault(f"DiffMask layer {k}", []).append(explainer.learned_baseline(k))

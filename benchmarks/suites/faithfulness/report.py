@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Mapping
 
+from captum_diffmask.convergence import SETTLED
+
+from ..minilm.fitting import HELD_OUT_MARGIN
 from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
 from .rationales import VARIANTS
 
@@ -104,7 +107,29 @@ def _diffmask_section(results: Mapping[str, Any]) -> List[str]:
     if statuses:
         counts = {s: statuses.count(s) for s in sorted(set(statuses))}
         lines.append(f"- DiffMask's fits (as the sst suite's): per-layer status at the end {counts}.")
-    return lines + [""]
+    return lines + [""] + _verdicts_table(fits)
+
+
+def _verdicts_table(fits: List[Mapping[str, Any]]) -> List[str]:
+    r"""Per depth, each seed's verdict (``DiffMask layer k`` averages those
+    probes): a probe counts when it is settled and, where the fit scored its
+    read-out on held-out train sentences, within eps x 1.25 there."""
+    if not fits or not all(fit.get("convergence") for fit in fits):
+        return []
+    rows = []
+    for layer in sorted(fits[0]["convergence"], key=int):
+        cells, counted = [], 0
+        for fit in fits:
+            status = fit["convergence"].get(layer, "?")
+            kl = ((fit.get("heldout") or {}).get(layer) or {}).get("kl")
+            within = kl is None or fit.get("eps") is None or kl <= HELD_OUT_MARGIN * float(fit["eps"])
+            counted += status in SETTLED and within
+            cells.append(f"seed {fit['seed']}: {status}" + ("" if kl is None else f", held-out KL {fmt(kl, 4)}"
+                                                            + ("" if within else " (over)")))
+        rows.append([f"DiffMask layer {layer}", "; ".join(cells), f"{counted} of {len(fits)}"])
+    return ["Each depth's probes (its score set averages them over the seeds); a probe counts when its fit "
+            f"settled (`converged` or `needed`) and its read-out's KL on held-out train sentences is within eps x "
+            f"{HELD_OUT_MARGIN:g}:", "", table(["score set", "verdicts", "probes that count"], rows), ""]
 
 
 def _own_baseline_section(results: Mapping[str, Any]) -> List[str]:

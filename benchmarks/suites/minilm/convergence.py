@@ -24,7 +24,8 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
             for layer, report in sorted((run.get("convergence") or {}).items(), key=lambda item: int(item[0])):
                 last = report["windows"][-1] if report["windows"] else {}
                 row = [mode, run["seed"], layer, f"**{report['status']}**", report["steps"], fmt(last.get("kept"), 3),
-                       fmt(last.get("kl"), 4), fmt(last_epoch.get(int(layer), {}).get("kl_deployed"), 4),
+                       fmt(last.get("kl"), 4), fmt(last_epoch.get(int(layer), {}).get("kl"), 4),
+                       fmt(last_epoch.get(int(layer), {}).get("kl_deployed"), 4),
                        fmt(last.get("lam"), 3)]
                 if run.get("heldout"):
                     held_out = True
@@ -33,12 +34,15 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
                 rows.append(row)
     if not rows:
         return []
-    headers = ["mode", "seed", "layer", "status", "steps", "kept share", "KL (constraint)", "KL deployed (last epoch)",
+    headers = ["mode", "seed", "layer", "status", "steps", "kept share", "KL (constraint)", "KL sampled (last epoch)",
+               "KL deployed (last epoch)",
                "lambda"] + ([f"held-out deterministic KL (<= eps x {HELD_OUT_MARGIN:g})"] if held_out else [])
     return ["## Convergence per layer", "",
             "Where each fit stood when it stopped (`DiffMask.convergence`): the layer's status, the steps "
             "trained at it, and the means of its last window of steps (kept share of the training gates, the "
-            "constraint the multiplier held, multiplier); the last epoch's mean KL of the deterministic gates; "
+            "constraint the multiplier held, multiplier); the last epoch's mean KL of the sampled (trained) and of "
+            "the deterministic (deployed) gates, whose difference is the gap between what is trained and what "
+            "`attribute` reads out; "
             "without checkpoint selection, the deterministic read-out's KL on the held-out train sentences. "
             "`converged`: the kept share and the multiplier settled and the constraint within eps x 1.25; "
             "`needed`: every gate open because closing the positions the probe ranks least needed breaks the "

@@ -10,8 +10,11 @@ from typing import Any, List, Mapping
 from benchmarks.tasks.sst import LABEL_NAMES
 
 from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from captum_diffmask.fitting import last_rows
+
 from ..minilm.convergence import convergence_section
-from .scoring import layer_means
+from ..minilm.fitting import HELD_OUT_MARGIN
+from .scoring import counted_layers, layer_means
 from .settings import STABILITY_TARGETS, PAPER
 
 
@@ -25,6 +28,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines += _model_section(model)
     lines += _faithfulness_section(results["diffmask"])
     lines += _targets(results)
+    lines += _depth_profile_section(results["diffmask"])
     lines += _stability_section(results["diffmask"])
     lines += _cls_section(results)
     lines += _layers_kept_section(results)
@@ -34,7 +38,8 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
               "embeddings); attention: max over heads, mean over query positions.", ""]
     lines += [f"![heatmap]({p})" for p in results["figures"]["heatmaps"]] + [""]
     lines += _speed_section(results["speed"])
-    lines += _training_section(results["diffmask"], results["model"])
+    lines += _training_section(results["diffmask"], results["model"], _selects(results),
+                               results["speed"]["per_sentence_seconds"]["forward"])
     lines += convergence_section(results["diffmask"])
     lines += notes_section(results.get("notes") or [])
     lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
@@ -131,23 +136,88 @@ def _speed_section(sp: Mapping[str, Any]) -> List[str]:
                     "by that number.", ""]
 
 
-def _validation_line(model: Mapping[str, Any]) -> str:
+def _selects(results: Mapping[str, Any]) -> bool:
+    r"""Whether the run's fits restored a selected checkpoint (the suite's earlier recipe)."""
+    return bool(results.get("config", {}).get("diffmask", {}).get("select_checkpoint", True))
+
+
+def _validation_line(model: Mapping[str, Any], selects: bool) -> str:
     if model.get("validation_from", "dev") == "dev":
         return "Checkpoint selected on dev sentences (the split the report scores); fitted on every train sentence."
+    if not selects:
+        return (f"Fitted on {model['fit_sentences']} train sentences; no checkpoint selected (the fit's last probe is "
+                f"kept), its deterministic read-out scored on {model['validation_sentences']} other train sentences "
+                "set aside from the fit (no dev sentence is read by a fit).")
     return (f"Fitted on {model['fit_sentences']} train sentences; the checkpoint selected on "
             f"{model['validation_sentences']} other train sentences, set aside from the fit (no dev sentence is read "
             f"by the fit or its selection).")
 
 
-def _training_section(dm: Mapping[str, Any], model: Mapping[str, Any]) -> List[str]:
+def _fitted_where(run: Mapping[str, Any]) -> str:
+    stored = run.get("stored")
+    where = f"fit cache (commit {stored['commit']}, {stored['date']})" if stored else "this run"
+    return where + (", resumed from a stopped fit's state" if run.get("resumed") else "")
+
+
+def _training_section(dm: Mapping[str, Any], model: Mapping[str, Any], selects: bool, forward: float) -> List[str]:
+    r"""Per fit: steps, verdicts, time, a step's cost against one forward pass of
+    a batch (``forward``: seconds per sentence of one plain forward pass, from
+    this run's speed section), peak resident memory, and where it was fitted."""
     rows = []
     for mode in ("input", "hidden"):
         for run in dm[mode]["runs"]:
-            rows.append([mode, run["seed"], len(run["epoch_seconds"]), run["selected_epoch"], "yes" if run["feasible"] else "no",
-                         fmt_seconds(run["seconds"])])
-    return ["## DiffMask training", "", _validation_line(model), "",
-            table(["mode", "seed", "epochs", "selected epoch", "keeps the constraint", "fit time"], rows), "",
+            counted = counted_layers(run, HELD_OUT_MARGIN)
+            settled = sum(c["settled"] for c in counted.values())
+            within = sum(c["settled"] and c["within"] for c in counted.values())
+            step = run["seconds"] / max(int(run.get("steps") or 0), 1)
+            batch = int(run.get("options", {}).get("batch_size", 32))
+            rows.append([mode, run["seed"], run.get("steps", ""), f"{settled} of {len(counted)}", within,
+                         run["selected_epoch"] if selects else "none", fmt_seconds(run["seconds"]),
+                         f"{fmt_seconds(step)} ({step / (forward * batch):.1f}x)", fmt(run.get("peak_rss_gb"), 2),
+                         _fitted_where(run)])
+    return ["## DiffMask training", "", _validation_line(model, selects), "",
+            table(["mode", "seed", "steps (most at a layer)", "layers settled", f"settled, held-out KL <= eps x {HELD_OUT_MARGIN:g}",
+                   "selected epoch", "fit time", "a step (x forward pass of a batch)", "peak memory GB", "fitted in"], rows), "",
+            "A step trains every layer not yet frozen on one batch; the forward pass is this run's (speed section: "
+            "float32, on the run's threads), while the fits' passes ran in their own precision and, in worker "
+            "processes, on one torch thread each, side by side. Peak memory: the fitting process's resident peak. "
+            "A fit from the cache, or resumed, ran (partly) in another invocation: its time is that invocation's.", "",
             *[f"Options, {mode}: `{dm[mode]['runs'][0]['options']}`." for mode in ("input", "hidden")], ""]
+
+
+def _depth_profile_section(dm: Mapping[str, Any]) -> List[str]:
+    r"""Per mode and layer, the probes that count (settled by the fit's own
+    verdict, the held-out read-out within the bound) and what each masks."""
+    lines = ["## The depth profile on the probes that count", "",
+             f"A probe counts when its fit's own verdict is `converged` or `needed` and its deterministic read-out's "
+             f"KL on the held-out train sentences is at most eps x {HELD_OUT_MARGIN:g}; per layer, each counted "
+             "seed's masked share and macro-F1 change on the scored split, and its last training epoch's KL of the "
+             "sampled and of the deterministic (deployed) gates. A layer no probe counts at says why.", ""]
+    for mode in ("input", "hidden"):
+        runs = dm[mode]["runs"]
+        rows = [_profile_row(runs, k) for k in range(len(runs[0]["faithfulness"]["per_layer"]))]
+        lines += [f"**{mode}**", "", table(["layer", "counted seeds", "masked %", "macro-F1 change",
+                                             "training KL sampled / deployed"], rows), ""]
+    return lines
+
+
+def _profile_row(runs: List[Mapping[str, Any]], layer: int) -> List[Any]:
+    counted, why = [], []
+    for run in runs:
+        state = counted_layers(run, HELD_OUT_MARGIN).get(layer, {"settled": False, "within": False})
+        if state["settled"] and state["within"]:
+            counted.append(run)
+        else:
+            status = (run.get("convergence") or {}).get(str(layer), {}).get("status", "?")
+            why.append(f"seed {run['seed']}: {status}{'' if state['within'] else ', held-out KL over'}")
+    if not counted:
+        return [layer, "none (" + "; ".join(why) + ")", "", "", ""]
+    faith = [run["faithfulness"] for run in counted]
+    masked = ", ".join(f"{f['per_layer'][layer]['masked_share']:.1f}" for f in faith)
+    change = ", ".join(f"{f['per_layer'][layer]['macro_f1'] - f['unmasked']['macro_f1']:+.2f}" for f in faith)
+    kls = [last_rows(run.get("history") or []).get(layer, {}) for run in counted]
+    kl = ", ".join(f"{fmt(r.get('kl'), 4)} / {fmt(r.get('kl_deployed'), 4)}" for r in kls)
+    return [layer, ", ".join(str(run["seed"]) for run in counted), masked, change, kl]
 
 
 def _targets(results: Mapping[str, Any]) -> List[str]:
@@ -172,6 +242,7 @@ def _targets(results: Mapping[str, Any]) -> List[str]:
             lines.append(f"- stability, {mode}: mean std of the attributions across {len(results['seeds'])} seeds "
                          f"{st['mean_std']:.4f} (target <= {most}): **{'met' if st['mean_std'] <= most else 'missed'}**")
     lines += _stability_targets(results)
+    lines += _verdict_targets(dm)
     lines += _speed_targets(results)
     return lines + [""]
 
@@ -188,6 +259,25 @@ def _stability_targets(results: Mapping[str, Any]) -> List[str]:
         lines.append(f"- fit's defaults, {mode}: std across seeds {st['mean_std']:.4f} (target <= {most}), {masked:.1f} % "
                      f"masked (target >= {least} %), macro-F1 {f1:.2f} vs {base:.2f} (target: within 1 point): "
                      f"**{'met' if ok else 'missed'}**")
+    return lines
+
+
+def _verdict_targets(dm: Mapping[str, Any]) -> List[str]:
+    r"""The share of probes (mode x layer x seed) settled by the fit's own verdict
+    (target 90 %), and how many of those keep the held-out bound (target: all)."""
+    lines, totals = [], [0, 0, 0]
+    for mode in ("input", "hidden"):
+        states = [c for run in dm[mode]["runs"] for c in counted_layers(run, HELD_OUT_MARGIN).values()]
+        settled = [c for c in states if c["settled"]]
+        within = sum(c["within"] for c in settled)
+        totals = [totals[0] + len(states), totals[1] + len(settled), totals[2] + within]
+        lines.append(f"- verdicts, {mode}: {len(settled)} of {len(states)} probes settled (`converged` or `needed`), "
+                     f"{within} of them within eps x {HELD_OUT_MARGIN:g} on the held-out train sentences")
+    probes, settled, within = totals
+    ok = probes and settled >= 0.9 * probes and within == settled
+    lines.append(f"- verdicts, both modes: {settled} of {probes} probes settled ({100.0 * settled / max(probes, 1):.0f} %, "
+                 f"target >= 90 %), {within} of the {settled} within the held-out bound (target: all): "
+                 f"**{'met' if ok else 'missed'}**")
     return lines
 
 
