@@ -34,6 +34,7 @@ TINY = {
     "pos": False,
     "cache": False,
     "workers": 1,
+    "paper_recipe": {"epochs": 1, "diffmask": {"batch_size": 16}},
 }
 
 
@@ -120,7 +121,16 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
             assert run["options"]["convergence"] is None and run["layers_per_batch"] == L + 1
             assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
             assert all(r["status"] in STATUSES for r in run["convergence"].values())
-    # the checkpoint is selected on train sentences set aside from the fit
+    # the paper's recipe: its optimisation, the authors' tied input votes, one epoch here
+    paper = results["paper_recipe"]
+    assert paper["epochs"] == 1 and paper["seeds"] == [0]
+    for mode in ("input", "hidden"):
+        run = paper["diffmask"][mode]["runs"][0]
+        assert run["options"]["optimizer"] == "lookahead-rmsprop" and run["options"]["eps"] == 0.5
+        assert run["options"]["layers_per_batch"] == "one" and run["options"]["batch_size"] == 16
+        assert (run["options"].get("votes") == "tied") == (mode == "input")
+        assert len(run["faithfulness"]["per_layer"]) == L + 1 and sorted(run["heldout"]) == [str(k) for k in range(L + 1)]
+    # the train sentences set aside from the fit
     model = results["model"]
     assert model["validation_from"] == "train" and model["validation_sentences"] == 24
     assert model["fit_sentences"] + model["validation_sentences"] == model["train_sentences"] == 96
@@ -132,6 +142,7 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     report = (tmp_path / "report.md").read_text()
     for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed",
                     "Convergence per layer", "fit's defaults, hidden", "The depth profile on the probes that count",
+                    "The paper's recipe, as a reference",
                     "verdicts, both modes"):
         assert heading in report
     stored = json.loads((tmp_path / "results.json").read_text())
@@ -240,3 +251,27 @@ def test_fits_in_worker_processes_give_the_probes_of_one_process():
         assert torch.allclose(there.attribute(ids, additional_forward_args=(mask,), layer=None),
                               here.attribute(ids, additional_forward_args=(mask,), layer=None), atol=1e-5)
     assert fit_in_workers({**config, "workers": 1}, bench, [0], False) == {}
+
+
+@needs_sst
+def test_the_papers_recipe_fits_on_the_suites_split_in_workers_too(monkeypatch):
+    from benchmarks.suites.minilm.loading import load_bench
+    from benchmarks.suites.sst import orchestration
+
+    config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2})
+    bench = load_bench(config, False)
+    seen = []
+
+    def fit_in_workers(recipe_config, bench_, seeds, verbose):
+        # a worker loads its bench from the configuration it is given
+        worker_bench = load_bench(recipe_config, False)
+        seen.append((recipe_config["diffmask"], worker_bench))
+        return {}
+
+    monkeypatch.setattr(orchestration, "fit_in_workers", fit_in_workers)
+    record = orchestration.paper_recipe(config, bench, False)
+    (settings, worker_bench), = seen
+    assert torch.equal(worker_bench.train.input_ids, bench.train.input_ids)
+    assert torch.equal(worker_bench.valid.input_ids, bench.valid.input_ids)
+    assert settings["epochs"] == 1 and settings["optimizer"] == "lookahead-rmsprop"
+    assert record["diffmask"]["hidden"]["runs"][0]["options"]["eps"] == 0.5

@@ -41,6 +41,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     bench = load_bench(config, verbose)
     L = bench.layers
     diffmask, attributions, explainers = fit_diffmask_modes(config, bench, seeds, verbose)
+    paper = paper_recipe(config, bench, verbose)
     method_records, prepared = run_methods(config, bench, seeds[0], verbose)
     cls_shares = cls_share_table([a[:, L] for a in attributions["hidden"][0]], method_records)
     groups = layers_kept(config, bench.evaluated, attributions, notes)
@@ -50,7 +51,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     return {
         "title": f"SST-5 with {bench.model_info['source']} ({L} layers): DiffMask on inputs and hidden states",
         "split": config.get("split", "dev"), "model": bench.model_info, "diffmask": diffmask, "methods": method_records,
-        "cls_share": cls_shares, "layers_kept": groups, "speed": speed, "notes": notes,
+        "cls_share": cls_shares, "layers_kept": groups, "speed": speed, "notes": notes, "paper_recipe": paper,
         "figures": figures, "seeds": seeds,
     }
 
@@ -111,6 +112,28 @@ def fit_diffmask_modes(
         diffmask[mode] = {"runs": runs, "stability": stability(attributions[mode]),
                           "faithfulness": mean_faithfulness([r["faithfulness"] for r in runs])}
     return diffmask, attributions, explainers
+
+
+def paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Optional[Dict[str, Any]]:
+    r"""
+    The paper's recipe (``config["paper_recipe"]``) fitted in both modes and
+    scored as the suite's own fits are (the same model, sentences and held-out
+    scoring; fits in workers and through the fit cache likewise).
+
+    Returns:
+        *dict* ``{"epochs", "seeds", "diffmask": {mode: {"runs", "stability",
+        "faithfulness"}}}``, or None when the recipe is left out.
+    """
+    recipe = config.get("paper_recipe")
+    if not recipe:
+        return None
+    seeds = [int(s) for s in recipe.get("seeds", config["seeds"][:1])]
+    # the suite's split of the train sentences, so that a worker's bench is this one's
+    split = {k: config["diffmask"][k] for k in ("validation_sentences", "validation_from") if k in config["diffmask"]}
+    recipe_config = {**config, "diffmask": {**recipe["diffmask"], **split, "epochs": int(recipe["epochs"])}}
+    log_to_stderr(verbose, f"[sst] the paper's recipe, {recipe['epochs']} epochs, seeds {seeds}")
+    diffmask, _, _ = fit_diffmask_modes(recipe_config, bench, seeds, verbose)
+    return {"epochs": int(recipe["epochs"]), "seeds": seeds, "diffmask": diffmask}
 
 
 def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict[str, Any]:
