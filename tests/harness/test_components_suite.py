@@ -8,7 +8,8 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites.components.report import seeds_table, sst_section, tracr_table
-from benchmarks.suites.components.tracr import idle_separation, roc_auc, score_program
+from benchmarks.suites.components import settings as suite_settings
+from benchmarks.suites.components.tracr import idle_separation, kind_options, roc_auc, score_program
 from tiny_models import needs_sst
 
 
@@ -121,6 +122,16 @@ def test_the_sst_section_says_why_it_was_skipped():
     assert "Skipped: SSTDataError: no data." in "\n".join(sst_section({"skipped": "SSTDataError: no data"}))
 
 
+def test_a_variants_options_under_a_kind_are_that_kinds_own():
+    options = {"joint": True, "lr": 1e-3, "heads": {"score_gradient": True, "lr": 3e-3}}
+    assert kind_options(options, "heads") == {"joint": True, "lr": 3e-3, "score_gradient": True}
+    assert kind_options(options, "units") == {"joint": True, "lr": 1e-3}
+    # the suite's variant: the score gradient for heads only
+    (variant,) = suite_settings.DEFAULTS["tracr"]["variants"].values()
+    assert kind_options(variant, "heads").get("score_gradient") is True
+    assert "score_gradient" not in kind_options(variant, "units")
+
+
 def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
     pytest.importorskip("tracr")
     variant = {"DiffMask, joint": {"joint": True}}
@@ -128,7 +139,7 @@ def test_a_quick_tracr_run_scores_every_method_and_writes_the_report(tmp_path):
                            "figure_inputs": 2, "variants": variant}, "sst": None, "seeds": [0, 1], "workers": 2}
     results = runner.run_suite("components", tmp_path, overrides=overrides, verbose=False)
     lines = results["tracr"]["lines"]
-    methods = ("DiffMask", "per-task mask", "DiffMask, joint, l0_floor 0.1, lr 1e-3", "DiffMask, joint")
+    methods = ("DiffMask", "per-task mask", next(iter(suite_settings.DEFAULTS["tracr"]["variants"])), "DiffMask, joint")
     # every method at the first seed, the variants alone at the second
     assert [(line["kind"], line["method"], line["seed"]) for line in lines] == [
         (kind, method, 0) for kind in ("heads", "units") for method in methods + ("attribution patching",)] + [

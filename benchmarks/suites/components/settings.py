@@ -33,10 +33,16 @@ DEFAULTS: Dict[str, Any] = {
         # not on these: the joint mask, one constraint on every block at once, with
         # the L0 gradient floor at 0.1 and the gates' lr 1e-3 (the development
         # programs' units: mean ROC AUC 0.927 at floor 0.05, 0.943 at 0.1; heads
-        # 1.000 at both; docs/results/components-dev-joint.md). The block-wise mask
-        # with the floor and lr 1e-3, the variant before, did worse there (units
-        # 0.900) and on the scored programs (docs/guide/components.md)
-        "variants": {"DiffMask, joint, l0_floor 0.1, lr 1e-3": {"joint": True, "l0_floor": 0.1, "lr": 1e-3}},
+        # 1.000 at both; docs/results/components-dev-joint.md); for heads also the
+        # score-function estimate of the KL's gradient (fit's score_gradient): there
+        # every heads fit ends converged at ROC AUC 1.000, where without it
+        # sort_freq_asc's ended violated at KL 1.20; on units it cost ranking (mean
+        # 0.943 -> 0.766), so they keep the pathwise gradient alone
+        # (docs/results/components-dev-score.md). Options under "heads" or "units"
+        # are that kind's own. The block-wise mask with the floor and lr 1e-3, an
+        # earlier variant, did worse (units 0.900; docs/guide/components.md)
+        "variants": {"DiffMask, joint, l0_floor 0.1, lr 1e-3, heads' score gradient": {
+            "joint": True, "l0_floor": 0.1, "lr": 1e-3, "heads": {"score_gradient": True}}},
     },
     "sst": {
         # the sst suite's cached MiniLM ("full": its DEFAULTS' model; "quick": its QUICK one)

@@ -121,6 +121,13 @@ def kept_kl(explainer: DiffMask, ids: Tensor, mask: Tensor) -> float:
     return float(example_kl(log_probs(original), log_probs(kept)).mean())
 
 
+def kind_options(options: Mapping[str, Any], kind: str) -> Dict[str, Any]:
+    r"""A variant's options for one kind: the shared ones, then those under the
+    kind's own key (``"heads"`` or ``"units"``), which win."""
+    shared = {key: value for key, value in options.items() if key not in KINDS}
+    return {**shared, **dict(options.get(kind) or {})}
+
+
 def score_mask(model: torch.nn.Module, kind: str, per_task: bool, train: List[Tuple[Tensor, Tensor]],
                held: Tuple[Tensor, Tensor], seed: int, max_steps: Optional[int],
                fit_options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -313,7 +320,7 @@ def _kind_results(model: torch.nn.Module, name: str, kind: str, train: List[Tupl
     r"""The methods' scores (held-out inputs, L, count) and costs on one kind
     (``everything`` False: the variants alone)."""
     steps = config.get("max_steps")
-    variants = {variant: score_mask(model, kind, False, train, held, seed, steps, options)
+    variants = {variant: score_mask(model, kind, False, train, held, seed, steps, kind_options(options, kind))
                 for variant, options in (config.get("variants") or {}).items()}  # amortised DiffMask, options changed
     if not everything:
         return variants
