@@ -275,3 +275,20 @@ def test_the_papers_recipe_fits_on_the_suites_split_in_workers_too(monkeypatch):
     assert torch.equal(worker_bench.valid.input_ids, bench.valid.input_ids)
     assert settings["epochs"] == 1 and settings["optimizer"] == "lookahead-rmsprop"
     assert record["diffmask"]["hidden"]["runs"][0]["options"]["eps"] == 0.5
+
+
+@needs_sst
+def test_fits_in_the_cache_are_loaded_not_given_to_workers(tmp_path, monkeypatch):
+    from benchmarks.suites.minilm.loading import load_bench
+    from benchmarks.suites.sst import orchestration
+
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
+    config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2, "cache": True})
+    bench = load_bench(config, False)
+    for mode in ("input", "hidden"):  # stored by an earlier invocation
+        orchestration.cached_fit(suite.fit_diffmask, bench.model, mode, bench.train, bench.valid, config, 0, False)
+    given = []
+    monkeypatch.setattr(orchestration, "run_jobs", lambda jobs, *args: given.extend(jobs) or [])
+    fitted = orchestration.fit_in_workers(config, bench, [0], False)
+    assert given == [] and set(fitted) == {("input", 0), ("hidden", 0)}
+    assert all(info["stored"]["date"] for _, info in fitted.values())
