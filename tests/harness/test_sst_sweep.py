@@ -26,9 +26,11 @@ BASE = {
 def test_sweep_config_overrides_the_mode_options_only():
     config = sst_sweep.sweep_config(BASE, {"mode": "hidden", "diffmask": {"epochs": 3, "init_bias": 0.0}})
     assert config["diffmask"]["hidden"]["epochs"] == 3 and config["diffmask"]["hidden"]["init_bias"] == 0.0
-    assert config["diffmask"]["hidden"]["eps"] == suite.DEFAULTS["diffmask"]["hidden"]["eps"]  # kept
-    assert config["diffmask"]["input"] == suite.DEFAULTS["diffmask"]["input"]
-    assert config["diffmask"]["epochs"] == suite.DEFAULTS["diffmask"]["epochs"]
+    assert config["diffmask"]["hidden"]["eps"] == sst_sweep.SWEEP_DIFFMASK["hidden"]["eps"]  # kept
+    assert config["diffmask"]["input"] == sst_sweep.SWEEP_DIFFMASK["input"]
+    # the sweep's base, not the suite's settings of today: the committed sweep files were written against it
+    assert config["diffmask"]["epochs"] == 2 and config["diffmask"]["multiplier"] == "damped"
+    assert config["diffmask"]["votes"] == "tied" and "max_steps" not in config["diffmask"]
     assert config["model"]["source"] == "tiny"  # the base merged in
     with pytest.raises(ValueError, match="runs: mode must be"):
         sst_sweep.sweep_config(BASE, {"name": "x", "mode": "both"})
