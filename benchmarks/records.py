@@ -33,7 +33,8 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_commit() -> Optional[str]:
+def git_commit() -> Optional[str]:
+    r"""The short hash of the repository's HEAD, or None outside a git checkout."""
     root = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(
@@ -57,7 +58,7 @@ def environment() -> Dict[str, Any]:
         "torch": torch.__version__,
         "captum": getattr(captum, "__version__", "?"),
         "captum_diffmask": captum_diffmask.__version__,
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "cpu": _cpu_name(),

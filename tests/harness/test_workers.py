@@ -30,31 +30,32 @@ def test_workers_must_be_a_positive_int(bad):
         check_workers(bad)
 
 
-def _children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
+JOB_MODULE = """
+import os, time
+
+def mark_then_sleep(folder, seconds):
+    # a worker runs its job only after its initializer: the mark says it is armed
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    time.sleep(seconds)
+"""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
-def test_a_killed_run_leaves_no_worker_running():
-    code = ("import time; from benchmarks.workers import Job, run_jobs; "
-            "run_jobs([Job('a', time.sleep, (120,)), Job('b', time.sleep, (120,))], 2, verbose=False)")
-    parent = subprocess.Popen([sys.executable, "-c", code])
+def test_a_killed_run_leaves_no_worker_running(tmp_path):
+    (tmp_path / "sleepy_jobs.py").write_text(JOB_MODULE)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    code = ("from benchmarks.workers import Job, run_jobs; from sleepy_jobs import mark_then_sleep; "
+            f"run_jobs([Job('a', mark_then_sleep, ({str(marks)!r}, 120)), "
+            f"Job('b', mark_then_sleep, ({str(marks)!r}, 120))], 2, verbose=False)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    parent = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline and len(_children(parent.pid)) < 2:
+        deadline = time.time() + 120  # the workers start in their own time on a loaded machine
+        while time.time() < deadline and len(list(marks.iterdir())) < 2 and parent.poll() is None:
             time.sleep(0.5)
-        time.sleep(3)  # the workers' initializer has run once they take their jobs
-        workers = _children(parent.pid)
-        assert len(workers) >= 2
+        workers = [int(mark.name) for mark in marks.iterdir()]
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.time() + 20
@@ -64,6 +65,9 @@ def test_a_killed_run_leaves_no_worker_running():
     finally:
         if parent.poll() is None:
             parent.kill()
+        for mark in marks.iterdir():
+            if _alive(int(mark.name)):
+                os.kill(int(mark.name), signal.SIGKILL)
 
 
 def _alive(pid):

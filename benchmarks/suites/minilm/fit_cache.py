@@ -21,7 +21,7 @@ from captum_diffmask import DiffMask
 from captum_diffmask.checkpoint import weights_fingerprint
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ...records import _git_commit, cache_dir, config_hash, to_jsonable
+from ...records import git_commit, cache_dir, config_hash, to_jsonable
 
 #: Bumped when a stored fit's meaning changes (what the key holds, what the
 #: record holds), so that older files are not read as this layout.
@@ -107,7 +107,7 @@ class FitFiles:
         tmp = self.probe.with_suffix(f".tmp{os.getpid()}")
         explainer.save(str(tmp))
         os.replace(tmp, self.probe)
-        record = {"key": self.key, "commit": _git_commit(), "date": datetime.date.today().isoformat(),
+        record = {"key": self.key, "commit": git_commit(), "date": datetime.date.today().isoformat(),
                   "info": to_jsonable(dict(info))}
         tmp = self.record.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(record), encoding="utf-8")
