@@ -219,6 +219,14 @@ def test_a_probe_counts_with_a_verdict_and_within_the_held_out_bound():
     assert counted_layers({**run, "heldout": None}, 1.25)[2] == {"settled": True, "within": True}
 
 
+def test_the_training_table_gives_no_step_cost_for_a_resumed_fit():
+    from benchmarks.suites.sst.report import _step_cost
+
+    run = {"seconds": 64.0, "steps": 20, "options": {"batch_size": 32}}
+    assert _step_cost(run, 0.01) == "3.2 s (10.0x)"
+    assert _step_cost({**run, "resumed": True}, 0.01) == "n/a (resumed)"
+
+
 def test_depth_profile_and_verdict_targets_read_the_counted_probes():
     from benchmarks.suites.sst.report import _depth_profile_section, _verdict_targets
 

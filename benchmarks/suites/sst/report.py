@@ -191,6 +191,16 @@ def _paper_cells(run: Mapping[str, Any], layer: int, eps: float) -> List[str]:
             "" if kl is None else f"{fmt(kl, 4)} {'ok' if kl <= HELD_OUT_MARGIN * eps else 'over'}"]
 
 
+def _step_cost(run: Mapping[str, Any], forward: float) -> str:
+    r"""Seconds a step, and as a multiple of one forward pass of a batch; not
+    for a resumed fit, whose seconds are its last invocation's alone."""
+    if run.get("resumed"):
+        return "n/a (resumed)"
+    step = run["seconds"] / max(int(run.get("steps") or 0), 1)
+    batch = int(run.get("options", {}).get("batch_size", 32))
+    return f"{fmt_seconds(step)} ({step / (forward * batch):.1f}x)"
+
+
 def _fitted_where(run: Mapping[str, Any]) -> str:
     stored = run.get("stored")
     where = f"fit cache (commit {stored['commit']}, {stored['date']})" if stored else "this run"
@@ -207,19 +217,17 @@ def _training_section(dm: Mapping[str, Any], model: Mapping[str, Any], selects: 
             counted = counted_layers(run, HELD_OUT_MARGIN)
             settled = sum(c["settled"] for c in counted.values())
             within = sum(c["settled"] and c["within"] for c in counted.values())
-            step = run["seconds"] / max(int(run.get("steps") or 0), 1)
-            batch = int(run.get("options", {}).get("batch_size", 32))
             rows.append([mode, run["seed"], run.get("steps", ""), f"{settled} of {len(counted)}", within,
                          run["selected_epoch"] if selects else "none", fmt_seconds(run["seconds"]),
-                         f"{fmt_seconds(step)} ({step / (forward * batch):.1f}x)", fmt(run.get("peak_rss_gb"), 2),
-                         _fitted_where(run)])
+                         _step_cost(run, forward), fmt(run.get("peak_rss_gb"), 2), _fitted_where(run)])
     return ["## DiffMask training", "", _validation_line(model, selects), "",
             table(["mode", "seed", "steps (most at a layer)", "layers settled", f"settled, held-out KL <= eps x {HELD_OUT_MARGIN:g}",
                    "selected epoch", "fit time", "a step (x forward pass of a batch)", "peak memory GB", "fitted in"], rows), "",
             "A step trains every layer not yet frozen on one batch; the forward pass is this run's (speed section: "
             "float32, on the run's threads), while the fits' passes ran in their own precision and, in worker "
             "processes, on one torch thread each, side by side. Peak memory: the fitting process's resident peak. "
-            "A fit from the cache, or resumed, ran (partly) in another invocation: its time is that invocation's.", "",
+            "A fit from the cache ran in another invocation: its time is that invocation's; a resumed fit's time is "
+            "its last invocation's part alone.", "",
             *[f"Options, {mode}: `{dm[mode]['runs'][0]['options']}`." for mode in ("input", "hidden")], ""]
 
 
