@@ -213,10 +213,10 @@ def test_a_probe_counts_with_a_verdict_and_within_the_held_out_bound():
     from benchmarks.suites.sst.scoring import counted_layers
 
     run = _run(0, ["converged", "unsettled", "converged", "needed"], [0.0124, 0.001, 0.0126, 0.0], [0] * 4, [0] * 4)
-    assert counted_layers(run, 1.25) == {0: {"settled": True, "within": True}, 1: {"settled": False, "within": True},
+    assert counted_layers(run) == {0: {"settled": True, "within": True}, 1: {"settled": False, "within": True},
                                          2: {"settled": True, "within": False}, 3: {"settled": True, "within": True}}
     # a selected checkpoint's run scored no held-out read-out: the verdict alone
-    assert counted_layers({**run, "heldout": None}, 1.25)[2] == {"settled": True, "within": True}
+    assert counted_layers({**run, "heldout": None})[2] == {"settled": True, "within": True}
 
 
 def test_the_training_table_gives_no_step_cost_for_a_resumed_fit():

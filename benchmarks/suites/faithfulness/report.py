@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Mapping
 
-from captum_diffmask.convergence import SETTLED
-
+from ..minilm.convergence import probe_counts
 from ..minilm.fitting import HELD_OUT_MARGIN
 from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
 from .rationales import VARIANTS
@@ -122,8 +121,8 @@ def _verdicts_table(fits: List[Mapping[str, Any]]) -> List[str]:
         for fit in fits:
             status = fit["convergence"].get(layer, "?")
             kl = ((fit.get("heldout") or {}).get(layer) or {}).get("kl")
-            within = kl is None or fit.get("eps") is None or kl <= HELD_OUT_MARGIN * float(fit["eps"])
-            counted += status in SETTLED and within
+            settled, within = probe_counts(status, kl, fit.get("eps"))
+            counted += settled and within
             cells.append(f"seed {fit['seed']}: {status}" + ("" if kl is None else f", held-out KL {fmt(kl, 4)}"
                                                             + ("" if within else " (over)")))
         rows.append([f"DiffMask layer {layer}", "; ".join(cells), f"{counted} of {len(fits)}"])

@@ -4,12 +4,34 @@ stood when it stopped."""
 from __future__ import annotations
 
 import math
-from typing import Any, List, Mapping
+from typing import Any, List, Mapping, Optional, Tuple
 
+from captum_diffmask.convergence import SETTLED
 from captum_diffmask.fitting import last_rows
 
 from ...report import fmt, table
 from .fitting import HELD_OUT_MARGIN
+
+
+def probe_counts(status: str, heldout_kl: Optional[float], eps: Optional[float]) -> Tuple[bool, bool]:
+    r"""
+    Whether one probe (a fit's layer) counts toward a conclusion, in two parts.
+
+    Args:
+
+        status (str): the fit's own verdict at the layer.
+        heldout_kl (float, optional): its deterministic read-out's KL on the
+                    held-out train sentences; None when the run scored none (a
+                    selected checkpoint's run).
+        eps (float, optional): the fit's eps; None: unknown.
+
+    Returns:
+        *tuple* ``(settled, within)``: the verdict is ``converged`` or
+        ``needed``; the held-out KL is at most :data:`HELD_OUT_MARGIN` x eps
+        (True where either is unknown). A probe counts when both hold.
+    """
+    within = heldout_kl is None or eps is None or float(heldout_kl) <= HELD_OUT_MARGIN * float(eps)
+    return status in SETTLED, within
 
 
 def convergence_section(dm: Mapping[str, Any]) -> List[str]:

@@ -116,6 +116,16 @@ class FitFiles:
             self.state.unlink()
 
 
+def stored_fit(
+    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+) -> Optional[Tuple[DiffMask, Dict[str, Any]]]:
+    r"""The stored fit of this key on ``model`` with its record (``info``, with
+    ``info["stored"]``), or None: none stored, or ``config["cache"]`` False."""
+    if not config.get("cache", True):
+        return None
+    return FitFiles(fit_key(model, mode, train, valid, config, seed)).load(model)
+
+
 def cached_fit(
     fit: Fit, model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
     verbose: bool,

@@ -23,7 +23,7 @@ from ...progress import log_to_stderr
 from ...workers import check_workers, Job, run_jobs
 from ..minilm.attributions import attribute_at, per_sentence, prepare_method
 from .figures import groups_figure, heatmaps
-from ..minilm.fit_cache import cached_fit, FitFiles, fit_key
+from ..minilm.fit_cache import cached_fit, stored_fit
 from ..minilm.fitting import faithfulness, fit_diffmask
 from ..minilm.loading import Bench, load_bench
 from .scoring import cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability
@@ -71,7 +71,7 @@ def _check_config(config: Mapping[str, Any]) -> List[int]:
 
 
 def fit_diffmask_modes(
-    config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
+    config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool, attribute: bool = True,
 ) -> Tuple[Dict[str, Any], Dict[str, List[List[Tensor]]], Dict[str, DiffMask]]:
     r"""
     DiffMask in input and hidden mode, fitted once per seed, each fit's
@@ -83,6 +83,8 @@ def fit_diffmask_modes(
         bench (Bench): the model and the sentences.
         seeds (list of int): the fits' seeds.
         verbose (bool): progress bars and a line per fit.
+        attribute (bool, optional): False leaves out the attributions of the
+                    evaluated sentences (and so the stability). Default: True
 
     Returns:
         *tuple* ``(diffmask, attributions, explainers)``: the results'
@@ -103,9 +105,11 @@ def fit_diffmask_modes(
                 log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
                 explainer, info = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid, config, seed, verbose)
             info["faithfulness"] = faithfulness(explainer, bench.evaluated, 64, verbose)
-            attributions[mode].append(per_sentence(
-                bench.evaluated, 64, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
-                verbose, f"attribute {mode}"))
+            if attribute:
+                attributions[mode].append(per_sentence(
+                    bench.evaluated, 64,
+                    lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
+                    verbose, f"attribute {mode}"))
             runs.append({"seed": seed, **info})
             if seed == seeds[0]:
                 explainers[mode] = explainer
@@ -121,8 +125,9 @@ def paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Opti
     scoring; fits in workers and through the fit cache likewise).
 
     Returns:
-        *dict* ``{"epochs", "seeds", "diffmask": {mode: {"runs", "stability",
-        "faithfulness"}}}``, or None when the recipe is left out.
+        *dict* ``{"epochs", "seeds", "diffmask": {mode: {"runs", "stability"
+        (None: no attributions are taken), "faithfulness"}}}``, or None when
+        the recipe is left out.
     """
     recipe = config.get("paper_recipe")
     if not recipe:
@@ -132,7 +137,7 @@ def paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Opti
     split = {k: config["diffmask"][k] for k in ("validation_sentences", "validation_from") if k in config["diffmask"]}
     recipe_config = {**config, "diffmask": {**recipe["diffmask"], **split, "epochs": int(recipe["epochs"])}}
     log_to_stderr(verbose, f"[sst] the paper's recipe, {recipe['epochs']} epochs, seeds {seeds}")
-    diffmask, _, _ = fit_diffmask_modes(recipe_config, bench, seeds, verbose)
+    diffmask, _, _ = fit_diffmask_modes(recipe_config, bench, seeds, verbose, attribute=False)
     return {"epochs": int(recipe["epochs"]), "seeds": seeds, "diffmask": diffmask}
 
 
@@ -183,12 +188,10 @@ def _stored_fits(
     config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
 ) -> Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]]:
     r"""The (mode, seed) fits the fit cache holds, loaded onto the bench's model."""
-    if not config.get("cache", True):
-        return {}
     stored = {}
     for mode in ("input", "hidden"):
         for seed in seeds:
-            loaded = FitFiles(fit_key(bench.model, mode, bench.train, bench.valid, config, seed)).load(bench.model)
+            loaded = stored_fit(bench.model, mode, bench.train, bench.valid, config, seed)
             if loaded is not None:
                 log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}: from the fit cache "
                                        f"(fitted at commit {loaded[1]['stored']['commit']}, {loaded[1]['stored']['date']})")

@@ -173,7 +173,7 @@ def _paper_recipe_section(results: Mapping[str, Any]) -> List[str]:
         eps = float(runs[0]["options"]["eps"])
         rows = []
         for k, row in enumerate(ours["per_layer"]):
-            cells = [_paper_cells(run, k, eps) for run in runs]
+            cells = [_paper_cells(run, k) for run in runs]
             rows.append([k, *["; ".join(c[i] for c in cells) for i in range(4)], f"{row['masked_share']:.1f}",
                          f"{row['macro_f1'] - ours['unmasked']['macro_f1']:+.2f}"])
         lines += [f"**{mode}**", "", table(["layer", "verdict", "masked %", "macro-F1 change",
@@ -182,13 +182,13 @@ def _paper_recipe_section(results: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def _paper_cells(run: Mapping[str, Any], layer: int, eps: float) -> List[str]:
+def _paper_cells(run: Mapping[str, Any], layer: int) -> List[str]:
     faith = run["faithfulness"]
     status = (run.get("convergence") or {}).get(str(layer), {}).get("status", "?")
     kl = ((run.get("heldout") or {}).get(str(layer)) or {}).get("kl")
     return [status, f"{faith['per_layer'][layer]['masked_share']:.1f}",
             f"{faith['per_layer'][layer]['macro_f1'] - faith['unmasked']['macro_f1']:+.2f}",
-            "" if kl is None else f"{fmt(kl, 4)} {'ok' if kl <= HELD_OUT_MARGIN * eps else 'over'}"]
+            "" if kl is None else f"{fmt(kl, 4)} {'ok' if counted_layers(run)[layer]['within'] else 'over'}"]
 
 
 def _step_cost(run: Mapping[str, Any], forward: float) -> str:
@@ -214,7 +214,7 @@ def _training_section(dm: Mapping[str, Any], model: Mapping[str, Any], selects: 
     rows = []
     for mode in ("input", "hidden"):
         for run in dm[mode]["runs"]:
-            counted = counted_layers(run, HELD_OUT_MARGIN)
+            counted = counted_layers(run)
             settled = sum(c["settled"] for c in counted.values())
             within = sum(c["settled"] and c["within"] for c in counted.values())
             rows.append([mode, run["seed"], run.get("steps", ""), f"{settled} of {len(counted)}", within,
@@ -250,7 +250,7 @@ def _depth_profile_section(dm: Mapping[str, Any]) -> List[str]:
 def _profile_row(runs: List[Mapping[str, Any]], layer: int) -> List[Any]:
     counted, why = [], []
     for run in runs:
-        state = counted_layers(run, HELD_OUT_MARGIN).get(layer, {"settled": False, "within": False})
+        state = counted_layers(run).get(layer, {"settled": False, "within": False})
         if state["settled"] and state["within"]:
             counted.append(run)
         else:
@@ -313,7 +313,7 @@ def _verdict_targets(dm: Mapping[str, Any]) -> List[str]:
     (target 90 %), and how many of those keep the held-out bound (target: all)."""
     lines, totals = [], [0, 0, 0]
     for mode in ("input", "hidden"):
-        states = [c for run in dm[mode]["runs"] for c in counted_layers(run, HELD_OUT_MARGIN).values()]
+        states = [c for run in dm[mode]["runs"] for c in counted_layers(run).values()]
         settled = [c for c in states if c["settled"]]
         within = sum(c["within"] for c in settled)
         totals = [totals[0] + len(states), totals[1] + len(settled), totals[2] + within]

@@ -4,7 +4,6 @@ share, the layers a token is kept)."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -12,9 +11,10 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import seed_std
-from captum_diffmask.convergence import SETTLED
 from benchmarks.tasks.sst import LABEL_NAMES, SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
+
+from ..minilm.convergence import probe_counts
 
 
 def mean_faithfulness(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -110,27 +110,26 @@ def layer_means(faithfulness: Mapping[str, Any]) -> Tuple[float, float]:
     return statistics.mean(r["masked_share"] for r in layers), statistics.mean(r["macro_f1"] for r in layers)
 
 
-def counted_layers(run: Mapping[str, Any], margin: float) -> Dict[int, Dict[str, bool]]:
+def counted_layers(run: Mapping[str, Any]) -> Dict[int, Dict[str, bool]]:
     r"""
-    Per layer of one fit, whether its probe counts: ``settled`` (the fit's own
-    verdict is ``converged`` or ``needed``) and ``within`` (its deterministic
-    read-out's KL on the held-out train sentences at most ``margin x eps``;
-    True when the run scored none, a selected checkpoint's).
+    Per layer of one fit, whether its probe counts
+    (:func:`~benchmarks.suites.minilm.convergence.probe_counts`): ``settled``
+    (the fit's own verdict is ``converged`` or ``needed``) and ``within`` (its
+    deterministic read-out's held-out KL within the bound; True when the run
+    scored none, a selected checkpoint's).
 
     Args:
 
         run (Mapping): one seed's record (``convergence``, ``options``, and
                     ``heldout`` when no checkpoint was selected).
-        margin (float): the held-out bound as a multiple of eps.
 
     Returns:
         *dict* ``layer -> {"settled": bool, "within": bool}``.
     """
-    eps = float(run.get("options", {}).get("eps", math.inf))
+    eps = run.get("options", {}).get("eps")
     heldout = run.get("heldout") or {}
     counted = {}
     for layer, report in (run.get("convergence") or {}).items():
-        kl = (heldout.get(str(layer)) or {}).get("kl")
-        counted[int(layer)] = {"settled": report["status"] in SETTLED,
-                               "within": kl is None or float(kl) <= margin * eps}
+        settled, within = probe_counts(report["status"], (heldout.get(str(layer)) or {}).get("kl"), eps)
+        counted[int(layer)] = {"settled": settled, "within": within}
     return counted
