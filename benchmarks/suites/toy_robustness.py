@@ -26,6 +26,7 @@ from captum_diffmask.toy import generate_toy_data, ToyData, ToyModel, toy_sites
 
 from ..progress import log_to_stderr
 from ..report import fmt, table
+from ..workers import check_workers, Job, run_jobs
 from .toy import load_toy_model, score
 
 DESCRIPTION = (
@@ -35,7 +36,7 @@ DESCRIPTION = (
 
 DEFAULTS: Dict[str, Any] = {
     # data seeds used nowhere else in the project (the toy suite uses 0-2, the
-    # robustness test 301-303; fit's defaults were chosen on 10-15 and 101-105)
+    # robustness test 301-302; fit's defaults were chosen on 10-15 and 101-105)
     "data_seeds": [201, 202, 203, 204, 205],
     "seeds": [0, 1, 2],  # fit seeds
     # a shape set to None (by an override) is skipped
@@ -57,6 +58,8 @@ DEFAULTS: Dict[str, Any] = {
     "input_seeds": [0],
     "target_js": 0.02,
     "threads": 1,
+    # data sets fitted side by side, one process of one thread each
+    "workers": 2,
     "cache": True,
 }
 
@@ -94,37 +97,46 @@ def _modes_for(seed: int, config: Mapping[str, Any]) -> List[str]:
     return [m for m in config["modes"] if m != "input" or input_seeds is None or seed in input_seeds]
 
 
-def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
-    r"""Every (shape, data set, fit seed, mode) cell; see the module docstring."""
+def data_set_cells(shape: str, dims: Mapping[str, int], data_seed: int, config: Mapping[str, Any],
+                   verbose: bool) -> Dict[str, Any]:
+    r"""One data set of the grid: its toy model (trained or from the cache), every
+    fit seed x mode cell on it, and the std across its fit seeds per mode; the
+    job a worker process runs."""
+    data = generate_toy_data(config["data"]["num_examples"], dims["vocab_size"], dims["max_length"], seed=data_seed)
+    train, valid = data.split(config["data"]["holdout"], seed=data_seed)
+    model_config = {"model": config["model"], "cache": config.get("cache", True),
+                    "data": {**config["data"], **dims}}
+    model, info = load_toy_model(model_config, data_seed, train, valid, verbose)
+    log_to_stderr(verbose, f"[toy-robustness] {shape} data {data_seed}: model held-out accuracy {info['accuracy']:.4f}")
     cells: List[Dict[str, Any]] = []
-    models: List[Dict[str, Any]] = []
-    stability: List[Dict[str, Any]] = []
-    for shape, dims in config["shapes"].items():
-        if dims is None:  # a shape switched off by an override
-            continue
-        for data_seed in config["data_seeds"]:
-            data = generate_toy_data(config["data"]["num_examples"], dims["vocab_size"], dims["max_length"], seed=data_seed)
-            train, valid = data.split(config["data"]["holdout"], seed=data_seed)
-            model_config = {"model": config["model"], "cache": config.get("cache", True),
-                            "data": {**config["data"], **dims}}
-            model, info = load_toy_model(model_config, data_seed, train, valid, verbose)
-            models.append({"shape": shape, "data_seed": data_seed, **info})
-            log_to_stderr(verbose, f"[toy-robustness] {shape} data {data_seed}: model held-out accuracy {info['accuracy']:.4f}")
-            scores: Dict[str, List[torch.Tensor]] = {mode: [] for mode in config["modes"]}
-            for seed in config["seeds"]:
-                for mode in _modes_for(seed, config):
-                    cell = {"shape": shape, "data_seed": data_seed, **fit_cell(model, train, valid, mode, seed, config)}
-                    scores[mode].append(cell.pop("scores"))
-                    cells.append(cell)
-                    log_to_stderr(verbose, f"[toy-robustness] {shape} data {data_seed} seed {seed} {mode}: JS {cell['js']:.4f}, "
-                                           f"{cell['status']} after {cell['steps']} steps ({cell['fit_seconds']:.1f} s)")
-            for mode, per_seed in scores.items():
-                if len(per_seed) > 1:
-                    figures = seed_std(per_seed, valid.mask)
-                    stability.append({"shape": shape, "data_seed": data_seed, "mode": mode,
-                                      "mean_std": figures["mean_std"], "p95_std": figures["p95_std"]})
+    scores: Dict[str, List[torch.Tensor]] = {mode: [] for mode in config["modes"]}
+    for seed in config["seeds"]:
+        for mode in _modes_for(seed, config):
+            cell = {"shape": shape, "data_seed": data_seed, **fit_cell(model, train, valid, mode, seed, config)}
+            scores[mode].append(cell.pop("scores"))
+            cells.append(cell)
+            log_to_stderr(verbose, f"[toy-robustness] {shape} data {data_seed} seed {seed} {mode}: JS {cell['js']:.4f}, "
+                                   f"{cell['status']} after {cell['steps']} steps ({cell['fit_seconds']:.1f} s)")
+    stability = []
+    for mode, per_seed in scores.items():
+        if len(per_seed) > 1:
+            figures = seed_std(per_seed, valid.mask)
+            stability.append({"shape": shape, "data_seed": data_seed, "mode": mode,
+                              "mean_std": figures["mean_std"], "p95_std": figures["p95_std"]})
+    return {"model": {"shape": shape, "data_seed": data_seed, **info}, "cells": cells, "stability": stability}
+
+
+def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
+    r"""Every (shape, data set, fit seed, mode) cell, a data set per job in
+    ``config["workers"]`` processes side by side; see the module docstring."""
+    jobs = [Job(f"{shape} data {data_seed}", data_set_cells, (shape, dims, data_seed, config, verbose))
+            for shape, dims in config["shapes"].items() if dims is not None  # None: switched off by an override
+            for data_seed in config["data_seeds"]]
+    done = run_jobs(jobs, check_workers(config.get("workers", 1)), verbose, prefix="[toy-robustness] ")
+    cells = [cell for data_set in done for cell in data_set["cells"]]
     return {"title": "Toy robustness: DiffMask's fit with its defaults on unseen data sets",
-            "cells": cells, "models": models, "stability": stability,
+            "cells": cells, "models": [data_set["model"] for data_set in done],
+            "stability": [row for data_set in done for row in data_set["stability"]],
             "summary": summarize_cells(cells, float(config["target_js"]))}
 
 
@@ -154,7 +166,7 @@ def write_report(results: Mapping[str, Any], path: Union[str, Path], json_name: 
     shapes = ", ".join(f"{k} (V={v['vocab_size']}, T<={v['max_length']})" for k, v in config["shapes"].items() if v is not None)
     lines = [f"# {results['title']}", "",
              f"Suite `toy-robustness`, **{results.get('mode', '?')}** run, {fmt(results.get('wall_seconds'), 1)} s wall "
-             f"time, started {results.get('started_utc', '?')}. Data seeds {config['data_seeds']}, fit seeds "
+             f"time ({config.get('workers', 1)} data set(s) side by side), started {results.get('started_utc', '?')}. Data seeds {config['data_seeds']}, fit seeds "
              f"{config['seeds']} (input mode: {config.get('input_seeds') or 'all'}), shapes {shapes}. "
              f"Fit options beyond the defaults: `{config['fit']}`, input mode's own `{config.get('input_fit', {})}`; layer 1 (the FFNN output). Every number below "
              "was produced by this run.", "", "## Summary", ""]

@@ -178,3 +178,60 @@ def test_per_layer_lists_shrink_with_the_depth_hybrid_stacks_run_without_a_cache
                                      ("XmodForCausalLM", "xmod")):
         result = zoo.check_architecture("causal-lm", model_type, architecture)
         assert result.status == "works", (architecture, result.detail)
+
+
+class _Pipe:
+    def __init__(self, messages):
+        self.messages = list(messages)
+
+    def poll(self, timeout):
+        return bool(self.messages)
+
+    def recv(self):
+        return self.messages.pop(0)
+
+    def send(self, message):
+        pass
+
+
+class _Alive:
+    def is_alive(self):
+        return True
+
+
+def _worker_at(clock, messages, monkeypatch):
+    # a worker without its process, on a clock the test moves
+    worker = object.__new__(zoo._Worker)
+    worker._connection, worker._process = _Pipe(messages), _Alive()
+    monkeypatch.setattr(worker, "_restart", lambda: None)
+    monkeypatch.setattr(zoo.time, "perf_counter", lambda: clock[0])
+    worker.start(0, ("causal-lm", "kimi_linear", "KimiLinearForCausalLM"))
+    return worker
+
+
+def test_a_built_models_check_may_take_its_forward_passes_not_only_the_timeout(monkeypatch):
+    # a slow reference kernel: 2.5 s a pass, built after 8 s
+    clock = [0.0]
+    worker = _worker_at(clock, [], monkeypatch)
+    clock[0] = 8.0
+    worker._connection.messages.append((zoo._BUILT, 2.5))
+    assert worker.poll(30.0) is None
+    clock[0] = 8.0 + 30.0 + 1  # past the timeout, within 40 passes
+    assert worker.poll(30.0) is None
+    clock[0] = 8.0 + zoo.LIBRARY_PASSES * 2.5 + 1
+    index, result = worker.poll(30.0)
+    assert result.status == "failed" and f"within {zoo.LIBRARY_PASSES * 2.5:.0f} s" in result.detail
+
+
+def test_a_fast_models_check_and_any_build_keep_the_timeout(monkeypatch):
+    clock = [0.0]
+    building = _worker_at(clock, [], monkeypatch)
+    clock[0] = 31.0
+    index, result = building.poll(30.0)
+    assert result.status == "not built" and "within 30 s" in result.detail
+    clock[0] = 0.0
+    fast = _worker_at(clock, [(zoo._BUILT, 0.01)], monkeypatch)
+    assert fast.poll(30.0) is None
+    clock[0] = 31.0
+    index, result = fast.poll(30.0)
+    assert result.status == "failed" and "within 30 s" in result.detail
