@@ -300,3 +300,21 @@ def test_fits_in_the_cache_are_loaded_not_given_to_workers(tmp_path, monkeypatch
     fitted = orchestration.fit_in_workers(config, bench, [0], False)
     assert given == [] and set(fitted) == {("input", 0), ("hidden", 0)}
     assert all(info["stored"]["date"] for _, info in fitted.values())
+
+
+def _timed_results(runs, cached_model=True):
+    return {"diffmask": {"input": {"runs": runs[:1]}, "hidden": {"runs": runs[1:]}}, "paper_recipe": None,
+            "config": {"workers": 2}, "model": {"cached": cached_model, "fine_tune_seconds": 600.0}}
+
+
+def test_the_run_time_is_judged_only_when_every_fit_ran_in_the_run():
+    from benchmarks.suites.sst.report import _whole_run_target
+
+    fresh = [{"seed": 0, "epoch_seconds": [60.0]}, {"seed": 0, "epoch_seconds": [30.0]}]
+    assert _whole_run_target(_timed_results(fresh), 4000.0).endswith("**met**")  # 4000 s + 600 s of fine-tuning
+    assert _whole_run_target(_timed_results(fresh), 5000.0).endswith("**missed**")
+    carried = [{"seed": 0, "epoch_seconds": [1200.0, 1800.0], "stored": {"commit": "abc", "date": "d"}},
+               {"seed": 0, "epoch_seconds": [600.0], "resumed": True}]
+    line = _whole_run_target(_timed_results(carried), 600.0)
+    assert "not judged" in line and "2 of its 2 DiffMask fits" in line and "sum to 60 min" in line
+    assert "met" not in line and "missed" not in line

@@ -342,7 +342,26 @@ def _speed_targets(results: Mapping[str, Any]) -> List[str]:
                          f"than IG with {ig_steps} steps (target >= 50x with 50 steps): **{'met' if ratio <= 1.5 and vs_ig >= 50 else 'missed'}**")
     wall = results.get("wall_seconds")
     if wall is not None and results.get("mode") == "full":
-        lines.append(f"- the whole run: {wall / 60:.1f} min (target <= 90 min, fine-tuning included when it is not "
-                     f"cached: {results['model']['fine_tune_seconds'] / 60:.1f} min when it ran): "
-                     f"**{'met' if wall + (results['model']['fine_tune_seconds'] if results['model']['cached'] else 0) <= 5400 else 'missed'}**")
+        lines.append(_whole_run_target(results, wall))
     return lines
+
+
+def _whole_run_target(results: Mapping[str, Any], wall: float) -> str:
+    r"""The run-time target, judged only on a run whose every DiffMask fit ran
+    in it from the start: a fit from the fit cache or resumed from a stopped
+    fit's state ran (in part) in another invocation, and the fits' training
+    epochs across invocations are given instead."""
+    fits = [run for mode in ("input", "hidden") for run in results["diffmask"][mode]["runs"]]
+    paper = results.get("paper_recipe") or {}
+    fits += [run for mode in ("input", "hidden") for run in paper.get("diffmask", {}).get(mode, {}).get("runs", [])]
+    carried = [run for run in fits if run.get("stored") or run.get("resumed")]
+    model = results["model"]
+    if carried:
+        epochs = sum(sum(run.get("epoch_seconds", [])) for run in fits)
+        return (f"- the whole run: not judged in one invocation: {len(carried)} of its {len(fits)} DiffMask fits came "
+                f"from the fit cache or resumed a stopped fit; this invocation took {wall / 60:.1f} min, and the fits' "
+                f"training epochs alone, across invocations, sum to {epochs / 60:.0f} min on one thread each "
+                f"({results.get('config', {}).get('workers', 1)} side by side) (target <= 90 min)")
+    total = wall + (model["fine_tune_seconds"] if model["cached"] else 0)
+    return (f"- the whole run: {wall / 60:.1f} min (target <= 90 min, fine-tuning included when it is not "
+            f"cached: {model['fine_tune_seconds'] / 60:.1f} min when it ran): **{'met' if total <= 5400 else 'missed'}**")
