@@ -29,7 +29,7 @@ def bar(iterable: Any, verbose: bool, **kwargs: Any) -> Any:
     says what it has done."""
     if verbose and kwargs.get("desc") and not sys.stderr.isatty():
         return _logged(iterable, str(kwargs["desc"]))
-    return tqdm(iterable, disable=True if not verbose else None, leave=False, **kwargs)
+    return tqdm(iterable, disable=None if verbose else True, leave=False, **kwargs)
 
 
 def _logged(iterable: Iterable[Any], desc: str) -> Iterator[Any]:
