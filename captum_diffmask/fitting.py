@@ -233,7 +233,9 @@ class FitOptions:
         checkpoint (str or PathLike, optional): a file the fit's whole state is
                     written to every ``checkpoint_every`` steps and at its end; a
                     fit given a file that exists resumes from it and ends with the
-                    probe of an uninterrupted fit (:mod:`captum_diffmask.resume`).
+                    probe of an uninterrupted fit; one that ended at its cap goes
+                    on when ``max_steps`` or ``epochs`` is raised
+                    (:mod:`captum_diffmask.resume`).
         checkpoint_every (int): steps between two writes of ``checkpoint``.
         l0_floor (float, optional): the least gradient of the L0 in an open
                     gate's logit (its value unchanged,
@@ -482,6 +484,7 @@ def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOption
         run = _Run(explainer, loop, selection, saver)
         if saver is not None and saver.exists():
             run.resume(saver.read(explainer.config(), layers))
+            run.reopen()
         if not run.finished:
             run.train(dataloader)
             if selection is not None:
@@ -505,6 +508,7 @@ class _Run:
         self.sums: Dict[int, Dict[str, float]] = {}
         self.rng: Optional[Dict[str, Any]] = None  # where a resumed fit's RNG stood
         self.finished = False
+        self.began = time.perf_counter()  # the current epoch's start, less a resumed epoch's earlier part
 
     def train(self, dataloader: Iterable[Batch]) -> None:
         options, loop = self.loop.options, self.loop
@@ -513,19 +517,21 @@ class _Run:
         start = self.position.epoch
         for epoch in itertools.count(start) if options.epochs is None else range(start, options.epochs + 1):
             bar = self._epoch_batches(sharded(dataloader, rank, world) if shard else dataloader, epoch)
-            began, before, resumed = time.perf_counter(), loop.step, self.position.batches
+            # an epoch resumed part-way counts the seconds its earlier part took
+            self.began, before, resumed = time.perf_counter() - self.position.seconds, loop.step, self.position.batches
             self.sums = train_epoch(self.explainer, bar, loop, self.sums, self._after_step)
             if loop.step == before and not resumed:
                 raise ValueError(f"dataloader: no batches in epoch {epoch}" if epoch > 1 else "dataloader: no batches")
-            rows = epoch_rows(self.explainer, epoch, self.sums, time.perf_counter() - began, loop.monitors)
+            self.position.seconds = time.perf_counter() - self.began
+            rows = epoch_rows(self.explainer, epoch, self.sums, self.position.seconds, loop.monitors)
             if self.selection is not None:
                 self.selection.after_epoch(self.explainer, epoch, rows)
             self.history.extend(rows)
-            self.sums = {}
             if options.verbose and rank == 0:
                 _log_epoch(epoch, options.epochs, rows)
             if loop.done:
-                break
+                break  # the sums stay: a fit reopened with a larger cap goes on in this epoch
+            self.sums = {}
 
     def _epoch_batches(self, batches: Iterable[Batch], epoch: int) -> Iterable[Batch]:
         r"""The epoch's batches behind a progress bar; for the epoch a resumed fit
@@ -557,7 +563,40 @@ class _Run:
     def _after_step(self) -> None:
         self.position.batches += 1
         if self.saver is not None and self.saver.due(self.loop.step):
+            self.position.seconds = time.perf_counter() - self.began
             self.save(finished=False)
+
+    def reopen(self) -> None:
+        r"""
+        Reopens a resumed fit that ended at its cap (``max_steps`` or ``epochs``)
+        when this call's caps allow more: it goes on in the epoch it stopped in
+        (that epoch's history rows are taken back into its running sums), so
+        that it ends with the probe of one call with the larger cap. A fit that
+        converged stays finished, and so does one whose probe the checkpoint
+        selection restored (its last probe is gone).
+        """
+        loop, options, epoch = self.loop, self.loop.options, self.position.epoch
+        if not self.finished or loop.converged or self.selection is not None:
+            return
+        if loop.max_steps is not None and loop.step >= loop.max_steps:
+            return
+        if loop.done:  # the step cap stopped it inside an epoch: on in that epoch
+            if options.epochs is not None and epoch > options.epochs:
+                return
+            rows = [row for row in self.history if row["epoch"] == epoch]
+            self.history = [row for row in self.history if row["epoch"] != epoch]
+            if not self.sums:  # a state written before the sums were kept
+                self.sums = {row["layer"]: {"steps": row["steps"], **{key: row[key] * row["steps"] for key in _SUMMED
+                                                                      if key in row}} for row in rows}
+        else:  # its epochs ran out: on with the next one, from the RNG as it ended
+            if options.epochs is not None and epoch >= options.epochs:
+                return
+            assert self.rng is not None
+            set_rng_states(self.rng)
+            self.rng, self.position, self.sums = None, Position(epoch + 1), {}
+        self.finished = loop.done = False
+        LOGGER.info("DiffMask fit: reopened at step %d (epoch %d): its cap was reached, this call's is %s",
+                    loop.step, epoch, loop.max_steps if loop.max_steps is not None else f"epochs={options.epochs}")
 
     def save(self, finished: bool) -> None:
         r"""Writes the fit's state (only the first process of a distributed fit)."""
@@ -620,6 +659,10 @@ def _log_epoch(epoch: int, epochs: Optional[int], rows: List[Dict[str, Any]]) ->
         )
 
 
+#: A step record's entries an epoch's history row gives the mean of.
+_SUMMED = ("kl", "l0", "agreement", "kl_deployed")
+
+
 def train_epoch(
     explainer: Fittable, batches: Iterable[Batch], loop: _FitLoop, sums: Optional[Dict[int, Dict[str, float]]] = None,
     after_step: Optional[Callable[[], None]] = None,
@@ -644,7 +687,7 @@ def train_epoch(
         records = training_step(explainer, call, states, original, layers, loop)
         for k, record in records.items():
             acc = sums.setdefault(k, {"steps": 0})
-            for key in ("kl", "l0", "agreement", "kl_deployed"):
+            for key in _SUMMED:
                 if key in record:
                     acc[key] = acc.get(key, 0.0) + record[key]
             acc["steps"] += 1

@@ -10,7 +10,9 @@ RNG and the ones already trained are skipped, then the RNG is set to where the
 first call stood, so the resumed fit ends with the probe of an uninterrupted one
 wherever the batches' order depends only on torch's RNG (a ``DataLoader`` with
 ``shuffle=True``, or a fixed order). A fit that had finished is not trained
-again: its probe and history are restored.
+again: its probe and history are restored, unless a cap stopped it and the new
+call's caps (``max_steps``, ``epochs``) are larger: then it goes on from where
+it stopped, in the same epoch, and ends as one call with those caps would.
 
 The file is written to a temporary name and then renamed, so a process killed
 while writing leaves the previous state. It holds Python objects (the monitors),
@@ -48,13 +50,15 @@ def set_rng_states(states: Dict[str, Any]) -> None:
 @dataclass
 class Position:
     r"""
-    Where a fit stands: in ``epoch`` (1-based), after ``batches`` of its batches,
-    with the RNG as it was when the epoch's batches were first drawn.
+    Where a fit stands: in ``epoch`` (1-based), after ``batches`` of its batches
+    and ``seconds`` of training in it, with the RNG as it was when the epoch's
+    batches were first drawn.
     """
 
     epoch: int = 1
     batches: int = 0
     epoch_rng: Optional[Dict[str, Any]] = None
+    seconds: float = 0.0
 
 
 class FitCheckpoint:

@@ -1,14 +1,14 @@
 """The MiniLM suites' fit cache on a tiny BERT and hand-made sentences: a fit is
 stored when it ends, loaded (not refitted) by a call with the same key, refitted
-when any part of the key changes, and resumed from the state an unfinished call
-left."""
+when any part of the key changes, resumed from the state an unfinished call
+left, and gone on with from where its cap stopped it when the cap is raised."""
 
 import json
 
 import pytest
 import torch
 
-from benchmarks.suites.minilm.fit_cache import cached_fit, FitFiles, fit_key
+from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, FitFiles, fit_key
 from benchmarks.suites.minilm.fitting import fit_diffmask
 from benchmarks.tasks.sst_bert import EncodedSST
 from tiny_models import tiny_bert, token_batch
@@ -48,11 +48,11 @@ def test_a_stored_fit_is_loaded_not_refitted(bench, tmp_path):
     model, train, valid = bench
     calls = []
     first, info = cached_fit(_counting(calls), model, "hidden", train, valid, CONFIG, 0, False)
-    files = FitFiles(fit_key(model, "hidden", train, valid, CONFIG, 0))
-    assert calls == [str(files.state)] and files.probe.exists() and files.record.exists()
-    assert not files.state.exists() and info["resumed"] is False  # the state goes once the fit is stored
+    files = fit_files(model, "hidden", train, valid, CONFIG, 0)
+    assert calls == [str(files.state)] and files.probe.exists() and files.record.exists() and info["resumed"] is False
+    assert files.state.exists()  # 3 steps settle no layer: the state stays, for a larger cap to go on from
     again, stored = cached_fit(_counting(calls), model, "hidden", train, valid, CONFIG, 0, False)
-    assert len(calls) == 1 and set(stored["stored"]) == {"commit", "date"}
+    assert len(calls) == 1 and stored["stored"]["max_steps"] == 3 and set(stored["stored"]) == {"commit", "date", "max_steps"}
     assert again.convergence == {int(k): v for k, v in json.loads(json.dumps(first.convergence)).items()}
     assert stored["steps"] == info["steps"] and stored["heldout"] == json.loads(json.dumps(info["heldout"]))
     assert torch.allclose(_scores(again, valid), _scores(first, valid))
@@ -78,7 +78,7 @@ def test_a_record_of_another_key_is_not_read(bench):
     model, train, valid = bench
     calls = []
     cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 0, False)
-    files = FitFiles(fit_key(model, "input", train, valid, CONFIG, 0))
+    files = fit_files(model, "input", train, valid, CONFIG, 0)
     record = json.loads(files.record.read_text())
     record["key"]["seed"] = 7
     files.record.write_text(json.dumps(record))
@@ -89,15 +89,50 @@ def test_a_record_of_another_key_is_not_read(bench):
 
 def test_an_unfinished_fit_resumes_from_its_state(bench):
     model, train, valid = bench
-    files = FitFiles(fit_key(model, "hidden", train, valid, CONFIG, 0))
+    files = fit_files(model, "hidden", train, valid, CONFIG, 0)
     files.state.parent.mkdir(parents=True, exist_ok=True)
     # a call that was stopped after its fit wrote its state, before it was stored
     direct, _ = fit_diffmask(model, "hidden", train, valid, CONFIG, 0, False, checkpoint=str(files.state))
     assert files.state.exists() and not files.probe.exists()
     calls = []
     resumed, info = cached_fit(_counting(calls), model, "hidden", train, valid, CONFIG, 0, False)
-    assert calls == [str(files.state)] and info["resumed"] is True and not files.state.exists()
-    assert torch.allclose(_scores(resumed, valid), _scores(direct, valid))
+    assert calls == [str(files.state)] and info["resumed"] is True and "went_on_from_cap" not in info
+    assert torch.equal(_scores(resumed, valid), _scores(direct, valid))
+
+
+def _capped(cap):
+    return {**CONFIG, "diffmask": {**CONFIG["diffmask"], "max_steps": cap}}
+
+
+def test_the_cap_is_not_in_the_key_and_a_larger_one_goes_on_from_where_the_smaller_stopped(bench):
+    model, train, valid = bench
+    assert fit_key(model, "hidden", train, valid, _capped(3), 0) == fit_key(model, "hidden", train, valid, _capped(6), 0)
+    calls = []
+    cached_fit(_counting(calls), model, "hidden", train, valid, _capped(3), 0, False)
+    longer, info = cached_fit(_counting(calls), model, "hidden", train, valid, _capped(6), 0, False)
+    assert len(calls) == 2 and info["resumed"] is True and info["went_on_from_cap"] == 3
+    direct, direct_info = fit_diffmask(model, "hidden", train, valid, _capped(6), 0, False)
+    assert info["steps"] == direct_info["steps"] == 6
+    assert torch.equal(_scores(longer, valid), _scores(direct, valid))
+    # the stored fit now answers cap 6, not cap 3 (its layers did not settle): cap 3 is fitted afresh
+    assert fit_files(model, "hidden", train, valid, _capped(6), 0).stored() is not None
+    assert fit_files(model, "hidden", train, valid, _capped(3), 0).stored() is None
+    shorter, info = cached_fit(_counting(calls), model, "hidden", train, valid, _capped(3), 0, False)
+    assert len(calls) == 3 and info["resumed"] is False and info["steps"] == 3
+
+
+def test_a_fit_settled_within_its_cap_is_the_fit_of_any_larger_cap(bench):
+    model, train, valid = bench
+    cached_fit(_counting([]), model, "hidden", train, valid, _capped(3), 0, False)
+    files = fit_files(model, "hidden", train, valid, _capped(3), 0)
+    record = json.loads(files.record.read_text())
+    record["info"]["convergence"] = {k: {**v, "status": "converged"} for k, v in record["info"]["convergence"].items()}
+    files.record.write_text(json.dumps(record))  # as if every layer had settled by step 3
+    assert fit_files(model, "hidden", train, valid, _capped(50), 0).stored() is not None
+    assert fit_files(model, "hidden", train, valid, _capped(2), 0).stored() is None  # it ran past 2 steps
+    record["info"]["convergence"]["0"]["status"] = "unsettled"
+    files.record.write_text(json.dumps(record))
+    assert fit_files(model, "hidden", train, valid, _capped(50), 0).stored() is None
 
 
 def test_without_the_cache_nothing_is_written(bench, tmp_path):

@@ -90,3 +90,39 @@ def test_a_finished_fit_is_restored_not_trained_again_and_another_probe_is_refus
     (tmp_path / "garbage.state").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="garbage.state is not a readable fit state"):
         DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=tmp_path / "garbage.state")
+
+
+
+def _hidden_fit(path, **cap):
+    ids, mask = token_batch(batch=8)
+    batches = [(ids[:4], mask[:4]), (ids[4:], mask[4:]), (ids, mask)]
+    explainer = DiffMask(tiny_bert(), mode="hidden")
+    history = explainer.fit(batches, seed=0, verbose=False, lr=0.05, checkpoint=path, checkpoint_every=2, **cap)
+    return explainer, history
+
+
+# three batches an epoch: 4 steps stop inside the second epoch, 2 epochs at its end
+@pytest.mark.parametrize("short_cap, long_cap, smaller_cap", [
+    ({"max_steps": 4}, {"max_steps": 7}, {"max_steps": 5}),
+    ({"epochs": 2}, {"epochs": 3}, {"epochs": 2}),
+])
+def test_a_fit_stopped_by_its_cap_goes_on_with_a_larger_cap_and_ends_as_one_fit_with_that_cap(
+        tmp_path, short_cap, long_cap, smaller_cap):
+    whole, whole_history = _hidden_fit(tmp_path / "whole.state", **long_cap)
+    short, short_history = _hidden_fit(tmp_path / "parts.state", **short_cap)
+    assert max(row["epoch"] for row in short_history) == 2
+    assert all(report["status"] not in ("converged", "needed") for report in short.convergence.values())
+    longer, history = _hidden_fit(tmp_path / "parts.state", **long_cap)
+    for part in ("probe", "lambdas"):
+        expected, got = getattr(whole, part).state_dict(), getattr(longer, part).state_dict()
+        for key in expected:
+            assert torch.equal(expected[key], got[key]), (part, key)
+    assert [(r["epoch"], r["layer"], r["steps"]) for r in history] == [
+        (r["epoch"], r["layer"], r["steps"]) for r in whole_history]
+    for got, expected in zip(history, whole_history):
+        assert got["kl"] == pytest.approx(expected["kl"], rel=1e-9) and got["l0"] == pytest.approx(expected["l0"], rel=1e-9)
+    assert {k: r["steps"] for k, r in longer.convergence.items()} == {k: r["steps"] for k, r in whole.convergence.items()}
+    assert max(r["steps"] for r in longer.convergence.values()) > max(r["steps"] for r in short.convergence.values())
+    # a cap below where it ended: the fit as it is, not trained again
+    again, again_history = _hidden_fit(tmp_path / "parts.state", **smaller_cap)
+    assert again_history == history

@@ -1,8 +1,11 @@
 """DiffMask's fits on disk: a fit of the MiniLM suites is stored once it ends and
 loaded by any later run with the same model, sentences, settings and seed, and
 a fit that is stopped (a killed run, a session that ends) resumes from its last
-state. A full SST run needs some hours of fits on 2 cores; this lets it span
-several invocations."""
+state. The step cap (``max_steps``) is not part of what names a fit: a fit that
+converged before its cap is the same fit under any larger one, and a fit that
+its cap stopped keeps its state, so that a larger cap goes on from where it
+stopped (only its unsettled layers still train). A full SST run needs some
+hours of fits on 2 cores; this lets it span several invocations."""
 
 from __future__ import annotations
 
@@ -19,13 +22,17 @@ from torch import nn
 import captum_diffmask
 from captum_diffmask import DiffMask
 from captum_diffmask.checkpoint import weights_fingerprint
+from captum_diffmask.convergence import SETTLED
 from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...records import git_commit, cache_dir, config_hash, to_jsonable
 
 #: Bumped when a stored fit's meaning changes (what the key holds, what the
 #: record holds), so that older files are not read as this layout.
-FIT_CACHE_VERSION = 1
+FIT_CACHE_VERSION = 2
+
+#: The settings that cap a fit rather than define it, kept out of its key.
+CAP = "max_steps"
 
 #: ``fit(model, mode, train, valid, config, seed, verbose, checkpoint) ->
 #: (explainer, record)``, :func:`benchmarks.suites.minilm.fitting.fit_diffmask`.
@@ -45,11 +52,12 @@ def fit_key(
 ) -> Dict[str, Any]:
     r"""What determines a fit: the mode, the seed, the suite's ``diffmask``
     settings (the mode's own merged in), the model's weights, the fit's and the
-    held-out sentences, and the library's and this cache's versions. The code of
-    the fit is not in it: a record names the commit it was fitted at."""
+    held-out sentences, and the library's and this cache's versions. Neither the
+    step cap (:data:`CAP`; a record holds it) nor the code of the fit is in it:
+    a record names the commit it was fitted at."""
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
-    settings.pop("input", None)
-    settings.pop("hidden", None)
+    for key in ("input", "hidden", CAP):
+        settings.pop(key, None)
     return {
         "version": FIT_CACHE_VERSION, "captum_diffmask": captum_diffmask.__version__, "mode": mode, "seed": int(seed),
         "settings": json.loads(json.dumps(settings, sort_keys=True, default=str)),
@@ -63,24 +71,25 @@ class FitFiles:
     r"""
     A fit's files in :func:`benchmarks.records.cache_dir`: ``probe`` (the
     fitted probe, ``DiffMask.save``), ``record`` (the fit's record, JSON, with
-    its key, commit and date) and ``state`` (the unfinished fit's state,
-    ``DiffMask.fit(checkpoint=...)``; removed once the fit ends).
+    its key, cap, commit and date) and ``state`` (the fit's state,
+    ``DiffMask.fit(checkpoint=...)``; kept once the fit is stored only when its
+    cap stopped it, for a larger cap to go on from).
 
     Args:
 
         key (dict): the fit's :func:`fit_key`.
+        cap (int, optional): the fit's ``max_steps``.
         folder (Path, optional): where the files are. Default: the cache folder
     """
 
-    def __init__(self, key: Mapping[str, Any], folder: Optional[Path] = None) -> None:
-        self.key = dict(key)
+    def __init__(self, key: Mapping[str, Any], cap: Optional[int] = None, folder: Optional[Path] = None) -> None:
+        self.key, self.cap = dict(key), cap
         stem = f"diffmask-fit-{key['mode']}-seed{key['seed']}-{config_hash(self.key)}"
         folder = cache_dir() if folder is None else Path(folder)
         self.probe, self.record, self.state = (folder / f"{stem}{suffix}" for suffix in (".pt", ".json", ".state"))
 
-    def stored(self) -> Optional[Dict[str, Any]]:
-        r"""The stored record when this fit has ended and been stored, else None
-        (also for a record whose key is not this one)."""
+    def any_cap(self) -> Optional[Dict[str, Any]]:
+        r"""The stored record of this key, at any cap, or None."""
         if not (self.probe.exists() and self.record.exists()):
             return None
         try:
@@ -88,6 +97,23 @@ class FitFiles:
         except (OSError, ValueError):
             return None
         return record if record.get("key") == json.loads(json.dumps(self.key, default=str)) else None
+
+    def stored(self) -> Optional[Dict[str, Any]]:
+        r"""The stored record when it is this fit at this cap: fitted with the
+        same cap, or settled at every layer within this one; else None."""
+        record = self.any_cap()
+        if record is None or record.get(CAP) == self.cap:
+            return record
+        settled = all(report["status"] in SETTLED for report in record["info"]["convergence"].values())
+        return record if settled and (self.cap is None or record["info"]["steps"] <= self.cap) else None
+
+    def goes_on(self) -> bool:
+        r"""Whether the state on disk is one a fit with this cap goes on from: an
+        unfinished fit's, or a stored fit's that a smaller cap stopped."""
+        if not self.state.exists():
+            return False
+        record = self.any_cap()
+        return record is None or (record.get(CAP) is not None and self.cap is not None and record[CAP] < self.cap)
 
     def load(self, model: nn.Module) -> Optional[Tuple[DiffMask, Dict[str, Any]]]:
         r"""The stored probe on ``model`` with its record (``info``), or None."""
@@ -97,23 +123,33 @@ class FitFiles:
         explainer = DiffMask.load(str(self.probe), model)
         info = dict(record["info"])
         explainer.convergence = {int(k): report for k, report in info["convergence"].items()}
-        info["stored"] = {k: record[k] for k in ("commit", "date")}
+        info["stored"] = {k: record[k] for k in ("commit", "date", CAP) if k in record}
         return explainer, info
 
     def store(self, explainer: DiffMask, info: Mapping[str, Any]) -> None:
         r"""Writes the probe and the record (each to a temporary name first, so a
-        reader sees a whole file or none) and removes the fit's state."""
+        reader sees a whole file or none); removes the fit's state unless its
+        cap stopped it."""
         self.probe.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.probe.with_suffix(f".tmp{os.getpid()}")
         explainer.save(str(tmp))
         os.replace(tmp, self.probe)
-        record = {"key": self.key, "commit": git_commit(), "date": datetime.date.today().isoformat(),
+        record = {"key": self.key, CAP: self.cap, "commit": git_commit(), "date": datetime.date.today().isoformat(),
                   "info": to_jsonable(dict(info))}
         tmp = self.record.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, self.record)
-        if self.state.exists():
+        settled = all(report["status"] in SETTLED for report in explainer.convergence.values())
+        if settled and self.state.exists():
             self.state.unlink()
+
+
+def fit_files(
+    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+) -> FitFiles:
+    r"""The files of this fit, at the cap the settings give it."""
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    return FitFiles(fit_key(model, mode, train, valid, config, seed), settings.get(CAP))
 
 
 def stored_fit(
@@ -123,7 +159,7 @@ def stored_fit(
     ``info["stored"]``), or None: none stored, or ``config["cache"]`` False."""
     if not config.get("cache", True):
         return None
-    return FitFiles(fit_key(model, mode, train, valid, config, seed)).load(model)
+    return fit_files(model, mode, train, valid, config, seed).load(model)
 
 
 def cached_fit(
@@ -131,9 +167,11 @@ def cached_fit(
     verbose: bool,
 ) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""
-    ``fit(...)`` through the cache: the stored fit when there is one, else a
-    fit that writes its state as it goes (resuming an earlier state of the same
-    fit) and is stored when it ends. With ``config["cache"]`` False: a plain fit.
+    ``fit(...)`` through the cache: the stored fit when there is one at this
+    cap (:meth:`FitFiles.stored`), else a fit that writes its state as it goes
+    (resuming an unfinished state of the same fit, or going on from the state of
+    one a smaller cap stopped) and is stored when it ends. With
+    ``config["cache"]`` False: a plain fit.
 
     Args:
 
@@ -147,18 +185,23 @@ def cached_fit(
         verbose (bool): progress.
 
     Returns:
-        *tuple* ``(explainer, info)``; ``info["stored"]`` (the commit and date
-        of the fit) when it was loaded.
+        *tuple* ``(explainer, info)``; ``info["stored"]`` (the commit, date and
+        cap of the fit) when it was loaded; ``info["resumed"]`` when it went on
+        from a state on disk.
     """
     if not config.get("cache", True):
         return fit(model, mode, train, valid, config, seed, verbose)
-    files = FitFiles(fit_key(model, mode, train, valid, config, seed))
+    files = fit_files(model, mode, train, valid, config, seed)
     loaded = files.load(model)
     if loaded is not None:
         return loaded
     files.state.parent.mkdir(parents=True, exist_ok=True)
-    resumed = files.state.exists()
+    resumed, earlier = files.goes_on(), files.any_cap()
+    if files.state.exists() and not resumed:  # a larger cap's fit, or another cap's: this one starts afresh
+        files.state.unlink()
     explainer, info = fit(model, mode, train, valid, config, seed, verbose, checkpoint=str(files.state))
     info["resumed"] = resumed
+    if resumed and earlier is not None:
+        info["went_on_from_cap"] = earlier[CAP]
     files.store(explainer, info)
     return explainer, info

@@ -81,8 +81,10 @@ def fit_diffmask(
     start = time.perf_counter()
     device = model_device(model)
     held_out = OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device)
+    # the orders from torch's RNG, which the fit seeds with ``seed`` and a resumed
+    # fit restores: a fit resumed or gone on with from its state is an uninterrupted one
     history = explainer.fit(
-        OnDevice(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), device),
+        OnDevice(train.loader(batch_size, shuffle=True, seed=None, sort_by_length=True), device),
         validation=held_out if select else None, seed=seed, verbose=verbose,
         **options, **({} if checkpoint is None else {"checkpoint": checkpoint}),
     )

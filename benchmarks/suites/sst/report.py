@@ -204,6 +204,8 @@ def _step_cost(run: Mapping[str, Any], forward: float) -> str:
 def _fitted_where(run: Mapping[str, Any]) -> str:
     stored = run.get("stored")
     where = f"fit cache (commit {stored['commit']}, {stored['date']})" if stored else "this run"
+    if run.get("went_on_from_cap") is not None:
+        return where + f", went on from the state of the fit the cap max_steps={run['went_on_from_cap']} stopped"
     return where + (", resumed from a stopped fit's state" if run.get("resumed") else "")
 
 

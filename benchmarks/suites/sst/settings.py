@@ -38,16 +38,21 @@ DEFAULTS: Dict[str, Any] = {
         # depend on sentence length) and a tight eps, because fidelity, not
         # sparsity, is what a loose one lost (docs/reproduction/sst-erasure.md).
         # fit runs until every layer has converged (each frozen once settled),
-        # capped at 2 500 steps a layer: the budget the sweeps on train sentences
-        # measured fit's defaults with (benchmarks/sweeps/sst-per-depth-*-train.json:
-        # input mode's depths converged after 500-2 500 steps). No checkpoint is
+        # capped at 5 000 steps a layer: the sweeps on train sentences measured
+        # fit's defaults with 2 500 (benchmarks/sweeps/sst-per-depth-*-train.json:
+        # input mode's depths converged after 500-2 500 steps), and at that cap 7
+        # of the 42 probes of the committed run (docs/results/sst.md at commit
+        # be9764f) had no verdict, 5 of them still moving within 0.01 of eps
+        # (verdicts are the fit's own, on train batches); the cap is not in the
+        # fit cache's key, so a fit settled within 2 500 steps is this cap's
+        # fit and one that cap stopped goes on from its state. No checkpoint is
         # selected: the fit's last probe is kept, and its deterministic read-out
         # is scored on the 400 train sentences set aside from the fit (each
         # run's ``heldout``; no dev sentence is read by a fit). The model's passes
         # in bfloat16, as in those sweeps (fit's own default is float32).
         "batch_size": 32, "l0": "mean", "eps": 0.02,
         "validation_sentences": 400, "validation_from": "train", "select_checkpoint": False,
-        "max_steps": 2500, "precision": "bfloat16",
+        "max_steps": 5000, "precision": "bfloat16",
         "input": {}, "hidden": {"eps": 0.01},
     },
     # The paper's own recipe as a reference row (its sentiment appendix: Lookahead

@@ -123,7 +123,7 @@ class EncodedSST:
         self,
         batch_size: int,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: Optional[int] = 0,
         with_labels: bool = False,
         sort_by_length: bool = False,
     ) -> "EncodedBatches":
@@ -134,7 +134,14 @@ class EncodedSST:
 
         Args:
 
-            batch_size, shuffle, seed, with_labels, sort_by_length: as in :meth:`batches`.
+            batch_size, with_labels, sort_by_length: as in :meth:`batches`.
+            shuffle (bool, optional): a new random order every pass. Default: True
+            seed (int, optional): the orders' seed, with the pass counted from
+                        the loader's first; None: each pass's order drawn from
+                        torch's global RNG, as a ``DataLoader`` with ``shuffle``
+                        draws it, so that a fit resumed from its state (which
+                        restores that RNG) draws the orders of an uninterrupted
+                        one. Default: 0
 
         Returns:
             *EncodedBatches* with ``len()`` = the number of batches per pass.
@@ -145,7 +152,8 @@ class EncodedSST:
 class EncodedBatches:
     r"""Re-iterable batches of an :class:`EncodedSST` (see :meth:`EncodedSST.loader`)."""
 
-    def __init__(self, data: EncodedSST, batch_size: int, shuffle: bool, seed: int, with_labels: bool, sort_by_length: bool) -> None:
+    def __init__(self, data: EncodedSST, batch_size: int, shuffle: bool, seed: Optional[int], with_labels: bool,
+                 sort_by_length: bool) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
@@ -153,11 +161,11 @@ class EncodedBatches:
         self.epoch = 0
 
     def __iter__(self) -> Iterator[Tuple[Tensor, ...]]:
-        # a new order every pass (epoch), reproducible from the seed
+        # a new order every pass (epoch), reproducible from the seed, or from
+        # torch's RNG (drawn here, not when the first batch is asked for)
         self.epoch += 1
-        return self.data.batches(
-            self.batch_size, self.shuffle, self.seed * 100_003 + self.epoch, self.with_labels, self.sort_by_length
-        )
+        seed = int(torch.randint(2**62, ())) if self.seed is None else self.seed * 100_003 + self.epoch
+        return self.data.batches(self.batch_size, self.shuffle, seed, self.with_labels, self.sort_by_length)
 
     def __len__(self) -> int:
         return -(-len(self.data) // self.batch_size)
