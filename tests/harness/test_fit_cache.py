@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, FitFiles, fit_key
+from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, fit_key
 from benchmarks.suites.minilm.fitting import fit_diffmask
 from benchmarks.tasks.sst_bert import EncodedSST
 from tiny_models import tiny_bert, token_batch
