@@ -124,7 +124,7 @@ class SquadFeatures:
             offsets=[self.offsets[i] for i in index.tolist()],
             question_offsets=[self.question_offsets[i] for i in index.tolist()])
 
-    def loader(self, batch_size: int, shuffle: bool = False, seed: int = 0, sort_by_length: bool = True
+    def loader(self, batch_size: int, shuffle: bool = False, seed: Optional[int] = 0, sort_by_length: bool = True
                ) -> List[Tuple[Tensor, Tensor, Tensor]]:
         r"""
         The windows as a re-iterable list of ``(input_ids, attention_mask,
@@ -136,7 +136,8 @@ class SquadFeatures:
             batch_size (int): windows per batch.
             shuffle (bool, optional): the batches in an order drawn from ``seed``.
                         Default: False
-            seed (int, optional): Default: 0
+            seed (int, optional): the order's seed; None: drawn from torch's
+                        global RNG (as the SST loader's). Default: 0
             sort_by_length (bool, optional): group windows of similar length
                         (the only grouping; kept for the loaders' common call).
                         Default: True
@@ -147,19 +148,19 @@ class SquadFeatures:
         return [(ids, mask, types) for _, ids, mask, types, _, _ in window_batches(self, batch_size, shuffle, seed)]
 
 
-def window_batches(features: SquadFeatures, batch_size: int, shuffle: bool = False, seed: int = 0
+def window_batches(features: SquadFeatures, batch_size: int, shuffle: bool = False, seed: Optional[int] = 0
                    ) -> Iterator[Tuple[Tensor, ...]]:
     r"""
     Batches of windows cut to their longest real length: ``(rows, ids, mask,
     token types, starts, ends)``, rows being the windows' indices. Windows are
     grouped by length (less padding); with ``shuffle`` the groups come in an order
-    drawn from ``seed``.
+    drawn from ``seed`` (None: from torch's global RNG).
     """
     lengths = features.attention_mask.sum(1)
     order = torch.argsort(lengths, stable=True)
     groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     if shuffle:
-        generator = torch.Generator().manual_seed(seed)
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
         groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
     for rows in groups:
         width = int(lengths[rows].max())
