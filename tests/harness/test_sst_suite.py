@@ -227,6 +227,16 @@ def test_the_training_table_gives_no_step_cost_for_a_resumed_fit():
     assert _step_cost({**run, "resumed": True}, 0.01) == "n/a (resumed)"
 
 
+def test_the_training_table_says_where_each_fit_ran():
+    from benchmarks.suites.sst.report import _fitted_where
+
+    stored = {"stored": {"commit": "abc", "date": "2026-11-28"}}
+    assert _fitted_where({}) == "this run"
+    assert _fitted_where({"resumed": True}) == "this run, resumed from a stopped fit's state"
+    assert _fitted_where({**stored, "resumed": True, "went_on_from_cap": 2500}) == (
+        "fit cache (commit abc, 2026-11-28), went on from the state of the fit the cap max_steps=2500 stopped")
+
+
 def test_depth_profile_and_verdict_targets_read_the_counted_probes():
     from benchmarks.suites.sst.report import _depth_profile_section, _verdict_targets
 
