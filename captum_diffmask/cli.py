@@ -3,7 +3,7 @@ file of texts, explain texts with any method, compare methods.
 
 ::
 
-    captum-diffmask fit MODEL EXAMPLES --out probe.pt [--mode input] [--eps 0.1] [--max-steps 1000]
+    captum-diffmask fit MODEL EXAMPLES --out probe.pt [--mode input] [--eps 0.1] [--max-steps 1000] [--checkpoint STATE]
     captum-diffmask explain MODEL [TEXT ...] [--file F] [--method DiffMask --probe probe.pt] [--format html]
     captum-diffmask compare MODEL [TEXT ...] [--file F] --methods IntegratedGradients Occlusion [--format table]
 
@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--max-steps", type=int, default=1000)
     fit.add_argument("--batch-size", type=int, default=16)
     fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--checkpoint", help="write the fit's state here as it goes; a state there is resumed "
+                                          "(a killed fit), or gone on with when --max-steps is larger")
     for name, help_text in (("explain", "scores of texts, per word"), ("compare", "methods side by side")):
         command = commands.add_parser(name, help=help_text)
         _model_arguments(command)
@@ -179,6 +181,7 @@ def _layer(value: str) -> Optional[int]:
 
 def _fit(args: argparse.Namespace) -> int:
     from . import DiffMask
+    from .convergence import SETTLED
     from .text import text_batches
 
     if args.batch_size < 1 or args.max_steps < 1 or not args.eps > 0:
@@ -187,9 +190,12 @@ def _fit(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, args.head)
     explainer = DiffMask(model, mode=args.mode)
     explainer.fit(text_batches(texts, tokenizer, args.batch_size, args.max_length), eps=args.eps,
-                  max_steps=args.max_steps, seed=args.seed, verbose=not args.quiet)
+                  max_steps=args.max_steps, seed=args.seed, verbose=not args.quiet,
+                  **({} if args.checkpoint is None else {"checkpoint": args.checkpoint}))
     explainer.save(args.out)
-    print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); probe written to {args.out}")
+    settled = sum(report["status"] in SETTLED for report in explainer.convergence.values())
+    print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); {settled} of "
+          f"{len(explainer.convergence)} layers converged; probe written to {args.out}")
     return 0
 
 

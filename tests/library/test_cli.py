@@ -77,6 +77,23 @@ def test_off_a_terminal_fit_writes_log_lines_and_leaves_the_logger_as_it_was(sav
     assert (logger.level, list(logger.handlers)) == before
 
 
+def test_a_fit_with_a_checkpoint_goes_on_with_a_larger_max_steps(saved, capsys, tmp_path):
+    def fit(out, steps, *options):
+        assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / out),
+                     "--max-steps", str(steps), "--batch-size", "2", *options]) == 0
+        return torch.load(tmp_path / out, weights_only=False)["probe"]
+
+    state = str(tmp_path / "fit.state")
+    fit("short.pt", 2, "--checkpoint", state, "--quiet")
+    assert (tmp_path / "fit.state").exists()
+    capsys.readouterr()
+    longer = fit("longer.pt", 4, "--checkpoint", state)  # not quiet: its log lines go to stderr
+    printed = capsys.readouterr()
+    assert "reopened at step 2" in printed.err and "of 3 layers converged; probe written to" in printed.out
+    direct = fit("direct.pt", 4, "--quiet")
+    assert longer.keys() == direct.keys() and all(torch.equal(longer[k], direct[k]) for k in direct)
+
+
 def test_compare_sets_the_methods_side_by_side(saved, probe, capsys):
     assert main(["compare", str(saved / "model"), *TEXTS[:2], "--methods", "DiffMask", "IntegratedGradients",
                  "Occlusion", "--probe", str(probe), "--layer", "1", "--quiet"]) == 0
