@@ -1,0 +1,99 @@
+"""How far a per-input score can follow tracr's "used" components.
+
+The components suite scores each held-out input's component scores against the
+components the compiled program uses anywhere (ROC AUC per input, averaged).
+On one input, a used component that is idle there (its output or activation
+zero at every real position) does nothing: closing it changes no output, just as
+closing an unused one. A score that follows the input's own activity
+exactly (1 for the used components active on the input, 0 for every other)
+is the most a mask judged by its effect on that input can be asked for; this
+study gives its ROC AUC against the used components, per program, kind and
+seed (the suite's held-out inputs), with the share of used components active on
+an input. What a method reaches above it comes from what it carries across
+inputs, not from the input it explains.
+
+Run::
+
+    python -m benchmarks.studies.component_ceiling --markdown docs/results/components-ceiling.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+import torch
+
+from ..report import fmt, table, write_study_markdown
+from ..suites.components import tracr as suite
+from ..suites.components.settings import DEFAULTS
+from ..tasks import tracr_models as tm
+
+
+def ceiling(name: str, kind: str, seeds: Sequence[int], inputs: int = DEFAULTS["tracr"]["held_out"]) -> List[Dict[str, Any]]:
+    r"""
+    Per seed, the activity-following score's ROC AUC against the used components.
+
+    Returns:
+        *list* of dicts (one per seed): ``program``, ``kind``, ``seed``,
+        ``used`` and ``components`` (counts), ``active_share`` (mean share of
+        the used components active on an input), ``auc`` and ``auc_min`` (mean
+        and minimum over the inputs).
+    """
+    assembled = tm.compile_program(name)
+    model, used = tm.convert(assembled), tm.used_components(tm.weights_of(assembled))[kind]
+    rows = []
+    for seed in seeds:
+        held = suite.random_inputs(model, name, inputs, seed * 1000 + 999)  # the suite's held-out inputs
+        active = suite.active_components(model, *held)[kind].numpy() & used[None]
+        scores = torch.from_numpy(active.astype(np.float32))
+        measured = suite.against_truth(scores, used, active)
+        rows.append({"program": name, "kind": kind, "seed": seed, "used": int(used.sum()), "components": int(used.size),
+                     "active_share": float(active.reshape(inputs, -1).sum(1).mean() / used.sum()),
+                     "auc": measured["auc"], "auc_min": measured["auc_min"]})
+    return rows
+
+
+def markdown(rows: Sequence[Dict[str, Any]], command: str) -> str:
+    r"""The rows as a report."""
+    body = [[r["program"], r["kind"], str(r["seed"]), f"{r['used']} / {r['components']}", fmt(r["active_share"], 3),
+             f"{fmt(r['auc'], 3)} ({fmt(r['auc_min'], 3)})"] for r in rows]
+    return "\n".join([
+        "# The most a per-input score reaches against tracr's used components", "",
+        f"Command: `{command}`. On the components suite's held-out inputs ({DEFAULTS['tracr']['held_out']} per seed), "
+        "the score that follows "
+        "each input's own activity exactly (1 for the used components active on the input, 0 for the others) "
+        "scored as the suite scores a method: ROC AUC per input against every component the program uses, the "
+        "mean and (in brackets) the lowest over the inputs. A used component idle on an input changes nothing "
+        "there when closed, as an unused one does; a method above this line ranks such components by what it "
+        "carries across inputs.", "",
+        table(["program", "kind", "seed", "used / all", "used and active on an input (share)",
+               "ROC AUC against the used (mean, min)"], body), ""])
+
+
+def main(argv: Sequence[str] = ()) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", nargs="+", default=list(DEFAULTS["tracr"]["programs"]))
+    parser.add_argument("--kinds", nargs="+", default=["heads", "units"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULTS["seeds"]))
+    parser.add_argument("--markdown", default=None, help="write the report here")
+    arguments = list(argv) or sys.argv[1:]
+    args = parser.parse_args(arguments)
+    unknown = [p for p in args.programs if p not in tm.PROGRAMS]
+    if unknown:
+        parser.error(f"--programs: {unknown} are not tracr programs here {sorted(tm.PROGRAMS)}")
+    torch.set_num_threads(1)
+    rows: List[Dict[str, Any]] = []
+    for name in args.programs:
+        for kind in args.kinds:
+            for row in ceiling(name, kind, args.seeds):
+                rows.append(row)
+                print(f"{name} {kind} seed {row['seed']}: active share {row['active_share']:.3f}, "
+                      f"ROC AUC {row['auc']:.3f} (min {row['auc_min']:.3f})", flush=True)
+    write_study_markdown(args.markdown, "benchmarks.studies.component_ceiling", arguments, lambda command: markdown(rows, command))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
