@@ -117,8 +117,11 @@ def test_the_cap_is_not_in_the_key_and_a_larger_one_goes_on_from_where_the_small
     # the stored fit now answers cap 6, not cap 3 (its layers did not settle): cap 3 is fitted afresh
     assert fit_files(model, "hidden", train, valid, _capped(6), 0).stored() is not None
     assert fit_files(model, "hidden", train, valid, _capped(3), 0).stored() is None
+    files = fit_files(model, "hidden", train, valid, _capped(3), 0)
+    files.state.write_bytes(b"the cap-6 fit's state")  # a fresh fit must not read it, nor leave the cap-6 record
     shorter, info = cached_fit(_counting(calls), model, "hidden", train, valid, _capped(3), 0, False)
     assert len(calls) == 3 and info["resumed"] is False and info["steps"] == 3
+    assert files.any_cap()["max_steps"] == 3
 
 
 def test_a_fit_settled_within_its_cap_is_the_fit_of_any_larger_cap(bench):

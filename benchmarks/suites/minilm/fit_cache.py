@@ -197,8 +197,11 @@ def cached_fit(
         return loaded
     files.state.parent.mkdir(parents=True, exist_ok=True)
     resumed, earlier = files.goes_on(), files.any_cap()
-    if files.state.exists() and not resumed:  # a larger cap's fit, or another cap's: this one starts afresh
-        files.state.unlink()
+    if not resumed:  # a fit afresh replaces another cap's (so that a state beside a record is that record's fit's)
+        for path in (files.state, files.record, files.probe):
+            if path.exists():
+                path.unlink()
+        earlier = None
     explainer, info = fit(model, mode, train, valid, config, seed, verbose, checkpoint=str(files.state))
     info["resumed"] = resumed
     if resumed and earlier is not None:
