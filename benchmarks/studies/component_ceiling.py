@@ -19,8 +19,6 @@ Run::
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
@@ -74,24 +72,12 @@ def markdown(rows: Sequence[Dict[str, Any]], command: str) -> str:
 
 
 def main(argv: Sequence[str] = ()) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--programs", nargs="+", default=list(DEFAULTS["tracr"]["programs"]))
-    parser.add_argument("--kinds", nargs="+", default=["heads", "units"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULTS["seeds"]))
-    parser.add_argument("--markdown", default=None, help="write the report here")
-    arguments = list(argv) or sys.argv[1:]
-    args = parser.parse_args(arguments)
-    unknown = [p for p in args.programs if p not in tm.PROGRAMS]
-    if unknown:
-        parser.error(f"--programs: {unknown} are not tracr programs here {sorted(tm.PROGRAMS)}")
+    args, arguments = tm.study_arguments(
+        __doc__.splitlines()[0], DEFAULTS["tracr"]["programs"], argv,
+        lambda parser: parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULTS["seeds"])))
     torch.set_num_threads(1)
-    rows: List[Dict[str, Any]] = []
-    for name in args.programs:
-        for kind in args.kinds:
-            for row in ceiling(name, kind, args.seeds):
-                rows.append(row)
-                print(f"{name} {kind} seed {row['seed']}: active share {row['active_share']:.3f}, "
-                      f"ROC AUC {row['auc']:.3f} (min {row['auc_min']:.3f})", flush=True)
+    rows = [row for name in args.programs for kind in args.kinds for row in ceiling(name, kind, args.seeds)]
+    print(markdown(rows, "-"))
     write_study_markdown(args.markdown, "benchmarks.studies.component_ceiling", arguments, lambda command: markdown(rows, command))
 
 

@@ -17,8 +17,6 @@ Run::
 
 from __future__ import annotations
 
-import argparse
-import sys
 from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
@@ -99,15 +97,7 @@ def markdown(results: Mapping[str, Mapping[str, List[Dict[str, Any]]]], command:
 
 
 def main(argv: Sequence[str] = ()) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--programs", nargs="+", default=list(tm.DEVELOPMENT_PROGRAMS))
-    parser.add_argument("--kinds", nargs="+", default=["heads", "units"])
-    parser.add_argument("--markdown", default=None, help="write the report here")
-    arguments = list(argv) or sys.argv[1:]
-    args = parser.parse_args(arguments)
-    unknown = [p for p in args.programs if p not in tm.PROGRAMS]
-    if unknown:
-        parser.error(f"--programs: {unknown} are not tracr programs here {sorted(tm.PROGRAMS)}")
+    args, arguments = tm.study_arguments(__doc__.splitlines()[0], tm.DEVELOPMENT_PROGRAMS, argv)
     torch.set_num_threads(1)
     results: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
     for name in args.programs:

@@ -16,9 +16,11 @@ JAX); :func:`compile_program` says so when it is missing.
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -284,3 +286,28 @@ def used_components(weights: TracrWeights, tolerance: float = 0.0) -> Dict[str, 
             heads[layer, head] = any(np.abs(p).max() > tolerance for p in parts)
         units[layer] = (np.abs(w["mlp/linear_1"]).max(0) > tolerance) | (np.abs(w["mlp/linear_2"]).max(1) > tolerance)
     return {"heads": heads, "units": units}
+
+
+def study_arguments(description: str, programs: Sequence[str], argv: Sequence[str],
+                    add: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> Tuple[argparse.Namespace, List[str]]:
+    r"""
+    A tracr study's command line: ``--programs`` (default ``programs``; a name
+    that is not in :data:`PROGRAMS` is an error that names it), ``--kinds``,
+    ``--markdown``, and the study's own arguments (``add(parser)``).
+
+    Returns:
+        *tuple* ``(args, arguments)``: the parsed arguments and the command
+        line's arguments as given (``argv``, or ``sys.argv[1:]`` when empty).
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--programs", nargs="+", default=list(programs))
+    parser.add_argument("--kinds", nargs="+", default=["heads", "units"])
+    parser.add_argument("--markdown", default=None, help="write the report here")
+    if add is not None:
+        add(parser)
+    arguments = list(argv) or sys.argv[1:]
+    args = parser.parse_args(arguments)
+    unknown = [p for p in args.programs if p not in PROGRAMS]
+    if unknown:
+        parser.error(f"--programs: {unknown} are not tracr programs here {sorted(PROGRAMS)}")
+    return args, arguments
