@@ -570,8 +570,9 @@ class _Run:
         r"""
         Reopens a resumed fit that ended at its cap (``max_steps`` or ``epochs``)
         when this call's caps allow more: it goes on in the epoch it stopped in
-        (that epoch's history rows are taken back into its running sums), so
-        that it ends with the probe of one call with the larger cap. A fit that
+        (that epoch's history rows are dropped; the state's running sums of the
+        epoch give them again at its end), so that it ends with the probe of
+        one call with the larger cap. A fit that
         converged stays finished, and so does one whose probe the checkpoint
         selection restored (its last probe is gone).
         """
@@ -581,13 +582,10 @@ class _Run:
         if loop.max_steps is not None and loop.step >= loop.max_steps:
             return
         if loop.done:  # the step cap stopped it inside an epoch: on in that epoch
-            if options.epochs is not None and epoch > options.epochs:
+            # (a state written before the epoch's sums were kept has none to go on with)
+            if (options.epochs is not None and epoch > options.epochs) or not self.sums:
                 return
-            rows = [row for row in self.history if row["epoch"] == epoch]
             self.history = [row for row in self.history if row["epoch"] != epoch]
-            if not self.sums:  # a state written before the sums were kept
-                self.sums = {row["layer"]: {"steps": row["steps"], **{key: row[key] * row["steps"] for key in _SUMMED
-                                                                      if key in row}} for row in rows}
         else:  # its epochs ran out: on with the next one, from the RNG as it ended
             if options.epochs is not None and epoch >= options.epochs:
                 return
@@ -659,10 +657,6 @@ def _log_epoch(epoch: int, epochs: Optional[int], rows: List[Dict[str, Any]]) ->
         )
 
 
-#: A step record's entries an epoch's history row gives the mean of.
-_SUMMED = ("kl", "l0", "agreement", "kl_deployed")
-
-
 def train_epoch(
     explainer: Fittable, batches: Iterable[Batch], loop: _FitLoop, sums: Optional[Dict[int, Dict[str, float]]] = None,
     after_step: Optional[Callable[[], None]] = None,
@@ -687,7 +681,7 @@ def train_epoch(
         records = training_step(explainer, call, states, original, layers, loop)
         for k, record in records.items():
             acc = sums.setdefault(k, {"steps": 0})
-            for key in _SUMMED:
+            for key in ("kl", "l0", "agreement", "kl_deployed"):
                 if key in record:
                     acc[key] = acc.get(key, 0.0) + record[key]
             acc["steps"] += 1

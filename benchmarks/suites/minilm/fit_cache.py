@@ -104,8 +104,8 @@ class FitFiles:
         record = self.any_cap()
         if record is None or record.get(CAP) == self.cap:
             return record
-        settled = all(report["status"] in SETTLED for report in record["info"]["convergence"].values())
-        return record if settled and (self.cap is None or record["info"]["steps"] <= self.cap) else None
+        within = self.cap is None or record["info"]["steps"] <= self.cap
+        return record if _settled(record["info"]["convergence"]) and within else None
 
     def goes_on(self) -> bool:
         r"""Whether the state on disk is one a fit with this cap goes on from: an
@@ -139,9 +139,13 @@ class FitFiles:
         tmp = self.record.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, self.record)
-        settled = all(report["status"] in SETTLED for report in explainer.convergence.values())
-        if settled and self.state.exists():
+        if _settled(explainer.convergence) and self.state.exists():
             self.state.unlink()
+
+
+def _settled(convergence: Mapping[Any, Mapping[str, Any]]) -> bool:
+    r"""Whether every layer of a fit's convergence report has its verdict (the fit stopped by itself)."""
+    return all(report["status"] in SETTLED for report in convergence.values())
 
 
 def fit_files(
