@@ -34,7 +34,10 @@ def _cpu_name() -> str:
 
 
 def git_commit() -> Optional[str]:
-    r"""The short hash of the repository's HEAD, or None outside a git checkout."""
+    r"""The short hash of the repository's HEAD (``$CAPTUM_DIFFMASK_COMMIT`` when
+    set, for a copy of the tree without its history), or None outside a git checkout."""
+    if os.environ.get("CAPTUM_DIFFMASK_COMMIT"):  # a copy of the tree without .git (a remote machine)
+        return os.environ["CAPTUM_DIFFMASK_COMMIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(
@@ -47,8 +50,9 @@ def git_commit() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def environment() -> Dict[str, Any]:
-    r"""Versions, threads and CPU of this run."""
+def environment(device: Optional[str] = None) -> Dict[str, Any]:
+    r"""Versions, threads, CPU and device of this run (``device``: where the
+    suite's model ran, the CPU when None; a GPU is named)."""
     import captum
 
     import captum_diffmask
@@ -63,8 +67,16 @@ def environment() -> Dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu": _cpu_name(),
         "platform": platform.platform(),
-        "device": "cpu",
+        "device": _device_name(device),
     }
+
+
+def _device_name(device: Optional[str]) -> str:
+    r"""``"cpu"``, or the device and the GPU's name (``"cuda: NVIDIA H200"``)."""
+    chosen = torch.device(device or "cpu")
+    if chosen.type == "cuda" and torch.cuda.is_available():
+        return f"{chosen}: {torch.cuda.get_device_name(chosen)}"
+    return str(chosen)
 
 
 # -------------------------------------------------------------------- cache

@@ -173,7 +173,7 @@ def run_suite(
         start = time.perf_counter()
         results = suite.run(config, out_dir, verbose)
         wall = time.perf_counter() - start
-        env = environment()
+        env = environment(config.get("device"))
     finally:
         torch.set_num_threads(previous_threads)
     command = ["python -m benchmarks run", name, "--out", str(out)]

@@ -84,7 +84,7 @@ def fine_tune_qa(
     optimizer, parameters = bert_adamw(model, lr, 0.01)
     scheduler = warmup_then_decay(optimizer, total, warmup)
     history: List[Dict[str, Any]] = []
-    step = 0
+    step, device = 0, model_device(model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model.train()
@@ -93,7 +93,8 @@ def fine_tune_qa(
             batches = tqdm(window_batches(train, batch_size, shuffle=True, seed=seed * 100_003 + epoch),
                            total=per_epoch, desc=f"QA fine-tune {epoch}/{epochs}", disable=None if verbose else True,
                            leave=False)
-            for _, ids, mask, types, starts, ends in batches:
+            for _, *batch in batches:
+                ids, mask, types, starts, ends = (t.to(device) for t in batch)
                 out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
                 loss = (F.cross_entropy(out.start_logits, starts) + F.cross_entropy(out.end_logits, ends)) / 2
                 optimizer.zero_grad(set_to_none=True)

@@ -238,3 +238,54 @@ def test_squad_convergence_reports_each_chunk_of_every_layer(tmp_path, monkeypat
     assert [(h["epoch"], h["layer"]) for h in result["history"]] == [(e, k) for e in (1, 2) for k in range(3)]
     assert all(h["steps"] == 3 for h in result["history"])  # every layer on each of the chunk's batches
     assert {k: r["steps"] for k, r in result["convergence"].items()} == {"0": 6, "1": 6, "2": 6}
+
+
+def test_the_fit_caveat_counts_probes_by_verdict_and_held_out_kl():
+    from benchmarks.suites.squad.report import _fit_caveat
+
+    record = {"convergence": {"0": {"status": "converged"}, "1": {"status": "needed"}, "2": {"status": "unsettled"}},
+              "heldout": {"0": {"kl": 1.2}, "1": {"kl": 1.3}, "2": {"kl": 0.1}}, "steps": 50,
+              "feasible": False, "options": {"eps": 1.0}}
+    text = _fit_caveat({"diffmask": {"input": record, "hidden": record}})[0]
+    # layer 0: settled and 1.2 <= 1.25; layer 1: settled but 1.3 over; layer 2: not settled
+    assert "input: 1 of 3 layers converged after 50 steps; 1 of 3 probes count" in text
+    assert "eps_valid" not in text
+
+
+def test_run_device_is_the_cpu_by_default_and_names_a_missing_gpu(monkeypatch):
+    from benchmarks.suites.squad.loading import run_device
+
+    assert run_device({}) == torch.device("cpu") and run_device({"device": "cpu"}) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device: 'cuda'"):
+        run_device({"device": "cuda"})
+
+
+def test_held_out_pos_tags_are_read_from_the_cache_once_stored(tmp_path, monkeypatch):
+    from benchmarks.suites.squad import orchestration
+
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
+    examples = [SquadExample(id="a", title="T", question=" Who?", context="Ann ran.", answers=("Ann",), answer_starts=(0,))]
+    calls = []
+
+    def tagger(texts):
+        calls.append(list(texts))
+        return [["X"] * len(t) for t in texts]
+
+    monkeypatch.setattr(orchestration, "character_pos_tags", tagger)
+    first = orchestration.held_out_pos_tags(examples)
+    assert first == {"Ann ran.": ["X"] * 8, "Who?": ["X"] * 4} and len(calls) == 1
+
+    def missing(texts):
+        raise ImportError("no spaCy here")
+
+    monkeypatch.setattr(orchestration, "character_pos_tags", missing)
+    assert orchestration.held_out_pos_tags(examples) == first  # a machine without spaCy reads the stored tags
+    with pytest.raises(ImportError):
+        orchestration.held_out_pos_tags(examples, use_cache=False)
+
+
+def test_environment_names_the_device():
+    from benchmarks.records import environment
+
+    assert environment()["device"] == "cpu" and environment("cpu")["device"] == "cpu"

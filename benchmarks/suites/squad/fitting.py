@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
+from captum_diffmask.forward import model_device
 from benchmarks.tasks.squad import best_spans, span_text, squad_scores
 from benchmarks.tasks.squad import window_batches
 
@@ -47,7 +48,7 @@ def keep_probabilities(explainer: DiffMask, bench: Bench, verbose: bool) -> List
     return per_sentence(
         bench.windows, 16,
         lambda ids, mask, types: explainer.attribute(ids, additional_forward_args=(mask, types), layer=None),
-        verbose, f"attribute {explainer.mode}", extra=("token_type_ids",))
+        verbose, f"attribute {explainer.mode}", device=model_device(explainer.model), extra=("token_type_ids",))
 
 
 def masked_answers(explainer: DiffMask, bench: Bench, batch_size: int, verbose: bool) -> Dict[int, Dict[str, Any]]:
@@ -72,10 +73,12 @@ def masked_answers(explainer: DiffMask, bench: Bench, batch_size: int, verbose: 
     logits = {k: torch.full((2, *windows.input_ids.shape), low) for k in layers}
     kept = {k: torch.zeros(len(windows)) for k in layers}
     batches = list(window_batches(windows, batch_size))
-    for rows, ids, mask, types, _, _ in bar(batches, verbose, desc=f"masked answers {explainer.mode}"):
+    device = model_device(explainer.model)
+    for rows, *batch in bar(batches, verbose, desc=f"masked answers {explainer.mode}"):
+        ids, mask, types = (t.to(device) for t in batch[:3])
         for k, (gates, masked, _) in explainer.masked_forward_layers(ids, (mask, types), layers).items():
-            logits[k][:, rows, : ids.shape[1]] = masked.detach().float().transpose(0, 1)
-            kept[k][rows] = (gates > 0).float().sum(1)
+            logits[k][:, rows, : ids.shape[1]] = masked.detach().float().transpose(0, 1).cpu()
+            kept[k][rows] = (gates > 0).float().sum(1).cpu()
     result = {}
     for k in layers:
         spans = best_spans(windows, logits[k][0], logits[k][1], len(bench.held_out))

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+import torch
 from torch import nn
 
 from ...progress import log
@@ -22,6 +23,17 @@ from ...tasks.sst_bert import keep_first_layers, tiny_bert
 
 #: Where SQuAD v1.1 dev is looked for when ``data.path`` is None: ``../shared/data`` beside the checkout.
 DEFAULT_PATH = default_data_dir() / "squad" / "dev-v1.1.json"
+
+
+def run_device(config: Mapping[str, Any]) -> torch.device:
+    r"""Where the run's model computes: ``config["device"]`` (e.g. ``"cuda"``),
+    the CPU when it is None. The windows stay on the CPU; each batch goes to
+    the model's device and each result comes back."""
+    name = config.get("device") or "cpu"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {name!r} asked for, but torch sees no CUDA device here")
+    return device
 
 
 def load_squad_split(config: Mapping[str, Any]) -> Tuple[List[SquadExample], List[SquadExample]]:
@@ -75,6 +87,7 @@ def load_qa_model(
     """
     options = dict(config["model"])
     model, tokenizer = (factory or (lambda: _build_model(options, train)))()
+    model.to(run_device(config))
     key = {"options": options, "train": [e.id for e in train], "held_out": [e.id for e in held_out],
            "signature": sum(p.numel() for p in model.parameters())}
     length, stride = int(options["max_length"]), int(options["doc_stride"])
@@ -88,7 +101,7 @@ def load_qa_model(
                                log=lambda line: log(verbose, f"[squad] {line}"))
         seconds = time.perf_counter() - start
         scores = evaluate_qa(model, held_out, encode_squad(held_out, tokenizer, length, stride))
-        return {"state_dict": model.state_dict(), "history": history, "seconds": seconds, "windows": len(windows),
+        return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "history": history, "seconds": seconds, "windows": len(windows),
                 "held_out": scores}
 
     payload, hit = cached("squad-qa", key, build, use_cache=bool(config.get("cache", True)))

@@ -17,6 +17,8 @@ from benchmarks.tasks.squad import squad_scores
 from benchmarks.tasks.sst_bert import character_pos_tags
 
 from ...progress import log_to_stderr
+from ...records import cached
+from ...tasks.squad import SquadExample
 from . import analysis
 from .figures import heatmap_figures, keep_figure, pos_figure, side_by_side_figures
 from .fitting import agreement, fit_mode, keep_probabilities, masked_answers
@@ -148,9 +150,8 @@ def _pos_groups(config: Mapping[str, Any], bench: Bench, notes: List[str]) -> Op
     if wanted is False:
         return None
     examples = [bench.held_out[q] for q in bench.windows.example_index.tolist()]
-    texts = sorted({e.question.lstrip() for e in examples} | {e.context for e in examples})
     try:
-        tags = dict(zip(texts, character_pos_tags(texts)))
+        tags = held_out_pos_tags(bench.held_out, bool(config.get("cache", True)))
     except ImportError as error:
         if wanted is True:
             raise
@@ -158,6 +159,24 @@ def _pos_groups(config: Mapping[str, Any], bench: Bench, notes: List[str]) -> Op
         return None
     return analysis.pos_token_groups(bench.windows, [tags[e.question.lstrip()] for e in examples],
                                      [tags[e.context] for e in examples])
+
+
+def held_out_pos_tags(held_out: List[SquadExample], use_cache: bool = True) -> Dict[str, List[str]]:
+    r"""
+    The part of speech of every character of every held-out question and
+    context (:func:`character_pos_tags`), cached by the questions' ids: a
+    machine without spaCy (a GPU machine) reads the tags another one stored.
+
+    Raises:
+        ImportError: spaCy or its pipeline is missing and no tags are cached.
+    """
+    texts = sorted({e.question.lstrip() for e in held_out} | {e.context for e in held_out})
+
+    def build() -> Dict[str, Any]:
+        return {"tags": dict(zip(texts, character_pos_tags(texts)))}
+
+    payload, _ = cached("squad-pos", {"held_out": [e.id for e in held_out]}, build, use_cache=use_cache)
+    return payload["tags"]
 
 
 def _side_by_side_record(bench: Bench, rows: List[int], compared: Mapping[str, Any]) -> Dict[str, Any]:

@@ -13,9 +13,11 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
+from captum_diffmask.forward import model_device
 
 from ...methods import MethodContext, prepare
 from ...progress import error_text, log_to_stderr
+from ..minilm.fitting import OnDevice
 from .analysis import token_groups
 from .loading import Bench
 from .settings import SIDE_BY_SIDE
@@ -97,7 +99,8 @@ def run_side_by_side(
         seconds per window, options, status, composition, and for exact erasure
         the search's outcome).
     """
-    ids, mask, types = _batch(bench, rows)
+    device = model_device(bench.model)
+    ids, mask, types = (t.to(device) for t in _batch(bench, rows))
     groups = _groups(bench, rows)
     start = time.perf_counter()
     scores: Dict[str, Tensor] = {"DiffMask (input, mean over layers)": explainer.attribute(
@@ -105,7 +108,8 @@ def run_side_by_side(
     records: Dict[str, Dict[str, Any]] = {"DiffMask (input, mean over layers)": {
         "status": "ok", "seconds_per_window": (time.perf_counter() - start) / len(rows)}}
     ctx = MethodContext(model=bench.model, sites=lambda: None, padding_mask_arg="auto",
-                        train_loader=lambda size, s: bench.train.loader(size, shuffle=True, seed=s), layer=0,
+                        train_loader=lambda size, s: OnDevice(bench.train.loader(size, shuffle=True, seed=s), device),
+                        layer=0,
                         seed=seed, verbose=False)
     for name in SIDE_BY_SIDE:
         options = dict(config.get("method_options", {}).get(name, {}))
@@ -118,9 +122,10 @@ def run_side_by_side(
             record.update({"status": "failed", "error": error_text(error)})
             log_to_stderr(verbose, f"[squad] {name} failed: {record['error']}")
         records[name] = record
+    scores = {k: v.detach().float().cpu() for k, v in scores.items()}
     for name, value in scores.items():
         records[name]["composition"] = [composition(value[i, : len(groups[i])], groups[i]) for i in range(len(rows))]
-    return {"scores": {k: v.detach().float().cpu() for k, v in scores.items()}, "records": records}
+    return {"scores": scores, "records": records}
 
 
 def _batch(bench: Bench, rows: List[int]) -> Tuple[Tensor, Tensor, Tensor]:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 import torch
 from torch import Tensor
 
+from captum_diffmask.forward import model_device
 from captum_diffmask.methods import IntegratedGradients
 
 from ...progress import bar
@@ -38,7 +39,9 @@ def measure_speed(config: Mapping[str, Any], bench: Bench, explainers: Mapping[s
     """
     options = config.get("speed", {})
     n = min(int(options.get("windows", 16)), len(bench.windows))
-    batches = bench.windows.subset(list(range(n))).loader(int(options.get("batch_size", 8)))
+    device = model_device(bench.model)
+    batches = [tuple(t.to(device) for t in batch)
+               for batch in bench.windows.subset(list(range(n))).loader(int(options.get("batch_size", 8)))]
     ig_steps = int(options.get("ig_steps", 50))
     ig = IntegratedGradients(bench.model)
     timed: Dict[str, Callable[[Tensor, Tensor, Tensor], Any]] = {
@@ -64,6 +67,7 @@ def _seconds_per_window(bench: Bench, batches: List[Tuple[Tensor, Tensor, Tensor
         with torch.no_grad():
             for ids, mask, types in batches:
                 bench.model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        _synchronize(ids.device)
 
     seconds, _ = median_seconds(forward, repeats=5, budget_seconds=10.0)
     per_window = {"forward": seconds / n}
@@ -71,11 +75,19 @@ def _seconds_per_window(bench: Bench, batches: List[Tuple[Tensor, Tensor, Tensor
         def run_all(fn: Callable[[Tensor, Tensor, Tensor], Any] = fn) -> None:
             for ids, mask, types in batches:
                 fn(ids, mask, types)
+            _synchronize(ids.device)
         # IG is timed once without a warm-up call: it is the costliest by far
         slow = label.startswith("IntegratedGradients")
         seconds, _ = median_seconds(run_all, repeats=1 if slow else 3, budget_seconds=5.0, warmup=not slow)
         per_window[label] = seconds / n
     return per_window
+
+
+def _synchronize(device: torch.device) -> None:
+    r"""Waits for ``device``'s queued work (a GPU's kernels run asynchronously),
+    so that a timer around a call counts all of it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _training(bench: Bench, fits: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
