@@ -328,3 +328,13 @@ def test_the_run_time_is_judged_only_when_every_fit_ran_in_the_run():
     line = _whole_run_target(_timed_results(carried), 600.0)
     assert "not judged" in line and "2 of its 2 DiffMask fits" in line and "sum to 60 min" in line
     assert "met" not in line and "missed" not in line
+
+
+def test_options_line_names_what_differs_by_seed():
+    from benchmarks.suites.sst.report import _options_line
+
+    runs = [{"seed": 0, "options": {"eps": 0.01, "max_steps": 2500}},
+            {"seed": 1, "options": {"eps": 0.01, "max_steps": 5000}}]
+    assert _options_line("hidden", runs) == (
+        "Options, hidden: `{'eps': 0.01}`; by seed: `max_steps` 2500 (seed 0), 5000 (seed 1).")
+    assert _options_line("input", runs[:1]) == "Options, input: `{'eps': 0.01, 'max_steps': 2500}`."

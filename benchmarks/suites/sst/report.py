@@ -230,7 +230,20 @@ def _training_section(dm: Mapping[str, Any], model: Mapping[str, Any], selects: 
             "processes, on one torch thread each, side by side. Peak memory: the fitting process's resident peak. "
             "A fit from the cache ran in another invocation: its time is that invocation's; a resumed fit's time is "
             "its last invocation's part alone.", "",
-            *[f"Options, {mode}: `{dm[mode]['runs'][0]['options']}`." for mode in ("input", "hidden")], ""]
+            *[_options_line(mode, dm[mode]["runs"]) for mode in ("input", "hidden")], ""]
+
+
+def _options_line(mode: str, runs: List[Mapping[str, Any]]) -> str:
+    r"""The fits' options of one mode: those every seed shares, then each option
+    that differs with its value per seed (a fit from the cache keeps the cap it
+    was fitted with, e.g. one settled within an earlier, smaller cap)."""
+    shared = {k: v for k, v in runs[0]["options"].items() if all(r["options"].get(k) == v for r in runs)}
+    differing = sorted({k for r in runs for k in r["options"]} - set(shared))
+    line = f"Options, {mode}: `{shared}`"
+    if differing:
+        line += "; by seed: " + "; ".join(
+            f"`{k}` " + ", ".join(f"{r['options'].get(k)} (seed {r['seed']})" for r in runs) for k in differing)
+    return line + "."
 
 
 def _depth_profile_section(dm: Mapping[str, Any]) -> List[str]:
