@@ -92,18 +92,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     overrides = json.loads(args.set) if args.set else {}
     if args.data:
         overrides["data"] = {**overrides.get("data", {}), "path": args.data}
+    overrides["device"] = args.device  # the suite's own setting: the model and its batches there
     config = build_config(load_suite("squad"), overrides=overrides)
-    model_loader = loading.load_qa_model
-
-    def on_device(*a: Any, **k: Any) -> Any:
-        model, tokenizer, info = model_loader(*a, **k)
-        return model.to(args.device), tokenizer, info
-
-    loading.load_qa_model = on_device
-    try:
-        bench = loading.load_bench(config, True)
-    finally:
-        loading.load_qa_model = model_loader
+    bench = loading.load_bench(config, True)
     results: Dict[str, Any] = {"args": vars(args), "device": str(args.device)}
     for mode in args.modes:
         results[mode] = fit_in_chunks(bench, config, mode, args.chunk, args.epochs, args.seed)

@@ -101,7 +101,8 @@ def load_qa_model(
                                log=lambda line: log(verbose, f"[squad] {line}"))
         seconds = time.perf_counter() - start
         scores = evaluate_qa(model, held_out, encode_squad(held_out, tokenizer, length, stride))
-        return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "history": history, "seconds": seconds, "windows": len(windows),
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}  # loadable on any machine
+        return {"state_dict": state, "history": history, "seconds": seconds, "windows": len(windows),
                 "held_out": scores}
 
     payload, hit = cached("squad-qa", key, build, use_cache=bool(config.get("cache", True)))

@@ -15,6 +15,7 @@ from captum_diffmask.methods import IntegratedGradients
 
 from ...progress import bar
 from ...records import median_seconds
+from ..minilm.fitting import OnDevice
 from .loading import Bench
 
 
@@ -40,8 +41,7 @@ def measure_speed(config: Mapping[str, Any], bench: Bench, explainers: Mapping[s
     options = config.get("speed", {})
     n = min(int(options.get("windows", 16)), len(bench.windows))
     device = model_device(bench.model)
-    batches = [tuple(t.to(device) for t in batch)
-               for batch in bench.windows.subset(list(range(n))).loader(int(options.get("batch_size", 8)))]
+    batches = list(OnDevice(bench.windows.subset(list(range(n))).loader(int(options.get("batch_size", 8))), device))
     ig_steps = int(options.get("ig_steps", 50))
     ig = IntegratedGradients(bench.model)
     timed: Dict[str, Callable[[Tensor, Tensor, Tensor], Any]] = {
