@@ -289,3 +289,17 @@ def test_environment_names_the_device():
     from benchmarks.records import environment
 
     assert environment()["device"] == "cpu" and environment("cpu")["device"] == "cpu"
+
+
+def test_an_observation_is_a_conclusion_only_where_every_probe_of_its_mode_counts():
+    from benchmarks.suites.squad.report import _rests_on
+
+    def record(kls):
+        return {"convergence": {str(i): {"status": "converged"} for i in range(len(kls))},
+                "heldout": {str(i): {"kl": kl} for i, kl in enumerate(kls)}, "options": {"eps": 1.0}}
+
+    results = {"diffmask": {"input": record([0.5, 1.3]), "hidden": record([0.5, 1.2])}}
+    assert _rests_on(results, "input") == "input: 1 of 2 count, **not a conclusion**"  # 1.3 > 1.25
+    assert _rests_on(results, "hidden") == "hidden: 2 of 2 count"
+    assert _rests_on({"diffmask": {"input": {"convergence": {}, "options": {}}}}, "input") == \
+        "input: not scored on held-out windows"

@@ -109,6 +109,11 @@ def sep_kept(keep: Mapping[str, Any]) -> Dict[str, Any]:
     return {"ours": ours, "verdict": _verdict(parts)}
 
 
+#: The DiffMask mode each observation is read from (its probes are the ones it rests on).
+OBSERVATION_MODES = {"question_deeper": "input", "prediction_kept": "input", "gold_when_wrong": "input",
+                     "pos_order": "input", "sep_kept": "hidden"}
+
+
 def observations(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
     r"""
     The five observations, each ``{"key", "paper", "ours", "verdict"}``.

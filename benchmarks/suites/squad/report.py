@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any, List, Mapping
+from typing import Any, List, Mapping, Optional
 
 from ...report import configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from ..minilm.convergence import convergence_section, probe_counts
 from ..minilm.fitting import HELD_OUT_MARGIN
 from .analysis import GROUPS
-from .observations import MIN_POS_TOKENS
+from .observations import MIN_POS_TOKENS, OBSERVATION_MODES
 
 MODES = ("input", "hidden")
 
@@ -63,7 +63,8 @@ def _model_section(results: Mapping[str, Any]) -> List[str]:
 
 
 def _observations_section(results: Mapping[str, Any]) -> List[str]:
-    rows = [[o["paper"], o["ours"], f"**{o['verdict']}**"] for o in results["observations"]]
+    rows = [[o["paper"], o["ours"], f"**{o['verdict']}**", _rests_on(results, OBSERVATION_MODES[o["key"]])]
+            for o in results["observations"]]
     return ["## The paper's observations on MiniLM", "",
             "Each criterion was fixed before the run (`benchmarks/suites/squad/observations.py`): question deeper = "
             "input mode, more expected layers kept for question than passage tokens; prediction kept = input mode, "
@@ -73,7 +74,32 @@ def _observations_section(results: Mapping[str, Any]) -> List[str]:
             f"lowest third, PROPN and PUNCT in the highest third of the parts of speech with >= {MIN_POS_TOKENS} tokens "
             "ranked by expected layers kept (input); [SEP] = hidden mode, >= 90 % of [SEP] states kept at every "
             "layer but the last and < 50 % at the last.", "",
-            table(["the paper (BERT-large)", "ours (MiniLM)", "on MiniLM"], rows), "", *_fit_caveat(results)]
+            "An observation is a conclusion only where every probe of its mode counts (the last column); "
+            "otherwise it reads layers whose fit did not settle, or whose read-out broke the constraint on "
+            "held-out windows, and says only where those fits stood.", "",
+            table(["the paper (BERT-large)", "ours (MiniLM)", "on MiniLM", "the probes it rests on"], rows), "",
+            *_fit_caveat(results)]
+
+
+def _counted(record: Mapping[str, Any]) -> Optional[int]:
+    r"""How many of a fit's probes count (settled, and the held-out KL within
+    eps x :data:`HELD_OUT_MARGIN`); None for a run that selected a checkpoint
+    (no held-out scores)."""
+    if not record.get("heldout"):
+        return None
+    eps = float(record["options"].get("eps", math.nan))
+    return sum(all(probe_counts(c["status"], record["heldout"][layer]["kl"], eps))
+               for layer, c in record["convergence"].items())
+
+
+def _rests_on(results: Mapping[str, Any], mode: str) -> str:
+    r"""The observation's probes: how many of its mode's count, and whether
+    it is a conclusion."""
+    record = results["diffmask"][mode]
+    total, counted = len(record["convergence"]), _counted(record)
+    if counted is None:
+        return f"{mode}: not scored on held-out windows"
+    return f"{mode}: {counted} of {total} count" + ("" if counted == total else ", **not a conclusion**")
 
 
 def _fit_caveat(results: Mapping[str, Any]) -> List[str]:
@@ -88,9 +114,8 @@ def _fit_caveat(results: Mapping[str, Any]) -> List[str]:
         text = (f"{mode}: {sum(s == 'converged' for s in status.values())} of {len(status)} layers converged"
                 + (f", {violated} still above the KL bound on the training batches" if violated else "")
                 + f" after {record['steps']} steps")
-        eps = float(record["options"].get("eps", math.nan))
-        if record.get("heldout"):
-            counted = sum(all(probe_counts(status[layer], record["heldout"][layer]["kl"], eps)) for layer in status)
+        counted = _counted(record)
+        if counted is not None:
             text += (f"; {counted} of {len(status)} probes count (settled, and the deterministic read-out's KL on "
                      f"the held-out windows within eps x {HELD_OUT_MARGIN:g})")
         else:
