@@ -193,9 +193,11 @@ def _fit(args: argparse.Namespace) -> int:
                   max_steps=args.max_steps, seed=args.seed, verbose=not args.quiet,
                   **({} if args.checkpoint is None else {"checkpoint": args.checkpoint}))
     explainer.save(args.out)
-    settled = sum(report["status"] in SETTLED for report in explainer.convergence.values())
-    print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); {settled} of "
-          f"{len(explainer.convergence)} layers converged; probe written to {args.out}")
+    statuses = [report["status"] for report in explainer.convergence.values()]
+    settled = sum(status in SETTLED for status in statuses)
+    print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); {settled} of {len(statuses)} layers "
+          f"settled ({statuses.count('converged')} converged, {statuses.count('needed')} needed: every gate kept "
+          f"because the output needs it); probe written to {args.out}")
     return 0
 
 

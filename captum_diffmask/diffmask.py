@@ -23,6 +23,7 @@ from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
 from .probes import HiddenGateProbe, InputGateProbe, Reduce, VOTES
 from .site_finding import HOW_TO_PASS_SITES
+from .stacking import masked_logits
 from .text import text_batches
 
 _MODES = ("input", "hidden", *COMPONENT_MODES)
@@ -644,12 +645,10 @@ class DiffMask(SiteAttribution):
         states, original = self.capture(call, self.locator.names)
         assert original is not None
         results, read_out = {}, self.gates
-        for k in layers:
-            gates = read_out.deterministic(states, k, rule, call.mask)
-            replaced, context = read_out.replacement(states, gates, k)
-            with context:
-                masked = self.replaced_logits(call, replaced)
-            results[k] = (gates, masked, original)
+        for group in read_out.pass_groups(layers):
+            gates = {k: read_out.deterministic(states, k, rule, call.mask) for k in group}
+            masked = masked_logits(read_out, self.replaced_logits, call, states, gates)
+            results.update({k: (gates[k], masked[k], original) for k in group})
         return results
 
     @torch.no_grad()

@@ -47,6 +47,7 @@ from .objective import (
 )
 from .resume import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
 from .rng import preserved_rng
+from .stacking import masked_logits
 
 #: Where the fit reports its progress: one line per trained layer and epoch, at
 #: INFO, when ``verbose`` (attach a handler, or ``logging.basicConfig(level=logging.INFO)``).
@@ -56,6 +57,8 @@ LOGGER = logging.getLogger("captum_diffmask")
 OPTIMIZERS = ("adam", "rmsprop", "lookahead-rmsprop")
 #: What :class:`FitOptions` ``layers_per_batch`` takes.
 LAYERS_PER_BATCH = ("one", "all")
+#: What :class:`FitOptions` ``stack_layers`` takes.
+STACK_LAYERS = ("same_site", "all", "none")
 #: What :class:`FitOptions` ``precision`` takes.
 PRECISIONS = ("float32", "bfloat16")
 #: What :class:`FitOptions` ``constraint`` takes.
@@ -150,6 +153,18 @@ class FitOptions:
                     uniformly, per batch (the authors'; an epoch then costs about
                     one layer's step per batch, and each layer gets 1 / len(layers)
                     of the steps).
+        stack_layers (str): which of a step's layers share one masked pass,
+                    their batches stacked (:mod:`captum_diffmask.stacking`: the
+                    same arithmetic): ``"same_site"`` (default) the layers whose
+                    gates replace the same site (input mode's, every depth
+                    masking the input; the other modes' sites differ, so their
+                    passes stay one per layer); ``"all"`` every layer of the step,
+                    the pass starting at the shallowest replaced site (hidden
+                    mode's deeper layers then re-run blocks before their site:
+                    more arithmetic, fewer kernel launches, for a device where a
+                    pass costs its launches); ``"none"`` one pass per layer,
+                    one layer's graph in memory at a time. Component modes
+                    always run one pass per layer.
         max_steps (int, optional): the most steps (optimiser steps, one per
                     batch) in all (a cap). When neither it nor ``epochs`` is
                     given, the convergence criterion's budget: ``convergence.budget``
@@ -262,6 +277,7 @@ class FitOptions:
     lr_lambda: Union[None, float, Sequence[float]] = None
     layers: Optional[Sequence[int]] = None
     layers_per_batch: str = "all"
+    stack_layers: str = "same_site"
     max_steps: Optional[int] = None
     seed: Optional[int] = None
     verbose: bool = True
@@ -335,6 +351,7 @@ class FitOptions:
             raise ValueError(f"controller: unknown settings {sorted(unknown)}; it takes {CONTROLLER_SETTINGS}")
         check_choice(self.activations, ("all", "needed"), "activations")
         check_choice(self.layers_per_batch, LAYERS_PER_BATCH, "layers_per_batch")
+        check_choice(self.stack_layers, STACK_LAYERS, "stack_layers")
         check_choice(self.lagrangian, ("plain", "normalized"), "lagrangian")
         for name in ("until_converged", "freeze_converged", "score_gradient"):
             if not isinstance(getattr(self, name), bool):
@@ -724,11 +741,12 @@ def training_step(
     multipliers.zero_grad()
     rank, world = rank_and_world()
     sizes = global_batch_sizes(call.ids.shape[0], call.ids.device)
-    records = {}
-    for layer in layers:
-        # one backward per layer: only one layer's masked pass is held in memory
-        loss, records[layer] = _layer_lagrangian(explainer, call, states, original, layer, sizes, loop)
+    records: Dict[int, Dict[str, float]] = {}
+    for group in explainer.gates.pass_groups(layers, loop.options.stack_layers):
+        # one backward per masked pass: only that pass's graph is held in memory
+        loss, group_records = _lagrangian(explainer, call, states, original, group, sizes, loop)
         loss.backward()
+        records.update(group_records)
     if world > 1:  # the gradient of the global batch's mean loss, on every rank
         average_gradients([*explainer.probe.parameters(), explainer.lambdas.values], sizes[rank] / sum(sizes))
     probe_opt.step()
@@ -736,26 +754,60 @@ def training_step(
     return records
 
 
-def _layer_lagrangian(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layer: int,
+def _lagrangian(
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], original: Tensor, layers: Sequence[int],
     sizes: Sequence[int], loop: _FitLoop,
-) -> Tuple[Tensor, Dict[str, float]]:
-    r"""``L0 + lambda_k * (mean KL - eps)`` at ``layer`` with freshly sampled
-    gates (``sizes``: every process's batch size), and the step's record of that
-    layer."""
+) -> Tuple[Tensor, Dict[int, Dict[str, float]]]:
+    r"""The sum over ``layers`` of ``L0 + lambda_k * (mean KL - eps)`` with freshly
+    sampled gates, their masked passes run as one (``sizes``: every process's
+    batch size), and each layer's record of the step."""
     assert explainer.probe is not None and explainer.lambdas is not None
     rank, world = rank_and_world()
     options = loop.options
     noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
-    read_out = explainer.gates
-    gates, log_keep, plain = read_out.sample_with_plain(states, layer, options.vote_sampling, noise, call.mask,
-                                                        options.l0_floor_for(explainer.mode))
-    replaced, context = read_out.replacement(states, gates, layer)
-    with model_precision(options.precision, call.ids.device), context:
-        masked = explainer.replaced_logits(call, replaced)
-    log_p, log_q = log_probs(original), log_probs(masked)
+    samples = {k: explainer.gates.sample_with_plain(states, k, options.vote_sampling, noise, call.mask,
+                                                   options.l0_floor_for(explainer.mode)) for k in layers}
+    masked = _masked_logits(explainer, call, states, {k: sample[0] for k, sample in samples.items()}, options.precision)
+    log_p = log_probs(original)
+    total, records = torch.zeros((), device=original.device), {}
+    for k, (gates, log_keep, plain) in samples.items():
+        loss, records[k] = _layer_loss(explainer, call, log_p, masked[k], gates, log_keep, plain, k, loop)
+        _check_finite(loop.step + 1, k, {"the model's logits": original, "the masked logits": masked[k],
+                                         "the gates": gates, "the loss": loss})
+        total = total + loss
+    for k in layers:
+        if loop.monitors[k].measures_closure():
+            records[k]["closure"] = _closure_kl(explainer, call, states, log_p, samples[k][1], k, loop.open_share,
+                                                options.precision)
+    if options.constraint == "deployed":
+        deployed = _mean_kls_with_gates(
+            explainer, call, states, log_p, {k: samples[k][1].detach() > math.log(0.5) for k in layers}, options.precision)
+        for k in layers:
+            records[k]["kl_deployed"] = deployed[k]
+            records[k]["constraint"] = max(records[k]["kl"], deployed[k])
+    return total, records
+
+
+def _masked_logits(
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], gates: Mapping[int, Tensor], precision: str,
+    baseline: Optional[Callable[[int], Tensor]] = None,
+) -> Dict[int, Tensor]:
+    r""":func:`~captum_diffmask.stacking.masked_logits` with the model's passes in ``precision``."""
+    with model_precision(precision, call.ids.device):
+        return masked_logits(explainer.gates, explainer.replaced_logits, call, states, gates, baseline)
+
+
+def _layer_loss(
+    explainer: Fittable, call: PreparedCall, log_p: Tensor, masked: Tensor, gates: Tensor, log_keep: Tensor,
+    plain: Tensor, layer: int, loop: _FitLoop,
+) -> Tuple[Tensor, Dict[str, float]]:
+    r"""``L0 + lambda_k * (mean KL - eps)`` of one layer from its masked logits,
+    and the step's record of that layer."""
+    assert explainer.lambdas is not None
+    options = loop.options
+    log_q = log_probs(masked)
     kl = example_kl(log_p, log_q)
-    real = read_out.positions(call.mask, layer)
+    real = explainer.gates.positions(call.mask, layer)
     penalty = l0_penalty(log_keep, real, explainer.l0)
     lam, violation = explainer.lambdas(layer), kl.mean() - loop.eps
     if options.score_gradient:  # 0 in value: the multiplier sees the same violation
@@ -770,32 +822,14 @@ def _layer_lagrangian(
         loss = (penalty.mean() + weight * violation) / (1 + weight) + lam * violation.detach()
     else:
         loss = penalty.mean() + lam * violation
-    _check_finite(loop.step + 1, layer, {"the model's logits": original, "the masked logits": masked,
-                                         "the gates": gates, "the loss": loss})
     record = _step_record(kl, log_keep, log_p, log_q, real)
     record["constraint"] = record["kl"]
-    if loop.monitors[layer].measures_closure():
-        with model_precision(options.precision, call.ids.device):
-            record["closure"] = _closure_kl(explainer, call, states, log_p, log_keep, layer, loop.open_share)
-    if options.constraint == "deployed":
-        with model_precision(options.precision, call.ids.device):
-            record["kl_deployed"] = _deployed_kl(explainer, call, states, log_p, log_keep, layer)
-        record["constraint"] = max(record["kl"], record["kl_deployed"])
     return loss, record
-
-
-def _deployed_kl(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor, layer: int,
-) -> float:
-    r"""The mean KL of the batch under the deterministic gates the probe would
-    return now (kept where P(z != 0) > 0.5, the read-out of ``masked_forward``),
-    over every process's batch."""
-    return _mean_kl_with_gates(explainer, call, states, log_p, log_keep.detach() > math.log(0.5), layer)
 
 
 def _closure_kl(
     explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, log_keep: Tensor,
-    layer: int, open_share: float,
+    layer: int, open_share: float, precision: str,
 ) -> float:
     r"""The mean KL with every gate open but those of the ``1 - open_share``
     share of the batch's real gates (positions, or components) that the probe
@@ -806,31 +840,32 @@ def _closure_kl(
     count = max(1, math.ceil((1.0 - open_share) * int(real.sum())))
     keep = torch.ones_like(scores, dtype=torch.bool)
     keep[torch.topk(scores, count, largest=False).indices] = False
-    return _mean_kl_with_gates(explainer, call, states, log_p, keep.view_as(real), layer)
+    return _mean_kls_with_gates(explainer, call, states, log_p, {layer: keep.view_as(real)}, precision)[layer]
 
 
-def _mean_kl_with_gates(
-    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, keep: Tensor, layer: int,
-) -> float:
-    r"""The batch's mean KL(original || masked) with binary gates ``keep``
-    (B, T) (or (B, count)) at ``layer``, without gradients, over every
-    process's batch."""
+def _mean_kls_with_gates(
+    explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], log_p: Tensor, keep: Mapping[int, Tensor],
+    precision: str,
+) -> Dict[int, float]:
+    r"""Per layer, the batch's mean KL(original || masked) with binary gates
+    ``keep`` (layer -> (B, T) or (B, count)), without gradients, over every
+    process's batch; the layers' passes run as one."""
     with torch.no_grad():
-        if bool(keep.all()):
-            # every gate open: the masked model is the model (a fit's first
-            # hundreds of steps, and layers that keep everything), no pass needed
-            kl = torch.zeros(log_p.shape[0], device=log_p.device)
-        else:
-            read_out = explainer.gates
-            baseline = read_out.masked_site(layer)[1].detach()
-            replaced, context = read_out.replacement(states, keep.to(baseline.dtype), layer, baseline)
-            with context:
-                masked = explainer.replaced_logits(call, replaced)
-            kl = example_kl(log_p, log_probs(masked))
-        if not is_distributed():
-            return float(kl.mean())
+        # a layer whose gates are all open is the model itself (a fit's first
+        # hundreds of steps, and layers that keep everything): no pass needed
+        closing = {k: g for k, g in keep.items() if not bool(g.all())}
+        read_out = explainer.gates
+        masked = _masked_logits(explainer, call, states, {k: g.float() for k, g in closing.items()}, precision,
+                                baseline=lambda k: read_out.masked_site(k)[1].detach()) if closing else {}
+        kls = {k: example_kl(log_p, log_probs(masked[k])) if k in masked else torch.zeros(log_p.shape[0], device=log_p.device)
+               for k in keep}
+    if not is_distributed():
+        return {k: float(kl.mean()) for k, kl in kls.items()}
+    means = {}
+    for k, kl in kls.items():
         total, examples = all_sum(torch.stack([kl.sum(), torch.tensor(float(kl.shape[0]), device=kl.device)]).float().cpu()).tolist()
-    return total / examples
+        means[k] = total / examples
+    return means
 
 
 def _step_record(kl: Tensor, log_keep: Tensor, log_p: Tensor, log_q: Tensor, mask: Tensor) -> Dict[str, float]:

@@ -223,6 +223,31 @@ class Gates:
             return f"{self.mode}.{layer}", self.probe.baselines[layer - 1]
         return f"hidden.{layer}", self.probe.baselines[layer]
 
+    def pass_groups(self, layers: Sequence[int], stack: str = "same_site") -> List[List[int]]:
+        r"""
+        The layers whose masked passes can run as one stacked pass.
+
+        Args:
+
+            layers (sequence of int): the layers of a step or evaluation.
+            stack (str, optional): ``"same_site"``: those that replace the same
+                        site (input mode's depths); ``"all"``: every layer;
+                        ``"none"``: each alone. Component modes gate inside blocks
+                        in a context of their own, so each runs alone. Default:
+                        ``"same_site"``
+
+        Returns:
+            *list* of groups of layers, in the order of ``layers``.
+        """
+        if stack == "none" or self.on_components:
+            return [[k] for k in layers]
+        if stack == "all":
+            return [list(layers)] if layers else []
+        groups: Dict[str, List[int]] = {}
+        for k in layers:
+            groups.setdefault(self.masked_site(k)[0], []).append(k)
+        return list(groups.values())
+
     def positions(self, mask: Tensor, layer: int) -> Tensor:
         r"""Which gates count (in the L0 and the kept share): (B, T) the real
         positions, or (B, count) every component of block ``layer``."""

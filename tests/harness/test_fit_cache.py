@@ -10,6 +10,7 @@ import torch
 
 from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, fit_key
 from benchmarks.suites.minilm.fitting import fit_diffmask
+from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 from tiny_models import tiny_bert, token_batch
 
@@ -143,3 +144,23 @@ def test_without_the_cache_nothing_is_written(bench, tmp_path):
     calls = []
     cached_fit(_counting(calls), model, "input", train, valid, {**CONFIG, "cache": False}, 0, False)
     assert calls == [None] and not list(tmp_path.glob("diffmask-fit-*"))
+
+
+def _windows(rows: int, seed: int, answer_shift: int = 0) -> SquadFeatures:
+    ids, mask = token_batch(rows, 7, seed)
+    starts = (ids[:, 1] % 5) + answer_shift
+    return SquadFeatures(ids, mask, torch.zeros_like(ids), starts, starts + 1, torch.arange(rows),
+                         [[None] * 7 for _ in range(rows)], [[None] * 7 for _ in range(rows)])
+
+
+def test_squad_windows_are_fitted_through_the_same_cache(bench):
+    model, _, _ = bench
+    train, valid = _windows(16, 0), _windows(8, 1)
+    calls = []
+    first, info = cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 0, False)
+    again, stored = cached_fit(_counting(calls), model, "input", train, valid, CONFIG, 0, False)
+    assert len(calls) == 1 and stored["stored"]["max_steps"] == 3
+    assert torch.allclose(_scores(again, valid), _scores(first, valid))
+    # the windows' answers are part of what names the fit
+    moved = _windows(16, 0, answer_shift=1)
+    assert fit_key(model, "input", moved, valid, CONFIG, 0)["train"] != fit_key(model, "input", train, valid, CONFIG, 0)["train"]

@@ -30,7 +30,7 @@ TINY = {
         "Guan": {"steps": 3},
     },
     "heatmap_sentences": 1,
-    "speed": {"sentences": 8, "batch_size": 8, "finetune_batches": 2, "ig_steps": 4},
+    "speed": {"sentences": 8, "batch_size": 8, "finetune_batches": 2, "ig_steps": 4, "fit_steps": 3},
     "pos": False,
     "cache": False,
     "workers": 1,
@@ -138,10 +138,14 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     assert speed["ratio_to_forward"]["forward"] == pytest.approx(1.0)
     assert {"DiffMask input", "DiffMask hidden"} <= set(speed["per_sentence_seconds"])
     assert all(v["epoch_seconds"] > 0 and v["ratio_to_finetune_epoch"] > 0 for v in speed["training"].values())
+    # a fit step with the layers' passes stacked and not, per mode, the default first
+    assert {mode: list(v) for mode, v in speed["fit_steps"].items()} == {"input": ["same_site", "none"],
+                                                                          "hidden": ["none", "all"]}
+    assert all(s > 0 for v in speed["fit_steps"].values() for s in v.values())
     # the report, the JSON and every figure it links
     report = (tmp_path / "report.md").read_text()
     for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed",
-                    "Convergence per layer", "fit's defaults, hidden", "The depth profile on the probes that count",
+                    "Convergence per layer", "fit's defaults, hidden", "other / default", "The depth profile on the probes that count",
                     "The paper's recipe, as a reference",
                     "verdicts, both modes"):
         assert heading in report
@@ -338,3 +342,22 @@ def test_options_line_names_what_differs_by_seed():
     assert _options_line("hidden", runs) == (
         "Options, hidden: `{'eps': 0.01}`; by seed: `max_steps` 2500 (seed 0), 5000 (seed 1).")
     assert _options_line("input", runs[:1]) == "Options, input: `{'eps': 0.01, 'max_steps': 2500}`."
+
+
+def test_the_targets_on_the_probes_that_count_leave_out_the_others():
+    from benchmarks.suites.sst.report import _counted_target
+
+    def run(seed, statuses, kls, rows):
+        return {"seed": seed, "options": {"eps": 0.02},
+                "convergence": {str(k): {"status": s} for k, s in enumerate(statuses)},
+                "heldout": {str(k): {"kl": v} for k, v in enumerate(kls)},
+                "faithfulness": {"per_layer": [{"layer": k, "masked_share": m, "macro_f1": f} for k, (m, f) in enumerate(rows)]}}
+
+    runs = [run(0, ["converged", "violated"], [0.01, 0.01], [(50.0, 44.0), (90.0, 30.0)]),   # layer 1 unsettled
+            run(1, ["needed", "converged"], [0.01, 0.03], [(40.0, 45.0), (80.0, 20.0)])]      # layer 1 over the bound
+    line = _counted_target("input", runs, 45.0, 45.5)
+    assert "the 2 of 4 probes that count: 45.0 % masked, macro-F1 44.50" in line
+    assert "lowest: 44.00 at layer 0, seed 0" in line and line.endswith("**met**")
+    assert _counted_target("input", runs, 46.0, 45.5).endswith("**missed**")
+    none = [run(0, ["violated"], [0.01], [(50.0, 44.0)])]
+    assert "none of 1 counts" in _counted_target("hidden", none, 45.0, 45.5)

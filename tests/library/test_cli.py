@@ -89,7 +89,8 @@ def test_a_fit_with_a_checkpoint_goes_on_with_a_larger_max_steps(saved, capsys, 
     capsys.readouterr()
     longer = fit("longer.pt", 4, "--checkpoint", state)  # not quiet: its log lines go to stderr
     printed = capsys.readouterr()
-    assert "reopened at step 2" in printed.err and "of 3 layers converged; probe written to" in printed.out
+    assert "reopened at step 2" in printed.err and "of 3 layers settled (" in printed.out
+    assert "needed: every gate kept because the output needs it); probe written to" in printed.out
     direct = fit("direct.pt", 4, "--quiet")
     assert longer.keys() == direct.keys() and all(torch.equal(longer[k], direct[k]) for k in direct)
 

@@ -382,7 +382,8 @@ def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multipli
         dm.probe.zero_grad(set_to_none=True)
         dm.lambdas.zero_grad(set_to_none=True)
         torch.manual_seed(0)
-        loss, record = fitting._layer_lagrangian(dm, call, states, original, 1, [call.ids.shape[0]], loop)
+        loss, records = fitting._lagrangian(dm, call, states, original, [1], [call.ids.shape[0]], loop)
+        record = records[1]
         loss.backward()
         grads[kind] = torch.cat([p.grad.flatten() for p in dm.probe.parameters() if p.grad is not None])
         lambda_grads[kind] = dm.lambdas.values.grad.clone()

@@ -40,7 +40,8 @@ def _one_step(dm, options, layer, seed=0):
     states, original = dm.capture(call, dm.locator.names)
     loop = fitting._FitLoop(options, list(range(dm.num_layers + 1)), independent_layers=dm.mode == "hidden")
     torch.manual_seed(seed)
-    loss, record = fitting._layer_lagrangian(dm, call, states, original, layer, [call.ids.shape[0]], loop)
+    loss, records = fitting._lagrangian(dm, call, states, original, [layer], [call.ids.shape[0]], loop)
+    record = records[layer]
     return call, loss, record
 
 

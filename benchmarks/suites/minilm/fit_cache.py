@@ -1,7 +1,7 @@
 """DiffMask's fits on disk: a fit of the MiniLM suites is stored once it ends and
 loaded by any later run with the same model, sentences, settings and seed, and
 a fit that is stopped (a killed run, a session that ends) resumes from its last
-state. The step cap (``max_steps``) is not part of what names a fit: a fit that
+state (the squad suite's fits too, on SQuAD windows). The step cap (``max_steps``) is not part of what names a fit: a fit that
 converged before its cap is the same fit under any larger one, and a fit that
 its cap stopped keeps its state, so that a larger cap goes on from where it
 stopped (only its unsettled layers still train). A full SST run needs some
@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ import captum_diffmask
 from captum_diffmask import DiffMask
 from captum_diffmask.checkpoint import weights_fingerprint
 from captum_diffmask.convergence import SETTLED
+from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...records import git_commit, cache_dir, config_hash, to_jsonable
@@ -37,6 +38,8 @@ CAP = "max_steps"
 #: ``fit(model, mode, train, valid, config, seed, verbose, checkpoint) ->
 #: (explainer, record)``, :func:`benchmarks.suites.minilm.fitting.fit_diffmask`.
 Fit = Callable[..., Tuple[DiffMask, Dict[str, Any]]]
+#: What a fit is fitted and held out on: SST sentences or SQuAD windows.
+FitData = Union[EncodedSST, SquadFeatures]
 
 
 def _tensor_digest(*tensors: torch.Tensor) -> str:
@@ -48,7 +51,7 @@ def _tensor_digest(*tensors: torch.Tensor) -> str:
 
 
 def fit_key(
-    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int
+    model: nn.Module, mode: str, train: FitData, valid: FitData, config: Mapping[str, Any], seed: int
 ) -> Dict[str, Any]:
     r"""What determines a fit: the mode, the seed, the suite's ``diffmask``
     settings (the mode's own merged in), the model's weights, the fit's and the
@@ -62,9 +65,17 @@ def fit_key(
         "version": FIT_CACHE_VERSION, "captum_diffmask": captum_diffmask.__version__, "mode": mode, "seed": int(seed),
         "settings": json.loads(json.dumps(settings, sort_keys=True, default=str)),
         "model": weights_fingerprint(model),
-        "train": _tensor_digest(train.input_ids, train.attention_mask, train.labels),
-        "valid": _tensor_digest(valid.input_ids, valid.attention_mask, valid.labels),
+        "train": _data_digest(train), "valid": _data_digest(valid),
     }
+
+
+def _data_digest(data: Any) -> str:
+    r"""The digest of what a fit reads of its data: the ids, the mask and the
+    targets (SST's labels; SQuAD windows' token types and answer positions)."""
+    if hasattr(data, "labels"):
+        return _tensor_digest(data.input_ids, data.attention_mask, data.labels)
+    return _tensor_digest(data.input_ids, data.attention_mask, data.token_type_ids, data.start_positions,
+                          data.end_positions)
 
 
 class FitFiles:
@@ -149,7 +160,7 @@ def _settled(convergence: Mapping[Any, Mapping[str, Any]]) -> bool:
 
 
 def fit_files(
-    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+    model: nn.Module, mode: str, train: FitData, valid: FitData, config: Mapping[str, Any], seed: int,
 ) -> FitFiles:
     r"""The files of this fit, at the cap the settings give it."""
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
@@ -157,7 +168,7 @@ def fit_files(
 
 
 def stored_fit(
-    model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+    model: nn.Module, mode: str, train: FitData, valid: FitData, config: Mapping[str, Any], seed: int,
 ) -> Optional[Tuple[DiffMask, Dict[str, Any]]]:
     r"""The stored fit of this key on ``model`` with its record (``info``, with
     ``info["stored"]``), or None: none stored, or ``config["cache"]`` False."""
@@ -167,7 +178,7 @@ def stored_fit(
 
 
 def cached_fit(
-    fit: Fit, model: nn.Module, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+    fit: Fit, model: nn.Module, mode: str, train: FitData, valid: FitData, config: Mapping[str, Any], seed: int,
     verbose: bool,
 ) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""
@@ -182,8 +193,8 @@ def cached_fit(
         fit (Fit): the fitting function.
         model (nn.Module): the fine-tuned classifier.
         mode (str): ``"input"`` or ``"hidden"``.
-        train (EncodedSST): the fit's sentences.
-        valid (EncodedSST): the held-out train sentences.
+        train (FitData): the fit's sentences (or windows).
+        valid (FitData): the held-out train sentences (or windows).
         config (Mapping): the suite's configuration.
         seed (int): the fit's seed.
         verbose (bool): progress.
@@ -212,3 +223,14 @@ def cached_fit(
         info["went_on_from_cap"] = earlier[CAP]
     files.store(explainer, info)
     return explainer, info
+
+
+def fitted_where(record: Mapping[str, Any]) -> str:
+    r"""Where a fit's record says it ran, for a report: this run, or the fit
+    cache (its commit and date); and whether it resumed a stopped fit's state
+    or went on from the state of a fit a smaller cap stopped."""
+    stored = record.get("stored")
+    where = f"fit cache (commit {stored['commit']}, {stored['date']})" if stored else "this run"
+    if record.get("went_on_from_cap") is not None:
+        return where + f", went on from the state of the fit the cap max_steps={record['went_on_from_cap']} stopped"
+    return where + (", resumed from a stopped fit's state" if record.get("resumed") else "")

@@ -17,6 +17,7 @@ from benchmarks.tasks.squad import window_batches
 
 from ...progress import bar, log_to_stderr
 from ..minilm.attributions import per_sentence
+from ..minilm.fit_cache import cached_fit
 from ..minilm.fitting import fit_diffmask
 from .loading import Bench
 
@@ -24,9 +25,11 @@ from .loading import Bench
 def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verbose: bool) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""
     DiffMask in ``mode`` fitted on ``bench.train`` and validated on
-    ``bench.valid`` (:func:`benchmarks.suites.minilm.fitting.fit_diffmask`: layers
-    drawn per batch, the sparsest epoch that keeps the bound on the validation
-    windows restored), with ``config["diffmask"]``'s settings.
+    ``bench.valid`` (:func:`benchmarks.suites.minilm.fitting.fit_diffmask`), with
+    ``config["diffmask"]``'s settings, through the fit cache
+    (:func:`benchmarks.suites.minilm.fit_cache.cached_fit`: a stored fit is
+    loaded; a fit stopped by its cap or killed goes on from its state, so a
+    long fit can span invocations, e.g. two calls on a lent GPU).
 
     Returns:
         *tuple* ``(explainer, record)``: the record as the sst suite's (history,
@@ -35,7 +38,8 @@ def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verb
     """
     options = {k: v for k, v in config["diffmask"].items() if k != "validation_windows"}
     log_to_stderr(verbose, f"[squad] DiffMask {mode}, seed {seed}")
-    explainer, record = fit_diffmask(bench.model, mode, bench.train, bench.valid, {"diffmask": options}, seed, verbose)
+    explainer, record = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid,
+                                   {"diffmask": options, "cache": config.get("cache", True)}, seed, verbose)
     steps = sum(h.get("steps", 0) for h in record["history"])
     record["steps"] = steps
     record["window_steps"] = steps * int(options.get("batch_size", 64))

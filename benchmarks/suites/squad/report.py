@@ -10,6 +10,7 @@ from typing import Any, List, Mapping, Optional
 
 from ...report import configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from ..minilm.convergence import convergence_section, probe_counts
+from ..minilm.fit_cache import fitted_where
 from ..minilm.fitting import HELD_OUT_MARGIN
 from .analysis import GROUPS
 from .observations import MIN_POS_TOKENS, OBSERVATION_MODES
@@ -268,7 +269,8 @@ def _speed_section(results: Mapping[str, Any]) -> List[str]:
 def _training_section(results: Mapping[str, Any]) -> List[str]:
     dm = results["diffmask"]
     rows = [[mode, dm[mode]["steps"], dm[mode]["window_steps"], results["model"]["diffmask_train_windows"],
-             dm[mode]["selected_epoch"], "yes" if dm[mode]["feasible"] else "no", fmt_seconds(dm[mode]["seconds"])]
+             dm[mode]["selected_epoch"], "yes" if dm[mode]["feasible"] else "no", fmt_seconds(dm[mode]["seconds"]),
+             fitted_where(dm[mode])]
             for mode in MODES]
     lines = ["## DiffMask training", "",
              f"Fitted on windows of the fine-tuning articles; {results['model']['diffmask_valid_windows']} others of "
@@ -276,7 +278,10 @@ def _training_section(results: Mapping[str, Any]) -> List[str]:
              "scored there (`within the bound`: its KL at most eps x 1.25 at every layer)."
              if any(dm[mode].get("heldout") for mode in MODES) else
              "the sparsest epoch within the validation bound there is kept."), "",
-             table(["mode", "steps", "windows seen", "training windows", "selected epoch", "within the bound", "fit time"], rows), "",
+             table(["mode", "steps", "windows seen", "training windows", "selected epoch", "within the bound", "fit time",
+                    "fitted in"], rows), "",
+             "A fit from the fit cache ran in an earlier invocation (its time is that one's); a fit that went on "
+             "from a stopped fit's state gives this invocation's part of the time alone.", "",
              *[f"Options, {mode}: `{dm[mode]['options']}`." for mode in MODES], ""]
     return lines + convergence_section({mode: {"runs": [{"seed": results["seeds"][0], **dm[mode]}]} for mode in MODES})
 

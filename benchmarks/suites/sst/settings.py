@@ -85,7 +85,7 @@ DEFAULTS: Dict[str, Any] = {
     "heatmap_sentences": 3,
     "heatmap_max_tokens": 16,
     "pos": "auto",  # "auto": group by POS when the pos extra is installed; True: require it
-    "speed": {"sentences": 32, "batch_size": 32, "finetune_batches": 12, "ig_steps": 50},
+    "speed": {"sentences": 32, "batch_size": 32, "finetune_batches": 12, "ig_steps": 50, "fit_steps": 10},
     "cache": True,
 }
 
@@ -102,7 +102,7 @@ QUICK: Dict[str, Any] = {
                        "Guan": {"steps": 10}},
     "heatmap_sentences": 2,
     "paper_recipe": {"epochs": 1},
-    "speed": {"sentences": 16, "batch_size": 16, "finetune_batches": 4, "ig_steps": 20},
+    "speed": {"sentences": 16, "batch_size": 16, "finetune_batches": 4, "ig_steps": 20, "fit_steps": 4},
 }
 
 #: The paper's numbers (Section 6.1 and its sentiment appendix) the report gives beside ours.

@@ -1,5 +1,6 @@
 """The sst suite's speed: attribution time per sentence against one forward
-pass, and a DiffMask training epoch against a fine-tuning epoch."""
+pass, a DiffMask training epoch against a fine-tuning epoch, and a fit step with
+the layers' masked passes stacked against one pass per layer."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import copy
 import math
 import statistics
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
 from torch import nn, Tensor
 
+from captum_diffmask import DiffMask
 from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...progress import bar
@@ -75,13 +78,51 @@ def measure_speed(
                                    int(options.get("finetune_batches", 12)), seed)
     finetune_epoch = finetune * len(train)
     ig_key = f"IntegratedGradients ({ig_steps} steps, input)"
+    steps = int(options.get("fit_steps", 8))
     return {
+        "fit_steps": {mode: fit_step_seconds(bench.model, train, config, mode, steps, seed) for mode in explainers} if steps else {},
         "sentences": n, "batch_size": int(options.get("batch_size", 32)), "per_sentence_seconds": per_sentence,
         "ratio_to_forward": ratios, "finetune_epoch_seconds_estimate": finetune_epoch,
         "finetune_seconds_per_sentence": finetune, "training": _training(diffmask, finetune_epoch),
         "diffmask_vs_ig": {mode: per_sentence[ig_key] / per_sentence[f"DiffMask {mode}"]
                            for mode in explainers if ig_key in per_sentence},
     }
+
+
+#: The ``stack_layers`` choices a fit step is timed with, per mode: the default
+#: first, then the choice it is measured against.
+STACK_CHOICES = {"input": ("same_site", "none"), "hidden": ("none", "all")}
+
+
+def fit_step_seconds(
+    model: nn.Module, train: EncodedSST, config: Mapping[str, Any], mode: str, steps: int, seed: int,
+) -> Dict[str, float]:
+    r"""
+    Seconds per DiffMask fit step in ``mode`` with each of
+    :data:`STACK_CHOICES` (``stack_layers``: the layers' masked passes stacked
+    into one, or not), each a fresh fit of ``steps`` steps on the same batches
+    with the suite's settings, in this process (its threads), after a two-step
+    fit that builds the batches' kernels.
+
+    Returns:
+        *dict* ``stack_layers -> seconds per step``.
+    """
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    batch_size = int(settings.get("batch_size", 64))
+    batches = list(train.batches(batch_size, shuffle=True, seed=seed, sort_by_length=True))[:steps]
+    options = {"eps": float(settings.get("eps", 0.1)), "precision": settings.get("precision", "float32"),
+               "seed": seed, "verbose": False, "until_converged": False}
+
+    def fit(stack: str, count: int) -> float:
+        explainer = DiffMask(model, mode=mode, l0=settings.get("l0", "expected"))
+        start = time.perf_counter()
+        with warnings.catch_warnings():  # a fit of a few steps has no verdict, and says so
+            warnings.simplefilter("ignore")
+            explainer.fit(batches[:count], max_steps=count, stack_layers=stack, **options)
+        return time.perf_counter() - start
+
+    fit(STACK_CHOICES[mode][0], 2)
+    return {stack: fit(stack, len(batches)) / len(batches) for stack in STACK_CHOICES[mode]}
 
 
 def _timed_methods(
