@@ -134,7 +134,7 @@ def run_one(
             "peak_rss_gb": info["peak_rss_gb"],
             "selected_epoch": info["selected_epoch"],
             "feasible": info["feasible"],
-            "steps_per_layer": sum(h["steps"] for h in history) / (explainer.num_layers + 1),
+            "steps_per_layer": sum(h["steps"] for h in history) / len(explainer.fitted_layers),
             "mean_masked": statistics.mean(r["masked"] for r in per_layer),
             "mean_f1": statistics.mean(r["f1"] for r in per_layer),
             "unmasked_f1": scores["unmasked"]["macro_f1"],
@@ -146,8 +146,12 @@ def run_one(
                 for e in epochs if all("valid_l0" in h for h in history if h["epoch"] == e)
             ],
         })
+        # the spread across seeds at layer 0 (attribute's default), or the first
+        # fitted layer of a run that fits some layers only (``layers``)
+        layer = 0 if 0 in explainer.fitted_layers else min(explainer.fitted_layers)
         attributions.append(suite.per_sentence(
-            scored, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,)), device=device))
+            scored, 128, lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=layer),
+            device=device))
     spread = suite.stability(attributions)
     return {"name": run.get("name", mode), "mode": mode, "options": options, "readout": run.get("readout", "threshold"),
             "train_sentences": len(train), "stability": None if spread is None else spread["mean_std"],

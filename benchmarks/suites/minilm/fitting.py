@@ -118,9 +118,10 @@ def faithfulness(
     r"""Per layer: macro-F1 / accuracy of the model under DiffMask's deterministic
     gates (``rule``, as :meth:`DiffMask.masked_forward`: ``"threshold"``, the
     suite's, or ``"louizos"``), the share of real positions masked (gate 0), and
-    the agreement with the unmasked prediction. Batches go to the model's device."""
+    the agreement with the unmasked prediction, at each fitted layer (every
+    layer, for the suites' fits). Batches go to the model's device."""
     device = model_device(explainer.model)
-    layers = list(range(explainer.num_layers + 1))
+    layers = sorted(explainer.fitted_layers)
     lengths = data.attention_mask.sum(1)
     order = torch.argsort(lengths, stable=True)
     masked_pred = {k: torch.zeros(len(data), dtype=torch.long) for k in layers}
