@@ -213,9 +213,9 @@ def _fit_step_lines(fit_steps: Mapping[str, Mapping[str, float]]) -> List[str]:
         (default, default_s), (other, other_s) = list(seconds.items())[:2]
         rows.append([mode, f"{fmt_seconds(default_s)} ({default})", f"{fmt_seconds(other_s)} ({other})",
                      fmt_ratio(other_s / default_s)])
-    return ["A fit step with the suite's settings, on the same batches, in this process: the default `stack_layers` "
-            "against the other choice (the layers' masked passes as one pass over the batch repeated, or one pass "
-            "per layer; the same arithmetic):", "",
+    return ["A fit step with the suite's settings, on the same batches, in this process (the least of two rounds, "
+            "the order alternating): the default `stack_layers` against the other choice (the layers' masked passes "
+            "as one pass over the batch repeated, or one pass per layer; the same arithmetic):", "",
             table(["mode", "a step (default)", "a step (other)", "other / default"], rows), ""]
 
 
