@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, fit_key
+from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, fit_key, fitted_where
 from benchmarks.suites.minilm.fitting import fit_diffmask
 from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
@@ -164,3 +164,11 @@ def test_squad_windows_are_fitted_through_the_same_cache(bench):
     # the windows' answers are part of what names the fit
     moved = _windows(16, 0, answer_shift=1)
     assert fit_key(model, "input", moved, valid, CONFIG, 0)["train"] != fit_key(model, "input", train, valid, CONFIG, 0)["train"]
+
+
+def test_a_record_says_where_its_fit_ran():
+    stored = {"stored": {"commit": "abc", "date": "2026-11-28"}}
+    assert fitted_where({}) == "this run"
+    assert fitted_where({"resumed": True}) == "this run, resumed from a stopped fit's state"
+    assert fitted_where({**stored, "resumed": True, "went_on_from_cap": 2500}) == (
+        "fit cache (commit abc, 2026-11-28), went on from the state of the fit the cap max_steps=2500 stopped")

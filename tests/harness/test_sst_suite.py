@@ -168,7 +168,7 @@ def test_faithfulness_scores_the_gates_of_the_chosen_readout():
     from benchmarks.tasks.sst_bert import EncodedSST
 
     class Gated:  # stands for DiffMask: the threshold read-out keeps everything, louizos nothing
-        mode, num_layers, model = "hidden", 1, torch.nn.Linear(1, 1)
+        mode, num_layers, model, fitted_layers = "hidden", 1, torch.nn.Linear(1, 1), [0, 1]
 
         def masked_forward(self, ids, args, layer, rule="threshold"):
             original = torch.nn.functional.one_hot(ids[:, 0] % 5, 5).float()
@@ -229,16 +229,6 @@ def test_the_training_table_gives_no_step_cost_for_a_resumed_fit():
     run = {"seconds": 64.0, "steps": 20, "options": {"batch_size": 32}}
     assert _step_cost(run, 0.01) == "3.2 s (10.0x)"
     assert _step_cost({**run, "resumed": True}, 0.01) == "n/a (resumed)"
-
-
-def test_the_training_table_says_where_each_fit_ran():
-    from benchmarks.suites.sst.report import _fitted_where
-
-    stored = {"stored": {"commit": "abc", "date": "2026-11-28"}}
-    assert _fitted_where({}) == "this run"
-    assert _fitted_where({"resumed": True}) == "this run, resumed from a stopped fit's state"
-    assert _fitted_where({**stored, "resumed": True, "went_on_from_cap": 2500}) == (
-        "fit cache (commit abc, 2026-11-28), went on from the state of the fit the cap max_steps=2500 stopped")
 
 
 def test_depth_profile_and_verdict_targets_read_the_counted_probes():
