@@ -861,11 +861,10 @@ def _mean_kls_with_gates(
                for k in keep}
     if not is_distributed():
         return {k: float(kl.mean()) for k, kl in kls.items()}
-    means = {}
-    for k, kl in kls.items():
-        total, examples = all_sum(torch.stack([kl.sum(), torch.tensor(float(kl.shape[0]), device=kl.device)]).float().cpu()).tolist()
-        means[k] = total / examples
-    return means
+    # every layer's sum in one collective: the batch size is the same for all of them
+    totals = all_sum(torch.stack([kl.sum() for kl in kls.values()] + [torch.tensor(float(log_p.shape[0]), device=log_p.device)])
+                     .float().cpu()).tolist()
+    return {k: total / totals[-1] for k, total in zip(kls, totals[:-1])}
 
 
 def _step_record(kl: Tensor, log_keep: Tensor, log_p: Tensor, log_q: Tensor, mask: Tensor) -> Dict[str, float]:
