@@ -303,3 +303,46 @@ def test_an_observation_is_a_conclusion_only_where_every_probe_of_its_mode_count
     assert _rests_on(results, "hidden") == "hidden: 2 of 2 count"
     assert _rests_on({"diffmask": {"input": {"convergence": {}, "options": {}}}}, "input") == \
         "input: not scored on held-out windows"
+
+
+def _timed_results(device, input_fit):
+    stages = {"model, answers and windows": {"wall": 60.0, "cpu": 100.0}, "DiffMask input: fit": {"wall": 600.0, "cpu": 1000.0}}
+    return {"mode": "full", "config": {"device": device}, "stages": stages, "load_average": {},
+            "model": {"cached": True, "fine_tune_seconds": 0.0},
+            "diffmask": {"input": input_fit, "hidden": {}}, "environment": {"threads": 2}}
+
+
+def test_the_90_minute_target_is_assessed_only_on_a_cpu_run_that_fitted_its_probes():
+    from benchmarks.suites.squad.report import _time_section
+
+    assessed = "\n".join(_time_section(_timed_results(None, {})))
+    assert "11.0 min wall" in assessed and "**met**" in assessed
+    on_gpu = "\n".join(_time_section(_timed_results("cuda", {})))
+    assert "**not assessed** here: it ran on `cuda`" in on_gpu and "met" not in on_gpu
+    cached = "\n".join(_time_section(_timed_results(None, {"stored": {"commit": "abc", "date": "2026-11-28"}})))
+    assert "its fits ran in earlier invocations" in cached
+    resumed = "\n".join(_time_section(_timed_results(None, {"resumed": True})))
+    assert "its fits ran in earlier invocations" in resumed
+
+
+def test_the_training_rate_is_left_out_for_a_fit_not_run_whole_in_this_run():
+    from benchmarks.suites.squad.report import _speed_section
+
+    speed = {"windows": 4, "mean_tokens": 100.0, "batch_size": 4, "per_window_seconds": {}, "ratio_to_forward": {},
+             "ig_over_diffmask": {},
+             "training": {"finetune_windows": 10, "finetune_epoch_seconds": 2.0,
+                          "input": {"seconds_per_window": 0.01, "epoch_seconds": 0.1, "ratio_to_finetune_epoch": 0.05},
+                          "hidden": {"seconds_per_window": 0.02, "epoch_seconds": 0.2, "ratio_to_finetune_epoch": 0.1}}}
+    results = {"speed": speed, "diffmask": {"input": {"resumed": True}, "hidden": {}}}
+    lines = "\n".join(_speed_section(results))
+    assert "| input | n/a | n/a | n/a: not fitted whole in this run (this run, resumed from a stopped fit's state) |" in lines
+    assert "| hidden | 20 ms | 200 ms | 0.10x |" in lines
+
+
+def test_the_header_says_which_fits_ran_in_earlier_invocations():
+    from benchmarks.suites.squad.report import _provenance
+
+    assert _provenance({"diffmask": {"input": {}, "hidden": {}}}) == "Every number below comes from this run."
+    text = _provenance({"diffmask": {"input": {"stored": {"commit": "x"}}, "hidden": {"resumed": True}}})
+    assert "the DiffMask input and hidden fits ran (wholly or in part) in earlier invocations" in text
+    assert "the DiffMask hidden fit ran" in _provenance({"diffmask": {"input": {}, "hidden": {"resumed": True}}})

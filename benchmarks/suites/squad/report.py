@@ -25,7 +25,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
              f"Suite `squad`, **{results.get('mode', '?')}** run, DiffMask seed {results['seeds'][0]}, "
              f"{fmt_seconds(results.get('wall_seconds'))} in all ({(results.get('wall_seconds') or 0) / 60:.1f} min), "
              f"torch threads {env.get('threads', '?')}, device {env.get('device', 'cpu')}, commit `{env.get('git_commit')}`. Command: "
-             f"`{results.get('command', '')}`. Every number below comes from this run.", ""]
+             f"`{results.get('command', '')}`. " + _provenance(results), ""]
     for section in (_model_section, _observations_section, _keep_section, _agreement_section, _gold_section,
                     _pos_section, _heatmaps_section, _side_by_side_section, _speed_section, _training_section,
                     _time_section):
@@ -262,8 +262,29 @@ def _speed_section(results: Mapping[str, Any]) -> List[str]:
                   "DiffMask's training time per window seen (validation left out), and an epoch over the same windows "
                   "at that rate:", ""]
     rows = [[mode, fmt_seconds(training[mode]["seconds_per_window"]), fmt_seconds(training[mode]["epoch_seconds"]),
-             fmt_ratio(training[mode]["ratio_to_finetune_epoch"])] for mode in MODES if mode in training]
+             fmt_ratio(training[mode]["ratio_to_finetune_epoch"])] if _fitted_here(results, mode) else
+            [mode, "n/a", "n/a", f"n/a: not fitted whole in this run ({fitted_where(results['diffmask'][mode])})"]
+            for mode in MODES if mode in training]
     return lines + [table(["DiffMask", "per window", "epoch", "x fine-tuning epoch"], rows), ""]
+
+
+def _provenance(results: Mapping[str, Any]) -> str:
+    r"""Which numbers the run computed: all of them, or all but fits read from
+    the fit cache or gone on from a stopped fit's state."""
+    earlier = [mode for mode in MODES if not _fitted_here(results, mode)]
+    if not earlier:
+        return "Every number below comes from this run."
+    return (f"Every number below comes from this run; the DiffMask {' and '.join(earlier)} fit"
+            f"{'s' if len(earlier) > 1 else ''} ran (wholly or in part) in earlier invocations with the same "
+            "settings, through the fit cache (`DiffMask training` says where).")
+
+
+def _fitted_here(results: Mapping[str, Any], mode: str) -> bool:
+    r"""Whether ``mode``'s fit ran whole in this run: not read from the fit
+    cache, not resumed from a stopped fit's state (its times are then an earlier
+    invocation's, or this one's part alone)."""
+    fit = (results.get("diffmask") or {}).get(mode) or {}
+    return not (fit.get("stored") or fit.get("resumed"))
 
 
 def _training_section(results: Mapping[str, Any]) -> List[str]:
@@ -304,7 +325,12 @@ def _time_section(results: Mapping[str, Any]) -> List[str]:
              f"min) was {_load(load.get('start'))} at the start and {_load(load.get('end'))} at the end: other "
              "processes count in the wall time, not in the CPU time.", "",
              table(["stage", "wall", "CPU"], rows + [["all stages", fmt_seconds(wall), fmt_seconds(cpu)]]), ""]
-    if results.get("mode") == "full":
+    device = results.get("config", {}).get("device")
+    if results.get("mode") == "full" and (device not in (None, "cpu") or not all(_fitted_here(results, m) for m in MODES)):
+        where = f"it ran on `{device}`" if device not in (None, "cpu") else "its fits ran in earlier invocations"
+        lines += [f"Target: the full run within 90 minutes on 2 CPU cores with the model cached: **not assessed** "
+                  f"here: {where}.", ""]
+    elif results.get("mode") == "full":
         ok = total <= 5400
         threads = (results.get("environment") or {}).get("threads", "?")
         lines += [f"Target: the full run within 90 minutes on 2 CPU cores with the model cached: {total / 60:.1f} min "
