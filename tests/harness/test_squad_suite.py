@@ -184,7 +184,7 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path, monkeypatch):
             "method_options": {"IntegratedGradients": {"n_steps": 3}, "PerSampleBottleneck": {"steps": 2, "max_batches": 1},
                                "Guan": {"steps": 2}, "PerExampleDiffMask": {"steps": 2}, "ExactErasure": {"budget": 30}},
             "side_by_side": {"examples": 1, "max_tokens": 32}, "heatmap_examples": 1,
-            "speed": {"windows": 2, "batch_size": 2, "ig_steps": 2}}
+            "speed": {"windows": 2, "batch_size": 2, "ig_steps": 2}, "paper_recipe": {"diffmask": {"max_steps": 4}}}
     results = runner.run_suite("squad", tmp_path / "out", quick=True, overrides=tiny, verbose=False)
     model = results["model"]
     assert model["split"]["held_out_articles"] == 2 and model["split"]["train_articles"] == 8
@@ -201,7 +201,16 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path, monkeypatch):
     assert erasure["status"] == "ok" and all(n <= 30 for n in erasure["evaluations"])
     assert all(r["status"] == "ok" for r in results["side_by_side"]["methods"].values())
     report = (tmp_path / "out" / "report.md").read_text()
+    paper = results["paper_recipe"]
+    assert paper["epochs"] == {"input": 3, "hidden": 1}  # 1 epoch per input depth, one layer drawn per batch
+    for mode in ("input", "hidden"):
+        record = paper["diffmask"][mode]
+        assert record["options"]["optimizer"] == "lookahead-rmsprop" and record["options"]["eps"] == 1.0
+        assert record["options"]["epochs"] == paper["epochs"][mode] and record["options"]["layers_per_batch"] == "one"
+        assert [r["layer"] for r in record["agreement"]] == [0, 1, 2] and set(record["heldout"]) == {"0", "1", "2"}
+    assert paper["diffmask"]["input"]["options"]["votes"] == "tied"
     for heading in ("## The paper's observations on MiniLM", "## Which tokens are kept, per layer",
+                    "## The paper's recipe, as a reference",
                     "## The model under DiffMask's gates", "## The methods side by side", "## Speed"):
         assert heading in report
     for path in [results["figures"]["keep"], *results["figures"]["heatmaps"], *results["figures"]["side_by_side"]]:

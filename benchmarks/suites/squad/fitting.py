@@ -5,7 +5,7 @@ analysed windows, and the answers of the model under its gates."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -16,6 +16,7 @@ from benchmarks.tasks.squad import best_spans, span_text, squad_scores
 from benchmarks.tasks.squad import window_batches
 
 from ...progress import bar, log_to_stderr
+from ...runner import merge
 from ..minilm.attributions import per_sentence
 from ..minilm.fit_cache import cached_fit
 from ..minilm.fitting import fit_diffmask
@@ -44,6 +45,36 @@ def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verb
     record["steps"] = steps
     record["window_steps"] = steps * int(options.get("batch_size", 64))
     return explainer, record
+
+
+def fit_paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Optional[Dict[str, Any]]:
+    r"""
+    The paper's QA recipe (``config["paper_recipe"]``) fitted in both modes on
+    the suite's windows (through the fit cache), its deterministic read-out
+    scored on the held-out fine-tuning windows as the suite's fits are, and the
+    model's answers under its gates on the analysed questions.
+
+    Returns:
+        *dict* ``{"seed", "epochs": {mode: epochs}, "diffmask": {mode: the
+        fit's record (as :func:`fit_mode`'s) with "agreement" (as
+        :func:`agreement`'s)}}``, or None when the recipe is left out.
+    """
+    recipe = config.get("paper_recipe")
+    if not recipe:
+        return None
+    seed = int(recipe.get("seeds", config["seeds"])[0])
+    # one layer drawn per batch: (layers + 1) epochs give each input depth about one
+    epochs = {"input": int(recipe["input_epochs_per_layer"]) * (bench.layers + 1), "hidden": int(recipe["hidden_epochs"])}
+    original = {q: bench.answers[q] for q in bench.questions}
+    result: Dict[str, Any] = {"seed": seed, "epochs": epochs, "diffmask": {}}
+    for mode in ("input", "hidden"):
+        settings = merge(recipe["diffmask"], {mode: {"epochs": epochs[mode]}})
+        settings["validation_windows"] = config["diffmask"].get("validation_windows")
+        log_to_stderr(verbose, f"[squad] the paper's recipe, {mode}, {epochs[mode]} epochs")
+        explainer, record = fit_mode({**config, "diffmask": settings}, bench, mode, seed, verbose)
+        record["agreement"] = agreement(bench, masked_answers(explainer, bench, 16, verbose), original)
+        result["diffmask"][mode] = record
+    return result
 
 
 def keep_probabilities(explainer: DiffMask, bench: Bench, verbose: bool) -> List[Tensor]:

@@ -21,7 +21,7 @@ from ...records import cached
 from ...tasks.squad import SquadExample
 from . import analysis
 from .figures import heatmap_figures, keep_figure, pos_figure, side_by_side_figures
-from .fitting import agreement, fit_mode, keep_probabilities, masked_answers
+from .fitting import agreement, fit_mode, fit_paper_recipe, keep_probabilities, masked_answers
 from .loading import Bench, load_bench
 from .observations import MIN_POS_TOKENS, observations
 from .side_by_side import run_side_by_side, select_examples
@@ -41,6 +41,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     load = {"start": os.getloadavg()}  # other processes on the machine slow the wall time
     bench = lap("model, answers and windows", load_bench(config, verbose))
     explainers, fits, keep, answers_masked = fit_and_read(config, bench, seed, verbose, lap)
+    paper = lap("the paper's recipe", fit_paper_recipe(config, bench, verbose))
     scores = lap("analysis (groups, POS)", analyse(config, bench, keep, answers_masked, notes))
     shown = select_examples(bench, int(config["side_by_side"]["examples"]), int(config["side_by_side"]["max_tokens"]))
     if not shown:
@@ -61,7 +62,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "title": f"SQuAD v1.1 with {bench.model_info['source']} ({bench.layers} layers): DiffMask on inputs and hidden states",
         "seeds": [seed], "model": bench.model_info, "diffmask": fits, **scores,
         "observations": observations(scores), "side_by_side": _side_by_side_record(bench, shown, compared),
-        "speed": speed, "figures": figures, "notes": notes, "stages": lap.seconds,
+        "speed": speed, "figures": figures, "notes": notes, "stages": lap.seconds, "paper_recipe": paper,
         "load_average": load,
     }
 

@@ -26,8 +26,8 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
              f"{fmt_seconds(results.get('wall_seconds'))} in all ({(results.get('wall_seconds') or 0) / 60:.1f} min), "
              f"torch threads {env.get('threads', '?')}, device {env.get('device', 'cpu')}, commit `{env.get('git_commit')}`. Command: "
              f"`{results.get('command', '')}`. " + _provenance(results), ""]
-    for section in (_model_section, _observations_section, _keep_section, _agreement_section, _gold_section,
-                    _pos_section, _heatmaps_section, _side_by_side_section, _speed_section, _training_section,
+    for section in (_model_section, _observations_section, _keep_section, _agreement_section, _paper_recipe_section,
+                    _gold_section, _pos_section, _heatmaps_section, _side_by_side_section, _speed_section, _training_section,
                     _time_section):
         lines += section(results)
     lines += notes_section(results.get("notes") or [])
@@ -156,6 +156,40 @@ def _agreement_section(results: Mapping[str, Any]) -> List[str]:
                   f"F1 {results['questions']['f1']:.2f})", "",
                   table(["layer", "masked %", "same EM", "same F1", "gold EM", "gold F1", "> 95 % masked", "same EM there"],
                         rows), ""]
+    return lines
+
+
+def _paper_recipe_section(results: Mapping[str, Any]) -> List[str]:
+    r"""The paper's QA recipe beside fit's defaults, per mode and layer (absent
+    from runs made without it)."""
+    paper = results.get("paper_recipe")
+    if not paper:
+        return []
+    options = paper["diffmask"]["input"]["options"]
+    epochs = paper["epochs"]
+    lines = ["## The paper's recipe, as a reference", "",
+             "The paper's QA recipe (its appendix table; `PAPER_FIT`: Lookahead RMSprop at lr 3e-4, the multiplier "
+             "at 0.1, one layer drawn per batch, batch 8, KL(start) + KL(end) <= 1, the sum L0, tied input votes; "
+             "inputs 1 epoch per layer, hidden states 4 epochs) for "
+             f"{epochs['input']} epochs (input) and {epochs['hidden']} (hidden), seed {paper['seed']}, on the same "
+             "model and windows, no checkpoint selected, no step cap but the configuration's; scored as the suite's "
+             "fits (the held-out fine-tuning windows, the analysed questions); beside it, fit's defaults above. "
+             f"Options: `{options}`.", ""]
+    for mode in MODES:
+        record, ours = paper["diffmask"][mode], {r["layer"]: r for r in results["agreement"][mode]}
+        eps = float(record["options"].get("eps", 1.0))
+        rows = []
+        for row in record["agreement"]:
+            k = row["layer"]
+            status = (record.get("convergence") or {}).get(str(k), {}).get("status", "?")
+            kl = ((record.get("heldout") or {}).get(str(k)) or {}).get("kl")
+            held = "" if kl is None else f"{fmt(kl, 4)} {'ok' if probe_counts(status, kl, eps)[1] else 'over'}"
+            default = ours.get(k, {})
+            rows.append([k, status, f"{row['masked_share']:.1f}", f"{row['same_exact_match']:.1f}", f"{row['same_f1']:.1f}",
+                         held, fmt(default.get("masked_share"), 1), fmt(default.get("same_exact_match"), 1)])
+        lines += [f"**{mode}** ({record.get('steps', '?')} steps, {fitted_where(record)})", "",
+                  table(["layer", "verdict", "masked %", "same EM", "same F1", f"held-out KL (<= {HELD_OUT_MARGIN * eps:g})",
+                         "fit's defaults: masked %", "fit's defaults: same EM"], rows), ""]
     return lines
 
 
