@@ -23,7 +23,9 @@ mode's settings for the suite's run (the last cap), e.g.::
 
 (``--ready`` / ``--wait``: the first process fine-tunes and caches the model,
 the second waits for it rather than fine-tune it too.) A second invocation
-with the same ``--out`` goes on from the last cap.
+with the same ``--out`` goes on from the last cap. ``fit MODE --recipe`` fits
+the suite's ``paper_recipe`` for the mode (its epochs, no caps) into the cache
+likewise, so that four processes can fit everything the suite's run reads.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from captum_diffmask.convergence import SETTLED
 from ..__main__ import parse_settings
 from ..report import fmt_seconds, table
 from ..runner import build_config, load_suite
-from ..suites.squad.fitting import fit_mode
+from ..suites.squad.fitting import fit_mode, paper_recipe_config
 from ..suites.squad.loading import Bench, load_bench
 
 MODES = ("input", "hidden")
@@ -163,8 +165,31 @@ def _fit(args: argparse.Namespace) -> int:
         raise
     if args.ready:
         Path(args.ready).touch()
-    fit_in_rising_caps(config, bench, args.mode, deadline, args.first_cap, args.cap_step, out)
+    if args.recipe:
+        fit_recipe(config, bench, args.mode, out)
+    else:
+        fit_in_rising_caps(config, bench, args.mode, deadline, args.first_cap, args.cap_step, out)
     return 0
+
+
+def fit_recipe(config: Dict[str, Any], bench: Bench, mode: str, out: Path) -> Dict[str, Any]:
+    r"""
+    The suite's paper-recipe fit of ``mode`` (its epochs, no cap) into the fit
+    cache, so that the suite's run reads it; ``out / "recipe-MODE.json"``
+    records its seconds and statuses.
+
+    Returns:
+        *dict*: the record.
+    """
+    recipe_config, seed = paper_recipe_config(config, bench, mode)
+    begun = time.time()
+    explainer, _ = fit_mode(recipe_config, bench, mode, seed, True)
+    record = {"epochs": recipe_config["diffmask"][mode]["epochs"], "seconds": round(time.time() - begun, 1),
+              "statuses": {int(k): report["status"] for k, report in explainer.convergence.items()}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"recipe-{mode}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    print(f"[{mode}] the paper's recipe: {record['seconds']:.0f} s, {record['statuses']}", flush=True)
+    return record
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -181,6 +206,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--threads", type=int, default=4)
     fit.add_argument("--ready", help="a file written once the model and windows are loaded")
     fit.add_argument("--wait", help="a file (another process's --ready) waited for before loading")
+    fit.add_argument("--recipe", action="store_true",
+                     help="fit the suite's paper_recipe for the mode instead (its epochs, no caps)")
     settings = commands.add_parser("settings", help="print the suite's diffmask override for a folder's fits")
     settings.add_argument("folder")
     report = commands.add_parser("report", help="the caps of one or more runs as markdown and JSON")

@@ -73,3 +73,24 @@ def test_the_report_counts_converged_layers_and_sums_the_seconds(tmp_path):
     (tmp_path / "cap-hidden.json").write_text(json.dumps({**record, "settings": {"stack_layers": "all", "max_steps": 9}}))
     assert squad_fits.suite_settings(tmp_path) == {"input": {"max_steps": 400},
                                                    "hidden": {"stack_layers": "all", "max_steps": 9}}
+
+
+def test_the_recipe_fit_uses_the_suites_paper_recipe_for_the_mode(tmp_path, monkeypatch):
+    from benchmarks.runner import build_config, load_suite
+
+    seen = {}
+
+    def fit_mode(config, bench, mode, seed, verbose):
+        seen.update(config=config, mode=mode, seed=seed)
+        return SimpleNamespace(convergence={0: {"status": "unsettled"}, 1: {"status": "converged"}}), {}
+
+    monkeypatch.setattr(squad_fits, "fit_mode", fit_mode)
+    config = build_config(load_suite("squad"))
+    record = squad_fits.fit_recipe(config, SimpleNamespace(layers=6), "input", tmp_path)
+    options = seen["config"]["diffmask"]
+    assert options["optimizer"] == "lookahead-rmsprop" and options["eps"] == 1.0 and options["batch_size"] == 8
+    assert options["input"] == {"votes": "tied", "epochs": 7} and seen["seed"] == 0  # one epoch per input depth
+    assert record["epochs"] == 7 and record["statuses"] == {0: "unsettled", 1: "converged"}
+    assert json.loads((tmp_path / "recipe-input.json").read_text())["epochs"] == 7
+    squad_fits.fit_recipe(config, SimpleNamespace(layers=6), "hidden", tmp_path)
+    assert seen["config"]["diffmask"]["hidden"] == {"epochs": 4}

@@ -47,31 +47,44 @@ def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verb
     return explainer, record
 
 
+def paper_recipe_config(config: Mapping[str, Any], bench: Bench, mode: str) -> Tuple[Dict[str, Any], int]:
+    r"""
+    The suite's configuration with ``config["paper_recipe"]``'s DiffMask
+    settings for ``mode`` (its epochs included), and the recipe's seed.
+
+    Returns:
+        *tuple* ``(config, seed)``, the config for :func:`fit_mode`.
+    """
+    recipe = config["paper_recipe"]
+    # one layer drawn per batch: (layers + 1) epochs give each input depth about one
+    epochs = {"input": int(recipe["input_epochs_per_layer"]) * (bench.layers + 1), "hidden": int(recipe["hidden_epochs"])}
+    settings = merge(recipe["diffmask"], {mode: {"epochs": epochs[mode]}})
+    settings["validation_windows"] = config["diffmask"].get("validation_windows")
+    return {**config, "diffmask": settings}, int(recipe.get("seeds", config["seeds"])[0])
+
+
 def fit_paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Optional[Dict[str, Any]]:
     r"""
-    The paper's QA recipe (``config["paper_recipe"]``) fitted in both modes on
-    the suite's windows (through the fit cache), its deterministic read-out
-    scored on the held-out fine-tuning windows as the suite's fits are, and the
-    model's answers under its gates on the analysed questions.
+    The paper's QA recipe (``config["paper_recipe"]``, :func:`paper_recipe_config`)
+    fitted in both modes on the suite's windows (through the fit cache), its
+    deterministic read-out scored on the held-out fine-tuning windows as the
+    suite's fits are, and the model's answers under its gates on the analysed
+    questions.
 
     Returns:
         *dict* ``{"seed", "epochs": {mode: epochs}, "diffmask": {mode: the
         fit's record (as :func:`fit_mode`'s) with "agreement" (as
         :func:`agreement`'s)}}``, or None when the recipe is left out.
     """
-    recipe = config.get("paper_recipe")
-    if not recipe:
+    if not config.get("paper_recipe"):
         return None
-    seed = int(recipe.get("seeds", config["seeds"])[0])
-    # one layer drawn per batch: (layers + 1) epochs give each input depth about one
-    epochs = {"input": int(recipe["input_epochs_per_layer"]) * (bench.layers + 1), "hidden": int(recipe["hidden_epochs"])}
     original = {q: bench.answers[q] for q in bench.questions}
-    result: Dict[str, Any] = {"seed": seed, "epochs": epochs, "diffmask": {}}
+    result: Dict[str, Any] = {"epochs": {}, "diffmask": {}}
     for mode in ("input", "hidden"):
-        settings = merge(recipe["diffmask"], {mode: {"epochs": epochs[mode]}})
-        settings["validation_windows"] = config["diffmask"].get("validation_windows")
-        log_to_stderr(verbose, f"[squad] the paper's recipe, {mode}, {epochs[mode]} epochs")
-        explainer, record = fit_mode({**config, "diffmask": settings}, bench, mode, seed, verbose)
+        recipe_config, result["seed"] = paper_recipe_config(config, bench, mode)
+        result["epochs"][mode] = recipe_config["diffmask"][mode]["epochs"]
+        log_to_stderr(verbose, f"[squad] the paper's recipe, {mode}, {result['epochs'][mode]} epochs")
+        explainer, record = fit_mode(recipe_config, bench, mode, result["seed"], verbose)
         record["agreement"] = agreement(bench, masked_answers(explainer, bench, 16, verbose), original)
         result["diffmask"][mode] = record
     return result
