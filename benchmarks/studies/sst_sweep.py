@@ -31,6 +31,19 @@ Usage::
                "diffmask": {"epochs": 16}}]}     # the mode's options changed
 
 One JSON line per run is appended to ``--out``, and a summary line printed.
+
+``--cache`` fits through the MiniLM suites' fit cache
+(:mod:`benchmarks.suites.minilm.fit_cache`: a stored fit is loaded, a stopped
+one resumes), so that the seeds of a run can be fitted by processes side by
+side (``--fit-only --seeds S``, one process a seed: on a GPU a fit step leaves
+the device mostly idle) and then scored together by one invocation that reads
+them all, e.g. the spread across five seeds::
+
+    for s in 0 1 2 3 4; do python -m benchmarks.studies.sst_sweep X.json --device cuda --cache --fit-only --seeds $s & done; wait
+    python -m benchmarks.studies.sst_sweep X.json --device cuda --cache --seeds 0 1 2 3 4 --out X.jsonl
+
+(the first process that loads the model fine-tunes and caches it: let one
+process load it before the others start).
 """
 
 from __future__ import annotations
@@ -56,6 +69,7 @@ from ..report import fmt, table
 from ..runner import limit_onednn_cache, merge
 from ..records import to_jsonable
 from ..suites import sst as suite
+from ..suites.minilm.fit_cache import cached_fit, fitted_where
 
 
 #: The sst suite's DiffMask settings up to commit 1495ca3, a sweep's starting point:
@@ -94,8 +108,10 @@ def run_one(
     valid: sst_bert.EncodedSST,
     scored: sst_bert.EncodedSST,
     verbose: bool,
+    cache: bool = False,
 ) -> Dict[str, Any]:
-    r"""Fits and scores one run of the sweep for each of its seeds.
+    r"""Fits and scores one run of the sweep for each of its seeds (through
+    the fit cache with ``cache``: ``fitted`` says per seed where its fit ran).
 
     Returns:
         *dict* with ``name``, ``mode``, ``options`` (as fitted), ``stability``
@@ -114,7 +130,7 @@ def run_one(
     options: Dict[str, Any] = {}
     forward = _forward_seconds(model, train, int(config["diffmask"].get("batch_size", 64)), device)
     for seed in seeds:
-        explainer, info = suite.fit_diffmask(model, mode, train, valid, config, seed, verbose)
+        explainer, info = fit_seed(config, model, mode, train, valid, seed, verbose, cache)
         options = info["options"]
         scores = suite.faithfulness(explainer, scored, 128, verbose, rule=run.get("readout", "threshold"))
         divergence = explainer.evaluate(suite.OnDevice(scored.loader(128, shuffle=False, sort_by_length=True), device),
@@ -127,7 +143,7 @@ def run_one(
                       **_fit_state(explainer.convergence.get(r["layer"]), last.get(r["layer"]))}
                      for r in scores["per_layer"]]
         per_seed.append({
-            "seed": seed,
+            "seed": seed, "fitted": fitted_where(info),
             "fit_seconds": round(info["seconds"], 1),
             "steps": info["steps"], "step_seconds": info["seconds"] / max(info["steps"], 1),
             "step_over_forward": info["seconds"] / max(info["steps"], 1) / forward,
@@ -156,6 +172,17 @@ def run_one(
     return {"name": run.get("name", mode), "mode": mode, "options": options, "readout": run.get("readout", "threshold"),
             "train_sentences": len(train), "stability": None if spread is None else spread["mean_std"],
             "seeds": per_seed}
+
+
+def fit_seed(
+    config: Mapping[str, Any], model: torch.nn.Module, mode: str, train: sst_bert.EncodedSST,
+    valid: sst_bert.EncodedSST, seed: int, verbose: bool, cache: bool,
+) -> Tuple[Any, Dict[str, Any]]:
+    r"""One seed's fit of a run (the suite's ``fit_diffmask``), through the
+    fit cache with ``cache``; ``(explainer, record)``."""
+    if cache:
+        return cached_fit(suite.fit_diffmask, model, mode, train, valid, {**config, "cache": True}, seed, verbose)
+    return suite.fit_diffmask(model, mode, train, valid, config, seed, verbose)
 
 
 def _fit_state(report: Optional[Mapping[str, Any]], last: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -271,7 +298,11 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_sweep", description=__doc__.split("\n\n")[1])
     parser.add_argument("sweep", help="the sweep's JSON file (see the module docstring)")
-    parser.add_argument("--out", required=True, help="JSON lines file the runs are appended to")
+    parser.add_argument("--out", default=None, help="JSON lines file the runs are appended to (required but with --fit-only)")
+    parser.add_argument("--cache", action="store_true", help="fit through the fit cache (stored fits are loaded)")
+    parser.add_argument("--fit-only", action="store_true",
+                        help="fit each run's seeds into the fit cache and score nothing (implies --cache)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="every run's seeds instead of its own")
     parser.add_argument("--device", default="cpu", help="where the model and DiffMask run (default: cpu)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--data-dir", default=None, help="directory holding sst/ (default: as the suite)")
@@ -285,6 +316,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"sweep: {args.sweep} has no 'runs' list")
     if spec.get("score_on", "dev") not in SCORE_ON:
         parser.error(f"sweep: score_on must be one of {SCORE_ON}, got {spec['score_on']!r}")
+    if args.out is None and not args.fit_only:
+        parser.error("--out is required unless --fit-only")
+    if args.seeds is not None:
+        runs = [{**run, "seeds": list(args.seeds)} for run in runs]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     base = dict(spec.get("base") or {})
@@ -300,6 +335,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     model.to(args.device)
     max_length = int(shared["model"].get("max_length", 128))
     fit_sentences, valid, scored = _splits(spec, shared, train_all, dev_sentences, tokenizer, max_length)
+    if args.fit_only:
+        for run, config in zip(runs, configs):
+            train = sst_bert.encode_sst(suite.subset(fit_sentences, run.get("train_sentences", shared.get("train_sentences"))),
+                                        tokenizer, max_length)
+            for seed in run.get("seeds", [0]):
+                start = time.perf_counter()
+                explainer, info = fit_seed(config, model, run["mode"], train, valid, int(seed), not args.quiet, True)
+                statuses = {k: r["status"] for k, r in explainer.convergence.items()}
+                print(f"{run.get('name', run['mode'])}, seed {seed}: {statuses} ({fitted_where(info)}; "
+                      f"{time.perf_counter() - start:.0f} s)", flush=True)
+        return 0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = []
@@ -307,7 +353,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         start = time.perf_counter()
         limit = run.get("train_sentences", shared.get("train_sentences"))
         train = sst_bert.encode_sst(suite.subset(fit_sentences, limit), tokenizer, max_length)
-        result = run_one(run, config, model, train, valid, scored, not args.quiet)
+        result = run_one(run, config, model, train, valid, scored, not args.quiet, args.cache)
         result.update({"seconds": time.perf_counter() - start, "device": str(args.device),
                        "scored_on": spec.get("score_on", "dev"), "scored_sentences": len(scored)})
         with out.open("a", encoding="utf-8") as f:

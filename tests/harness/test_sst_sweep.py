@@ -65,6 +65,25 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
 
 
 @needs_sst
+def test_seeds_fitted_apart_into_the_cache_are_scored_together(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    spec = {"base": BASE, "runs": [{"name": "hidden", "mode": "hidden", "seeds": [7], "diffmask": {"epochs": 1}}]}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(spec))
+    for seed in ("0", "1"):  # as two processes would, one seed each; nothing scored
+        assert sst_sweep.main([str(path), "--fit-only", "--seeds", seed, "--quiet", "--threads", "1"]) == 0
+    assert "hidden, seed 1: {0: " in capsys.readouterr().out
+    assert len(list((tmp_path / "cache").glob("diffmask-fit-hidden-seed*.pt"))) == 2
+    out = tmp_path / "runs.jsonl"
+    assert sst_sweep.main([str(path), "--cache", "--seeds", "0", "1", "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    result = json.loads(out.read_text())
+    assert [s["seed"] for s in result["seeds"]] == [0, 1] and result["stability"] is not None
+    assert all(s["fitted"].startswith("fit cache (commit") for s in result["seeds"])  # read, not refitted
+    with pytest.raises(SystemExit):
+        sst_sweep.main([str(path), "--quiet"])  # --out is needed to score
+
+
+@needs_sst
 def test_sweep_without_selection_reports_verdicts_and_the_held_out_read_out(tmp_path):
     spec = {"base": BASE, "runs": [{"name": "hidden, defaults", "mode": "hidden", "diffmask": {
         "select_checkpoint": False, "epochs": None, "max_steps": 6, "multiplier": "pi", "constraint": "deployed"}}]}
