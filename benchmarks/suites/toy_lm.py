@@ -27,6 +27,9 @@ from ..methods import MethodContext, prepare, PreparedMethod
 from ..progress import bar, error_text, log
 from ..records import cached
 from ..tasks.toy_lm import decoder_accuracy, encode_toy, toy_decoder, ToyText, train_decoder
+
+#: How the reports name each architecture.
+_MODEL_NAMES = {"decoder": "a decoder-only LM", "encoder": "a bidirectional encoder (BERT-style, a language-model head)"}
 from .toy import aggregate, seed_data
 from .toy_lm_extras import first_seed_extras, ground_truth_check, score
 
@@ -112,6 +115,12 @@ METRICS = [
 ]
 
 
+def architecture(config: Mapping[str, Any]) -> str:
+    r"""The model the prompts are written for, ``config["model"]["architecture"]``:
+    ``"decoder"`` (the default) or ``"encoder"`` (:data:`ARCHITECTURES`)."""
+    return str(config["model"].get("architecture", "decoder"))
+
+
 def load_decoder(config: Mapping[str, Any], seed: int, train: ToyText, valid: ToyText, verbose: bool
                  ) -> Tuple[Any, Dict[str, Any]]:
     r"""The seed's decoder: from the cache when this configuration was trained
@@ -126,7 +135,8 @@ def load_decoder(config: Mapping[str, Any], seed: int, train: ToyText, valid: To
         return {"state_dict": model.state_dict(), **info}
 
     payload, hit = cached("toy-lm-decoder", key, build, use_cache=bool(config.get("cache", True)))
-    model = toy_decoder(digits, options["layers"], options["hidden"], options["heads"], seed, options["init_std"])
+    model = toy_decoder(digits, options["layers"], options["hidden"], options["heads"], seed, options["init_std"],
+                        architecture(config))
     model.load_state_dict(payload["state_dict"])
     model.eval()
     info = {"seed": seed, "accuracy": payload["accuracy"], "epochs": payload["epochs"], "cached": hit,
@@ -186,11 +196,13 @@ def _one_seed(config: Mapping[str, Any], seed: int, verbose: bool
     info["ground_truth_check"] = [{"layer": k, **ground_truth_check(model, valid, k)}
                                   for k in range(model.config.num_hidden_layers + 1)]
     how = "cached" if info["cached"] else f"trained in {info['train_seconds']:.1f} s"
-    log(verbose, f"[toy-lm] seed {seed}: decoder held-out accuracy {info['accuracy']:.4f} ({how})")
+    log(verbose, f"[toy-lm] seed {seed}: {architecture(config)} held-out accuracy {info['accuracy']:.4f} ({how})")
     ctx = _context(model, train, int(config["layer"]), seed, verbose)
     records, prepared, held_out = {}, {}, {}
     for name in config["methods"]:
         options = dict(config.get("method_options", {}).get(name, {}))
+        if architecture(config) != "decoder":  # "auto" reads the last position of causal LMs alone
+            options.setdefault("output", "last")
         chunk = int(options.pop("chunk", config.get("chunk", 250)))
         records[name], method, scores = _run_method(name, options, ctx, valid, chunk)
         if method is not None:
@@ -243,7 +255,8 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
     methods = {name: aggregate(per_seed[name], None, options.get(name, {})) for name in names}
     gru = _gru_reference(config)
     results = {
-        "title": "Toy task on a decoder-only LM: attributions of the answer token against the ground truth",
+        "title": f"Toy task on {_MODEL_NAMES[architecture(config)]}: attributions of the answer token against the "
+                 "ground truth",
         "metrics": METRICS, "methods": methods, "models": models,
         "paper": gru, "reference_label": "GRU",
         "paper_source": _gru_source(config, gru),
@@ -279,7 +292,7 @@ def checks(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[Dict[s
     r"""The issue's targets, evaluated on this run's numbers."""
     out: List[Dict[str, Any]] = []
     accuracies = [m["accuracy"] for m in results["models"]]
-    out.append({"target": "decoder held-out accuracy >= 99 % (every seed)",
+    out.append({"target": f"{architecture(config)} held-out accuracy >= 99 % (every seed)",
                 "value": ", ".join(f"{a:.4f}" for a in accuracies), "met": min(accuracies) >= 0.99})
     ok = {n: r for n, r in results["methods"].items() if r.get("status") == "ok"}
     dm = ok.get("DiffMask")
@@ -299,11 +312,12 @@ def checks(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[Dict[s
 def notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
     out = [
         "Prompts `<n> <m> : x ->` are left-padded; every method reads the next-token distribution at the last "
-        "position (`output='last'`) and the decoder's positions are counted over real tokens, so padding changes "
-        "nothing. Scores are compared with the ground truth on the digits of x only: the query, ':' and '->' carry "
+        "position (`output='last'`) and " + ("the decoder's positions are counted over real tokens, so padding "
+        "changes nothing" if architecture(config) == "decoder" else "the encoder's absolute positions shift with "
+        "the padding, as they did in its training (every prompt ends at the last column)") + ". Scores are compared with the ground truth on the digits of x only: the query, ':' and '->' carry "
         "the question and the answer's reading position, and are left out (the GRU's query is a separate input).",
         "Exact erasure is not run: a prompt has up to 14 positions at hidden.k, 2^14 subsets each.",
-        f"Decoders of {config['model']['layers']} blocks, {config['model']['hidden']} wide, "
+        f"{architecture(config).capitalize()}s of {config['model']['layers']} blocks, {config['model']['hidden']} wide, "
         f"{config['model']['heads']} heads, seeds {list(config['seeds'])}; why this depth and these seeds: "
         "`docs/reproduction/benchmarks.md`, the toy-lm suite.",
         f"Seeds run in {min(int(config.get('workers', 1)), len(config['seeds']))} process(es) side by side, "
@@ -328,25 +342,26 @@ def extra_sections(results: Mapping[str, Any], config: Mapping[str, Any]) -> Lis
     from ..report import fmt, fmt_ratio, fmt_seconds, table
 
     layer = config["layer"]
-    lines = ["## The decoders", "", table(
+    word = architecture(config)
+    lines = [f"## The {word}s", "", table(
         ["seed", "held-out accuracy", "epochs", "training"],
         [[m["seed"], f"{100 * m['accuracy']:.2f} %", m["epochs"],
           "cached" if m["cached"] else fmt_seconds(m["train_seconds"])] for m in results["models"]]), "",
         f"Held-out accuracy is over the {config.get('eval_examples')} evaluation prompts, on which training also "
         "stopped (at 99.5 %), as in the toy suite.", "",
-        "## Where each decoder reads the digits", "", table(
+        f"## Where each {word} reads the digits", "", table(
         ["seed", "site", "others replaced: KL / flips", "ground truth replaced: KL / flips"],
         [[m["seed"], f"hidden.{c['layer']}" + (" (scored)" if c["layer"] == layer else ""),
           f"{fmt(c['kl_others'], 4)} / {100 * c['flip_others']:.1f} %",
           f"{fmt(c['kl_truth'], 4)} / {100 * c['flip_truth']:.1f} %"]
          for m in results["models"] for c in m["ground_truth_check"]]), "",
-        "Is the ground truth what the decoder reads at a site? The states of the digits outside it (then inside "
+        f"Is the ground truth what the {word} reads at a site? The states of the digits outside it (then inside "
         "it) are replaced by the mean digit state at that site, and the answer distribution's KL to the original "
         "and the share of flipped answers are given. Where replacing the ground truth's digits flips many answers "
-        "and replacing the others few, the ground truth is the set of states the decoder reads there. Where "
+        f"and replacing the others few, the ground truth is the set of states the {word} reads there. Where "
         "neither flips answers at a site, the answer no longer reads the digits' states there: the reading "
         "position has already gathered them in an earlier block (causal attention can build the counts at the "
-        "last position directly), and the ground truth does not apply at that site.", ""]
+        "last position directly; so can bidirectional attention), and the ground truth does not apply at that site.", ""]
     layers = results.get("diffmask_layers") or []
     if layers:
         fit = config.get("diffmask_every_layer", {})

@@ -42,7 +42,7 @@ def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: To
     fit's convergence status; and the fitted DiffMask."""
     options = dict(config["diffmask_every_layer"])
     batch_size = int(options.pop("batch_size", 64))
-    dm = DiffMask(model, mode="hidden")
+    dm = DiffMask(model, mode="hidden", output="last")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the status is reported per layer
         dm.fit(list(train.batches(batch_size, shuffle=True, seed=0)), seed=0, verbose=verbose, **options)
@@ -156,13 +156,15 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
                       verbose: bool) -> Dict[str, Any]:
     r"""The first seed's DiffMask at every layer, speed per generated token and figures."""
 
-    extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)}
+    decoder = config["model"].get("architecture", "decoder") == "decoder"  # an encoder generates nothing
+    extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)} if decoder else {}
     extras["diffmask_layers"], dm = every_layer(config, model, train, valid, verbose)
     if config.get("figures", True):
         figure_dir = out_dir / "figures"
         layers = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)
         extras["figures"] = [attribution_figure(valid, held_out, layers, int(config["layer"]), figure_dir)]
-        extras["figures"] += generation_figure(model, dm, valid, figure_dir)
+        if decoder:
+            extras["figures"] += generation_figure(model, dm, valid, figure_dir)
     return extras
 
 

@@ -107,9 +107,22 @@ def encode_toy(data: ToyData, digits: int = 10) -> ToyText:
     return ToyText(ids, mask, answers, positions, truth)
 
 
+#: The models the toy prompts are written for: a Llama-style decoder (causal
+#: attention) or a BERT-style encoder (every position reads every other).
+ARCHITECTURES = ("decoder", "encoder")
+
+
 def toy_decoder(digits: int, layers: int = 2, hidden: int = 64, heads: int = 4, seed: int = 0,
-                init_std: float = 0.02) -> Any:
-    r"""A config-built Llama-style decoder (``LlamaForCausalLM``) for the toy prompts."""
+                init_std: float = 0.02, architecture: str = "decoder") -> Any:
+    r"""A config-built model for the toy prompts: a Llama-style decoder
+    (``LlamaForCausalLM``), or with ``architecture="encoder"`` a BERT encoder
+    with a language-model head (``BertForMaskedLM``: bidirectional attention,
+    no dropout, as the decoder has none), the answer read at the last column
+    either way."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {architecture!r}")
+    if architecture == "encoder":
+        return _toy_encoder(digits, layers, hidden, heads, seed, init_std)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -119,6 +132,18 @@ def toy_decoder(digits: int, layers: int = 2, hidden: int = 64, heads: int = 4, 
     )
     with preserved_rng(seed):
         return LlamaForCausalLM(config)
+
+
+def _toy_encoder(digits: int, layers: int, hidden: int, heads: int, seed: int, init_std: float) -> Any:
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=vocabulary_size(digits), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=2 * hidden, max_position_embeddings=64, type_vocab_size=1, pad_token_id=PAD,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=init_std, tie_word_embeddings=False,
+    )
+    with preserved_rng(seed):
+        return BertForMaskedLM(config)
 
 
 def answer_logits(model: Any, ids: Tensor, mask: Tensor) -> Tensor:
@@ -142,10 +167,10 @@ def decoder_accuracy(model: Any, data: ToyText, batch_size: int = 1000) -> float
 def train_decoder(
     train: ToyText, valid: ToyText, digits: int, layers: int = 2, hidden: int = 64, heads: int = 4,
     epochs: int = 60, batch_size: int = 64, lr: float = 3e-3, target_accuracy: float = 0.995, seed: int = 0,
-    init_std: float = 0.02, log: Optional[Any] = None,
+    init_std: float = 0.02, log: Optional[Any] = None, architecture: str = "decoder",
 ) -> Tuple[Any, Dict[str, Any]]:
     r"""
-    Trains :func:`toy_decoder` on the answer token (cross-entropy at the last
+    Trains :func:`toy_decoder` (of ``architecture``) on the answer token (cross-entropy at the last
     column, AdamW, a linear warm-up over the first epoch and a cosine decay), keeping the state of
     the best held-out accuracy; stops early at ``target_accuracy``.
 
@@ -154,7 +179,7 @@ def train_decoder(
         ``epochs`` and ``train_seconds``.
     """
     start = time.perf_counter()
-    model = toy_decoder(digits, layers, hidden, heads, seed, init_std)
+    model = toy_decoder(digits, layers, hidden, heads, seed, init_std, architecture)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     steps_per_epoch = -(-len(train) // batch_size)
     total = steps_per_epoch * epochs

@@ -6,7 +6,9 @@ import json
 import torch
 
 from benchmarks.runner import run_suite
-from benchmarks.tasks.toy_lm import ARROW, COLON, DIGIT0, encode_toy, NO, token_text, YES
+import pytest
+
+from benchmarks.tasks.toy_lm import answer_logits, ARROW, COLON, DIGIT0, encode_toy, NO, token_text, toy_decoder, YES
 from captum_diffmask.toy import ToyData
 
 
@@ -67,3 +69,34 @@ def test_seeds_in_worker_processes_give_the_numbers_of_one_process(tmp_path, mon
         js = [[r["js"] for r in results["methods"][name]["per_seed"]] for results in (together, apart)]
         assert js[0] == js[1] and len(js[0]) == 2, (name, js)
     assert [m["seed"] for m in apart["models"]] == [0, 1]
+
+
+def test_the_encoder_reads_every_position_from_every_other_and_the_decoder_does_not():
+    ids = torch.tensor([[DIGIT0 + 15, DIGIT0 + 16, COLON, DIGIT0 + 1, DIGIT0 + 2, ARROW]])
+    changed = ids.clone()
+    changed[0, 4] = DIGIT0 + 7  # a later digit
+    mask = torch.ones_like(ids)
+    for architecture, later_reaches_earlier in (("encoder", True), ("decoder", False)):
+        model = toy_decoder(10, layers=2, hidden=16, heads=2, seed=0, init_std=0.1, architecture=architecture).eval()
+        with torch.no_grad():
+            first = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[1][0, 3]
+            second = model(input_ids=changed, attention_mask=mask, output_hidden_states=True).hidden_states[1][0, 3]
+        assert (not torch.allclose(first, second)) == later_reaches_earlier, architecture
+        assert answer_logits(model, ids, mask).shape == (1, model.config.vocab_size)
+    with pytest.raises(ValueError, match="architecture must be one of"):
+        toy_decoder(10, architecture="recurrent")
+
+
+def test_a_small_encoder_run_reads_the_last_position_and_leaves_generation_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path / "cache"))
+    overrides = {"data": {"num_examples": 1200}, "model": {"epochs": 1, "architecture": "encoder"}, "eval_examples": 30,
+                 "methods": ["DiffMask", "IntegratedGradients", "Random"],
+                 "method_options": {"DiffMask": {"epochs": 1}}, "diffmask_every_layer": {"epochs": 1}}
+    results = run_suite("toy-lm", tmp_path / "out", quick=True, overrides=overrides, verbose=False)
+    assert all(results["methods"][name]["status"] == "ok" for name in ("DiffMask", "IntegratedGradients", "Random"))
+    assert [r["layer"] for r in results["diffmask_layers"]] == [0, 1, 2, 3] and not results["generation_speed"]
+    assert results["title"].startswith("Toy task on a bidirectional encoder")
+    assert results["checks"][0]["target"] == "encoder held-out accuracy >= 99 % (every seed)"
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## The encoders" in report and "## Cost per generated token" not in report
+    assert not (tmp_path / "out" / "figures" / "toy_lm_generation.html").exists()
