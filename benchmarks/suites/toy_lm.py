@@ -350,13 +350,15 @@ def extra_sections(results: Mapping[str, Any], config: Mapping[str, Any]) -> Lis
         f"Held-out accuracy is over the {config.get('eval_examples')} evaluation prompts, on which training also "
         "stopped (at 99.5 %), as in the toy suite.", "",
         f"## Where each {word} reads the digits", "", table(
-        ["seed", "site", "others replaced: KL / flips", "ground truth replaced: KL / flips"],
+        ["seed", "site", "others replaced: KL / flips", "ground truth replaced: KL / flips",
+         "query replaced: KL / flips"],
         [[m["seed"], f"hidden.{c['layer']}" + (" (scored)" if c["layer"] == layer else ""),
-          f"{fmt(c['kl_others'], 4)} / {100 * c['flip_others']:.1f} %",
-          f"{fmt(c['kl_truth'], 4)} / {100 * c['flip_truth']:.1f} %"]
+          *[f"{fmt(c[f'kl_{part}'], 4)} / {100 * c[f'flip_{part}']:.1f} %" if f"kl_{part}" in c else "n/a"
+            for part in ("others", "truth", "query")]]
          for m in results["models"] for c in m["ground_truth_check"]]), "",
         f"Is the ground truth what the {word} reads at a site? The states of the digits outside it (then inside "
-        "it) are replaced by the mean digit state at that site, and the answer distribution's KL to the original "
+        "it) are replaced by the mean digit state at that site (and the query's two states by the mean query "
+        "state), and the answer distribution's KL to the original "
         "and the share of flipped answers are given. Where replacing the ground truth's digits flips many answers "
         f"and replacing the others few, the ground truth is the set of states the {word} reads there. Where "
         "neither flips answers at a site, the answer no longer reads the digits' states there: the reading "

@@ -171,15 +171,18 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
 @torch.no_grad()
 def ground_truth_check(model: Any, valid: ToyText, layer: int) -> Dict[str, float]:
     r"""
-    Is the ground truth what this decoder uses at ``hidden.layer``? The mean
+    Is the ground truth what this model uses at ``hidden.layer``? The mean
     KL(original || replaced) of the answer distribution, and the share of answers
     that flip, when the states of the digits outside the ground truth (then:
-    inside it) are replaced by the mean digit state. A decoder can build running
-    counts along the digits with causal attention, so the digits holding n or m
-    need not be the only states it reads.
+    inside it) are replaced by the mean digit state, and when the query's two
+    states are replaced by the mean query state. A decoder can build running
+    counts along the digits with causal attention, and an encoder's query
+    positions can count their digits with bidirectional attention, so the
+    digits holding n or m need not be the only states it reads.
 
     Returns:
-        *dict*: ``kl_others``, ``flip_others``, ``kl_truth``, ``flip_truth``.
+        *dict*: ``kl_others``, ``flip_others``, ``kl_truth``, ``flip_truth``,
+        ``kl_query``, ``flip_query``.
     """
     locator = SiteLocator.locate(model, None)
     site = f"hidden.{layer}"
@@ -187,9 +190,11 @@ def ground_truth_check(model: Any, valid: ToyText, layer: int) -> Dict[str, floa
     original = forward(valid.ids, (valid.mask,)).log_softmax(-1)
     with locator.capture([site]) as states:
         forward(valid.ids, (valid.mask,))
-    mean = states[site][valid.digits].mean(0)
+    query = valid.mask.bool() & (valid.mask.cumsum(1) <= 2)  # <n> <m>, the prompt's first two tokens
+    digit_mean, query_mean = states[site][valid.digits].mean(0), states[site][query].mean(0)
     result: Dict[str, float] = {}
-    for name, replaced in (("others", valid.digits & (valid.truth == 0)), ("truth", valid.truth > 0)):
+    for name, replaced, mean in (("others", valid.digits & (valid.truth == 0), digit_mean),
+                                 ("truth", valid.truth > 0, digit_mean), ("query", query, query_mean)):
         with locator.replace({site: lambda h: torch.where(replaced.unsqueeze(-1), mean, h)}):
             changed = forward(valid.ids, (valid.mask,)).log_softmax(-1)
         result[f"kl_{name}"] = float((original.exp() * (original - changed)).sum(-1).mean())

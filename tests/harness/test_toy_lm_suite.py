@@ -39,7 +39,7 @@ def test_a_small_run_writes_every_section(tmp_path, monkeypatch):
     checks = results["models"][0]["ground_truth_check"]
     assert [c["layer"] for c in checks] == [0, 1, 2, 3]
     for check in checks:
-        assert set(check) == {"layer", "kl_others", "flip_others", "kl_truth", "flip_truth"}
+        assert set(check) == {"layer", "kl_others", "flip_others", "kl_truth", "flip_truth", "kl_query", "flip_query"}
         assert check["kl_others"] >= 0 and check["kl_truth"] >= 0
         assert 0 <= check["flip_others"] <= 1 and 0 <= check["flip_truth"] <= 1
     # each site is replaced where it is read: the embeddings' replacement is not the first block's
