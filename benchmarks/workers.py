@@ -41,7 +41,7 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
-def _start_worker() -> None:
+def start_worker() -> None:
     r"""One torch thread; on Linux the worker ends with this process (a run
     stopped by a signal leaves no fit running on without it)."""
     torch.set_num_threads(1)
@@ -80,7 +80,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: st
         return results
     done: Dict[int, Any] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker) as pool:
+                             initializer=start_worker) as pool:
         futures = {pool.submit(job.function, *job.arguments): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             index = futures[future]

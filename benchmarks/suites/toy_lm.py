@@ -26,6 +26,7 @@ import torch
 from ..methods import MethodContext, prepare, PreparedMethod
 from ..progress import bar, error_text, log
 from ..records import cached
+from ..workers import start_worker
 from ..tasks.toy_lm import decoder_accuracy, encode_toy, toy_decoder, ToyText, train_decoder
 
 #: How the reports name each architecture.
@@ -228,7 +229,7 @@ def _start_workers(config: Mapping[str, Any], seeds: List[int], verbose: bool
     if workers == 1 or not seeds:
         return None, []
     pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(seeds)),
-                               mp_context=multiprocessing.get_context("spawn"))
+                               mp_context=multiprocessing.get_context("spawn"), initializer=start_worker)
     return pool, [pool.submit(_seed_records, dict(config), seed, verbose) for seed in seeds]
 
 
