@@ -366,12 +366,15 @@ def extra_sections(results: Mapping[str, Any], config: Mapping[str, Any]) -> Lis
         "position has already gathered them in an earlier block (causal attention can build the counts at the "
         "last position directly; so can bidirectional attention), and the ground truth does not apply at that site.", ""]
     layers = results.get("diffmask_layers") or []
+    groups = list(layers[0].get("keep_by_group") or {}) if layers else []
     if layers:
         fit = config.get("diffmask_every_layer", {})
         lines += ["## DiffMask at every layer", "",
                   f"One more DiffMask, fitted on every layer at once (first seed; {fit}), scored at each:", "", table(
-            ["site", "JS (nats)", "KL(gt‖attr) (nats)", "mean keep probability", "fit"],
-            [[f"hidden.{r['layer']}", fmt(r["js"], 4), fmt(r["kl"], 4), fmt(r["keep"]), r.get("status", "n/a")]
+            ["site", "JS (nats)", "KL(gt‖attr) (nats)", "mean keep probability", *[f"keep: {g}" for g in groups],
+             "fit"],
+            [[f"hidden.{r['layer']}", fmt(r["js"], 4), fmt(r["kl"], 4), fmt(r["keep"]),
+              *[fmt((r.get("keep_by_group") or {}).get(g)) for g in groups], r.get("status", "n/a")]
              for r in layers]),
             "", f"The scores table uses hidden.{config['layer']}, chosen before the run (the first block's output, "
             "where each digit has read the query), with DiffMask fitted on that layer only. At the last layer only "

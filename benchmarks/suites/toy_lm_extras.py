@@ -48,11 +48,23 @@ def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: To
         dm.fit(list(train.batches(batch_size, shuffle=True, seed=0)), seed=0, verbose=verbose, **options)
     every = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)
     real = valid.mask.bool()
+    groups = position_groups(valid)
     rows = [{"layer": k, **score(every[..., k], valid), "keep": float(every[..., k][real].mean()),
+             "keep_by_group": {name: float(every[..., k][where].mean()) for name, where in groups.items()},
              "status": dm.convergence.get(k, {}).get("status", "n/a")} for k in range(every.shape[-1])]
     log(verbose, "[toy-lm] DiffMask at every layer: " + ", ".join(f"hidden.{r['layer']} JS {r['js']:.4f}"
                                                               for r in rows))
     return rows, dm
+
+
+def position_groups(data: ToyText) -> Dict[str, torch.Tensor]:
+    r"""(N, T) masks of the prompts' parts: the query's two tokens, the digits
+    of the ground truth (holding n or m), the other digits, and the rest (``:``
+    and ``->``)."""
+    real = data.mask.bool()
+    query = real & (data.mask.cumsum(1) <= 2)
+    return {"query": query, "digits (ground truth)": data.truth > 0, "digits (others)": data.digits & (data.truth == 0),
+            ": and ->": real & ~query & ~data.digits}
 
 
 def _speed_methods(config: Mapping[str, Any], model: Any, prepared: Mapping[str, PreparedMethod]) -> Dict[str, Any]:
@@ -190,7 +202,7 @@ def ground_truth_check(model: Any, valid: ToyText, layer: int) -> Dict[str, floa
     original = forward(valid.ids, (valid.mask,)).log_softmax(-1)
     with locator.capture([site]) as states:
         forward(valid.ids, (valid.mask,))
-    query = valid.mask.bool() & (valid.mask.cumsum(1) <= 2)  # <n> <m>, the prompt's first two tokens
+    query = position_groups(valid)["query"]
     digit_mean, query_mean = states[site][valid.digits].mean(0), states[site][query].mean(0)
     result: Dict[str, float] = {}
     for name, replaced, mean in (("others", valid.digits & (valid.truth == 0), digit_mean),

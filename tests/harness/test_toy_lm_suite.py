@@ -71,6 +71,20 @@ def test_seeds_in_worker_processes_give_the_numbers_of_one_process(tmp_path, mon
     assert [m["seed"] for m in apart["models"]] == [0, 1]
 
 
+def test_the_prompts_parts_cover_every_real_position_once():
+    from benchmarks.suites.toy_lm_extras import position_groups
+
+    data = ToyData(ids=torch.tensor([[1, 2, 1, 0], [3, 3, 3, 3]]), query=torch.tensor([[1, 2], [0, 3]]),
+                   mask=torch.tensor([[True, True, True, False], [True] * 4]), labels=torch.tensor([1.0, 0.0]))
+    text = encode_toy(data, digits=10)
+    groups = position_groups(text)
+    assert groups["query"][0].tolist() == [False, True, True] + [False] * 5
+    assert groups[": and ->"][0].tolist() == [False, False, False, True, False, False, False, True]
+    assert groups["digits (others)"][1].tolist() == [False] * 8  # every digit is the query's 3
+    covered = sum(g.long() for g in groups.values())
+    assert torch.equal(covered, text.mask.long())
+
+
 def test_the_encoder_reads_every_position_from_every_other_and_the_decoder_does_not():
     ids = torch.tensor([[DIGIT0 + 15, DIGIT0 + 16, COLON, DIGIT0 + 1, DIGIT0 + 2, ARROW]])
     changed = ids.clone()
@@ -95,6 +109,9 @@ def test_a_small_encoder_run_reads_the_last_position_and_leaves_generation_out(t
     results = run_suite("toy-lm", tmp_path / "out", quick=True, overrides=overrides, verbose=False)
     assert all(results["methods"][name]["status"] == "ok" for name in ("DiffMask", "IntegratedGradients", "Random"))
     assert [r["layer"] for r in results["diffmask_layers"]] == [0, 1, 2, 3] and not results["generation_speed"]
+    for row in results["diffmask_layers"]:
+        assert list(row["keep_by_group"]) == ["query", "digits (ground truth)", "digits (others)", ": and ->"]
+        assert all(0.0 <= v <= 1.0 for v in row["keep_by_group"].values())
     assert results["title"].startswith("Toy task on a bidirectional encoder")
     assert results["checks"][0]["target"] == "encoder held-out accuracy >= 99 % (every seed)"
     report = (tmp_path / "out" / "report.md").read_text()
