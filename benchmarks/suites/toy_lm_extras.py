@@ -125,7 +125,7 @@ def _example(valid: ToyText) -> int:
 
 
 def attribution_figure(valid: ToyText, held_out: Mapping[str, torch.Tensor], layers: torch.Tensor, layer: int,
-                       figure_dir: Path) -> Dict[str, str]:
+                       figure_dir: Path, stem: str = "toy_lm") -> Dict[str, str]:
     r"""One held-out prompt: every method at ``layer`` (as scored) above DiffMask
     at every layer; the ground truth's digits in red."""
     index = _example(valid)
@@ -135,7 +135,7 @@ def attribution_figure(valid: ToyText, held_out: Mapping[str, torch.Tensor], lay
     rows: Dict[str, Any] = {"ground truth": truth}
     rows.update({name: scores[index][real] for name, scores in held_out.items()})
     depth = {f"DiffMask hidden.{k}": layers[index][real][:, k] for k in range(layers.shape[-1])}
-    path = figure_dir / "toy_lm_attributions.png"
+    path = figure_dir / f"{stem}_attributions.png"
     answer = "yes" if int(valid.answers[index]) == 3 else "no"
     attribution_panels(tokens, [(f"attribution to hidden.{layer} (as scored), rows scaled to [0, 1]", rows),
                                 ("DiffMask (fitted on every layer) at every layer, rows scaled to [0, 1]", depth)],
@@ -174,7 +174,9 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
     if config.get("figures", True):
         figure_dir = out_dir / "figures"
         layers = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)
-        extras["figures"] = [attribution_figure(valid, held_out, layers, int(config["layer"]), figure_dir)]
+        # the decoder's figure keeps its name; an encoder's beside it in the same folder
+        stem = "toy_lm" if decoder else "toy_encoder"
+        extras["figures"] = [attribution_figure(valid, held_out, layers, int(config["layer"]), figure_dir, stem)]
         if decoder:
             extras["figures"] += generation_figure(model, dm, valid, figure_dir)
     return extras

@@ -117,3 +117,4 @@ def test_a_small_encoder_run_reads_the_last_position_and_leaves_generation_out(t
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## The encoders" in report and "## Cost per generated token" not in report
     assert not (tmp_path / "out" / "figures" / "toy_lm_generation.html").exists()
+    assert (tmp_path / "out" / "figures" / "toy_encoder_attributions.png").is_file()
