@@ -82,8 +82,9 @@ def fit_in_rising_caps(
     cap = min(first_cap, final)
     if path.exists():  # go on from the last cap: a smaller one would start the fit afresh
         record = json.loads(path.read_text(encoding="utf-8"))
-        last = record["laps"][-1]["cap"]
-        cap = last if record["settled"] else min(final, last + rise)
+        if record["settled"]:  # every layer settled: the stored fit is the suite's at this cap
+            return record
+        cap = min(final, record["laps"][-1]["cap"] + rise)
     while True:
         config["diffmask"][mode] = {**own, "max_steps": cap}
         begun = time.time()

@@ -56,8 +56,8 @@ def test_a_second_invocation_goes_on_from_the_last_cap(tmp_path, fake_fit):
     record = json.loads((tmp_path / "cap-input.json").read_text())
     assert [lap["cap"] for lap in record["laps"]] == [300, 500, 700, 900] and record["settled"]
     fake_fit.clear()
-    squad_fits.fit_in_rising_caps(_config(), bench, "input", time.time() + 60, 300, 200, tmp_path)
-    assert [cap for cap, _ in fake_fit] == [900]  # settled: the stored fit is read at its cap
+    again = squad_fits.fit_in_rising_caps(_config(), bench, "input", time.time() + 60, 300, 200, tmp_path)
+    assert fake_fit == [] and again == record  # settled: nothing to fit, the record as it was
 
 
 def test_the_report_counts_converged_layers_and_sums_the_seconds(tmp_path):
