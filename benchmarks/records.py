@@ -131,6 +131,13 @@ def cached(
 
 
 # ------------------------------------------------------------------- timing
+def synchronize(device: torch.device) -> None:
+    r"""Waits for ``device``'s queued work (a GPU's kernels run asynchronously),
+    so that a timer around a call counts all of it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def median_seconds(
     fn: Callable[[], Any], repeats: int = 5, budget_seconds: float = 5.0, warmup: bool = True
 ) -> Tuple[float, int]:

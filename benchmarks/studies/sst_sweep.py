@@ -335,10 +335,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     model.to(args.device)
     max_length = int(shared["model"].get("max_length", 128))
     fit_sentences, valid, scored = _splits(spec, shared, train_all, dev_sentences, tokenizer, max_length)
+
+    def train_of(run: Mapping[str, Any]) -> sst_bert.EncodedSST:
+        limit = run.get("train_sentences", shared.get("train_sentences"))
+        return sst_bert.encode_sst(suite.subset(fit_sentences, limit), tokenizer, max_length)
+
     if args.fit_only:
         for run, config in zip(runs, configs):
-            train = sst_bert.encode_sst(suite.subset(fit_sentences, run.get("train_sentences", shared.get("train_sentences"))),
-                                        tokenizer, max_length)
+            train = train_of(run)
             for seed in run.get("seeds", [0]):
                 start = time.perf_counter()
                 explainer, info = fit_seed(config, model, run["mode"], train, valid, int(seed), not args.quiet, True)
@@ -351,8 +355,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     done = []
     for run, config in zip(runs, configs):
         start = time.perf_counter()
-        limit = run.get("train_sentences", shared.get("train_sentences"))
-        train = sst_bert.encode_sst(suite.subset(fit_sentences, limit), tokenizer, max_length)
+        train = train_of(run)
         result = run_one(run, config, model, train, valid, scored, not args.quiet, args.cache)
         result.update({"seconds": time.perf_counter() - start, "device": str(args.device),
                        "scored_on": spec.get("score_on", "dev"), "scored_sentences": len(scored)})

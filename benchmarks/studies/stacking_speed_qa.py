@@ -29,6 +29,8 @@ from transformers import BertConfig, BertForQuestionAnswering
 
 from captum_diffmask import DiffMask
 
+from ..records import synchronize
+
 #: all-MiniLM-L6-v2's sizes.
 MINILM = {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
           "intermediate_size": 1536, "max_position_embeddings": 512}
@@ -36,19 +38,14 @@ MINILM = {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, "num_
 CHOICES = {"input": ("same_site", "none"), "hidden": ("none", "all")}
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def fit_seconds(model: torch.nn.Module, batches: List, mode: str, stack: str, steps: int) -> float:
     r"""Wall seconds of a ``steps``-step fit of a fresh DiffMask in ``mode``."""
     explainer = DiffMask(model, mode=mode, l0="mean")
     device = next(model.parameters()).device
-    _synchronize(device)
+    synchronize(device)
     start = time.perf_counter()
     explainer.fit(batches, eps=1.0, precision="bfloat16", max_steps=steps, verbose=False, seed=0, stack_layers=stack)
-    _synchronize(device)
+    synchronize(device)
     return time.perf_counter() - start
 
 

@@ -28,11 +28,8 @@ from ..progress import bar, error_text, log
 from ..records import cached
 from ..workers import start_worker
 from ..tasks.toy_lm import decoder_accuracy, encode_toy, toy_decoder, ToyText, train_decoder
-
-#: How the reports name each architecture.
-_MODEL_NAMES = {"decoder": "a decoder-only LM", "encoder": "a bidirectional encoder (BERT-style, a language-model head)"}
 from .toy import aggregate, seed_data
-from .toy_lm_extras import first_seed_extras, ground_truth_check, score
+from .toy_lm_extras import architecture, first_seed_extras, ground_truth_check, score
 
 DESCRIPTION = (
     "toy task written as text for a tiny Llama-style decoder: attributions of the answer token to the digits' "
@@ -110,16 +107,13 @@ QUICK: Dict[str, Any] = {
     "speed": {"prompts": 1, "max_new_tokens": 4},
 }
 
+#: How the reports name each architecture.
+_MODEL_NAMES = {"decoder": "a decoder-only LM", "encoder": "a bidirectional encoder (BERT-style, a language-model head)"}
+
 METRICS = [
     {"key": "js", "label": "JS (nats)"},
     {"key": "kl", "label": "KL(gt‖attr) (nats)"},
 ]
-
-
-def architecture(config: Mapping[str, Any]) -> str:
-    r"""The model the prompts are written for, ``config["model"]["architecture"]``:
-    ``"decoder"`` (the default) or ``"encoder"`` (:data:`ARCHITECTURES`)."""
-    return str(config["model"].get("architecture", "decoder"))
 
 
 def load_decoder(config: Mapping[str, Any], seed: int, train: ToyText, valid: ToyText, verbose: bool

@@ -35,6 +35,13 @@ def score(scores: torch.Tensor, data: ToyText) -> Dict[str, Any]:
             "unscored": int((torch.isnan(js) & has_truth).sum())}
 
 
+def architecture(config: Mapping[str, Any]) -> str:
+    r"""The model the prompts are written for, ``config["model"]["architecture"]``:
+    ``"decoder"`` (the default) or ``"encoder"``
+    (:data:`benchmarks.tasks.toy_lm.ARCHITECTURES`)."""
+    return str(config["model"].get("architecture", "decoder"))
+
+
 def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: ToyText,
                 verbose: bool) -> Tuple[List[Dict[str, Any]], DiffMask]:
     r"""A DiffMask fitted on every layer at once (``diffmask_every_layer``), scored
@@ -168,7 +175,7 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
                       verbose: bool) -> Dict[str, Any]:
     r"""The first seed's DiffMask at every layer, speed per generated token and figures."""
 
-    decoder = config["model"].get("architecture", "decoder") == "decoder"  # an encoder generates nothing
+    decoder = architecture(config) == "decoder"  # an encoder generates nothing
     extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)} if decoder else {}
     extras["diffmask_layers"], dm = every_layer(config, model, train, valid, verbose)
     if config.get("figures", True):

@@ -14,7 +14,7 @@ from captum_diffmask.forward import model_device
 from captum_diffmask.methods import IntegratedGradients
 
 from ...progress import bar
-from ...records import median_seconds
+from ...records import median_seconds, synchronize
 from ..minilm.fitting import OnDevice
 from .loading import Bench
 
@@ -67,7 +67,7 @@ def _seconds_per_window(bench: Bench, batches: List[Tuple[Tensor, Tensor, Tensor
         with torch.no_grad():
             for ids, mask, types in batches:
                 bench.model(input_ids=ids, attention_mask=mask, token_type_ids=types)
-        _synchronize(ids.device)
+        synchronize(ids.device)
 
     seconds, _ = median_seconds(forward, repeats=5, budget_seconds=10.0)
     per_window = {"forward": seconds / n}
@@ -75,19 +75,12 @@ def _seconds_per_window(bench: Bench, batches: List[Tuple[Tensor, Tensor, Tensor
         def run_all(fn: Callable[[Tensor, Tensor, Tensor], Any] = fn) -> None:
             for ids, mask, types in batches:
                 fn(ids, mask, types)
-            _synchronize(ids.device)
+            synchronize(ids.device)
         # IG is timed once without a warm-up call: it is the costliest by far
         slow = label.startswith("IntegratedGradients")
         seconds, _ = median_seconds(run_all, repeats=1 if slow else 3, budget_seconds=5.0, warmup=not slow)
         per_window[label] = seconds / n
     return per_window
-
-
-def _synchronize(device: torch.device) -> None:
-    r"""Waits for ``device``'s queued work (a GPU's kernels run asynchronously),
-    so that a timer around a call counts all of it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _training(bench: Bench, fits: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
