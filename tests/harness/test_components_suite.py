@@ -177,16 +177,49 @@ def test_a_tiny_sst_run_counts_heads_per_block_for_both_masks(tmp_path):
     sst = results["sst"]
     assert sst["train_sentences"] == 32 and sst["eval_sentences"] == 8
     for name in ("DiffMask", "per-task mask"):
-        blocks = sst["methods"][name]["blocks"]
-        assert list(blocks) == [str(k) for k in range(1, sst["model"]["layers"] + 1)]
-        for row in blocks.values():
-            assert 0 <= row["heads_kept"] <= 12 and 0 <= row["agreement"] <= 1 and row["kl"] >= 0
+        result = sst["methods"][name]
+        # the joint mask (the part's default): one verdict, heads counted per block
+        assert result["joint"] and list(result["verdicts"]) == [0]
+        assert result["every_block_verdict"] == result["verdicts"][0]
+        assert list(result["blocks"]) == [str(k) for k in range(1, sst["model"]["layers"] + 1)]
+        for row in result["blocks"].values():
+            assert 0 <= row["heads_kept"] <= 12 and "agreement" not in row
+        assert 0 <= result["every_block_agreement"] <= 1 and result["every_block_kl"] >= 0
     assert sst["methods"]["per-task mask"]["refit_seconds"] > 0
     # the per-task mask is one mask: every sentence keeps as many heads
     assert all(row["heads_kept_std"] == 0 for row in sst["methods"]["per-task mask"]["blocks"].values())
     report = (tmp_path / "report.md").read_text()
-    assert "## SST MiniLM: heads per layer at unchanged prediction" in report and "Blocks whose fit settled" in report
+    assert "## SST MiniLM: heads per layer at unchanged prediction" in report and "Fits settled" in report
+    assert "one mask over every block's heads at once" in report
     assert (tmp_path / "figures" / "components-sst-heads.png").stat().st_size > 0
+
+
+def test_a_joint_masks_gates_are_counted_per_block_in_block_order():
+    from types import SimpleNamespace
+
+    from benchmarks.suites.components.sst_heads import _heads_per_block
+
+    # 3 blocks of 4 heads, every block's gates concatenated: sentence 0 keeps 2, 0, 4; sentence 1 keeps 1, 3, 0
+    gates = torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 0, 1, 1, 0, 1, 0, 0, 0, 0]]).float()
+    counts = _heads_per_block(SimpleNamespace(joint=True, num_layers=3), {0: (gates, None, None)})
+    assert {k: v.tolist() for k, v in counts.items()} == {1: [2, 1], 2: [0, 3], 3: [4, 0]}
+    blockwise = _heads_per_block(SimpleNamespace(joint=False), {1: (gates[:, :4], None, None)})
+    assert blockwise[1].tolist() == [2, 1]
+
+
+def test_the_sst_masks_take_the_parts_fit_options_and_the_per_task_lr():
+    from benchmarks.suites.components.sst_heads import fit_arguments
+    from benchmarks.suites.components.tracr import PER_TASK_LR
+
+    config = {"fit": {"joint": True, "lr": 1e-3, "score_gradient": True}, "max_steps": 50, "precision": "bfloat16"}
+    init, options = fit_arguments(config, 0.02, 3, per_task=False)
+    assert init == {"joint": True}
+    assert options["lr"] == 1e-3 and options["score_gradient"] and options["eps"] == 0.02 and options["seed"] == 3
+    assert options["max_steps"] == 50 and options["precision"] == "bfloat16"
+    init, options = fit_arguments(config, 0.02, 3, per_task=True)
+    assert init == {"joint": True} and options["lr"] == PER_TASK_LR and options["score_gradient"]
+    assert fit_arguments({}, 0.02, 3, per_task=False) == ({}, {"eps": 0.02, "seed": 3, "verbose": False,
+                                                                 "max_steps": None, "precision": "float32"})
 
 
 def test_the_whole_run_is_held_to_the_issue_minutes_by_mode():

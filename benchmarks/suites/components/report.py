@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from captum_diffmask.convergence import SETTLED
 
@@ -133,36 +133,49 @@ def idle_section(lines: Sequence[Mapping[str, Any]]) -> List[str]:
     ]
 
 
-def sst_section(sst: Mapping[str, Any], precision: str = "float32") -> List[str]:
+def sst_section(sst: Mapping[str, Any], config: Optional[Mapping[str, Any]] = None) -> List[str]:
+    r"""The SST part: heads kept per block and method, the verdicts, the cost
+    (``config``: the suite's ``sst`` settings the part ran with)."""
     out = ["## SST MiniLM: heads per layer at unchanged prediction", ""]
     if sst.get("skipped"):
         return out + [f"Skipped: {sst['skipped']}.", ""]
+    config = config or {}
     model = sst.get("model", {})
+    joint = any(result.get("joint") for result in sst["methods"].values())
+    how = ("one mask over every block's heads at once, one constraint on the output with all of them gated"
+           if joint else "each block's mask fitted with the others intact")
     out += [
         f"The sst suite's fine-tuned MiniLM ({model.get('layers', '?')} blocks of 12 heads, dev accuracy "
-        f"{fmt(model.get('dev_accuracy'), 1)} %). Both masks fitted on {sst['train_sentences']} train sentences "
-        f"with fit's defaults, the model's passes in {precision} and eps {fmt(sst['eps'], 3)} (the sst suite's), "
-        "closed heads replaced by learned "
-        f"baselines started at the mean head output; scored on {sst['eval_sentences']} dev sentences. Per block: "
-        "the heads kept (P > 0.5) per sentence, mean ± std over sentences; the share of sentences whose "
-        "prediction the block's kept heads keep; the mean KL; the fit's verdict. A conclusion rests on "
-        "blocks whose verdict is `converged` or `needed`.",
+        f"{fmt(model.get('dev_accuracy'), 1)} %). Both masks fitted on {sst['train_sentences']} train sentences: "
+        f"{how}; fit's defaults changed by `{dict(config.get('fit') or {})}` (the per-task mask's lr "
+        f"{PER_TASK_LR}), at most {config.get('max_steps', '-')} steps, the model's passes in "
+        f"{config.get('precision', 'float32')} and eps {fmt(sst['eps'], 3)} (the sst suite's); closed heads "
+        f"replaced by learned baselines started at the mean head output; scored on {sst['eval_sentences']} dev "
+        "sentences. Per block: the heads kept (P > 0.5) per sentence, mean ± std over sentences"
+        + ("" if joint else "; the share of sentences whose prediction the block's kept heads keep; the mean KL; "
+           "the fit's verdict")
+        + ". *All at once*: the model with every block's kept heads"
+        + (", and the joint fit's verdict" if joint else "")
+        + ". A conclusion rests on fits whose verdict is `converged` or `needed`.",
         "",
     ]
     rows = []
     for name, result in sst["methods"].items():
         for block, row in result["blocks"].items():
             rows.append([name, block, f"{fmt(row['heads_kept'], 2)} ± {fmt(row['heads_kept_std'], 2)}",
-                         f"{fmt(100 * row['agreement'], 1)} %", fmt(row["kl"]), row["verdict"]])
-        rows.append([name, "all at once", "-", f"{fmt(100 * result['every_block_agreement'], 1)} %",
-                     fmt(result["every_block_kl"]), "-"])
+                         f"{fmt(100 * row['agreement'], 1)} %" if "agreement" in row else "-",
+                         fmt(row["kl"]) if "kl" in row else "-", row.get("verdict", "-")])
+        total = sum(row["heads_kept"] for row in result["blocks"].values())
+        rows.append([name, "all at once", f"{fmt(total, 2)} in all", f"{fmt(100 * result['every_block_agreement'], 1)} %",
+                     fmt(result["every_block_kl"]), result.get("every_block_verdict", "-")])
     out += [table(["method", "block", "heads kept", "prediction kept", "KL", "verdict"], rows), ""]
-    verdicts = [row["verdict"] for result in sst["methods"].values() for row in result["blocks"].values()]
+    verdicts = [str(v) for result in sst["methods"].values() for v in result["verdicts"].values()]
     settled = sum(v in SETTLED for v in verdicts)
     caveat = ("." if settled == len(verdicts) else
               "; the others' counts describe the fits as they ended and support no conclusion about the heads "
               "the model needs.")
-    out += [f"Blocks whose fit settled ({', '.join(SETTLED)}): {settled} of {len(verdicts)}{caveat}", ""]
+    counted = "Fits settled" if joint else "Blocks whose fit settled"
+    out += [f"{counted} ({', '.join(SETTLED)}): {settled} of {len(verdicts)}{caveat}", ""]
     cost = [[name, fmt(r["fit_seconds"], 0), fmt(1e3 * r["attribute_seconds"], 2),
              fmt(r.get("refit_seconds"), 0) if "refit_seconds" in r else "-"] for name, r in sst["methods"].items()]
     out += ["Cost:", "", table(["method", "fit (s)", "attribution per sentence (ms)",
@@ -176,7 +189,7 @@ def sections(results: Mapping[str, Any]) -> List[str]:
     if "tracr" in results:
         lines += tracr_section(results["tracr"])
     if "sst" in results:
-        lines += sst_section(results["sst"], str(results.get("config", {}).get("sst", {}).get("precision", "float32")))
+        lines += sst_section(results["sst"], results.get("config", {}).get("sst"))
     return lines
 
 

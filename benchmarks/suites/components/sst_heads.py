@@ -7,14 +7,17 @@ The model is the sst suite's fine-tuned MiniLM (its cache; ``sst.model_from``:
 ``"full"`` or ``"quick"``, the configuration of the sst suite that trained it;
 ``sst.sst_suite``: changes to that configuration, e.g. a tiny model in tests).
 Both masks are fitted on ``train_sentences`` train sentences (spread evenly over
-those the sst suite fits DiffMask on) with fit's defaults, the sst suite's eps
+those the sst suite fits DiffMask on) with fit's defaults changed by ``fit`` (options that name a constructor
+argument, as ``joint``, go to the constructor; the per-task mask at the tracr
+part's lr), the sst suite's eps
 and the model's passes in ``precision``, closed heads replaced by their learned
-baselines (started at the mean head output); each block (layer k = block k) is fitted with the others intact. On
-``eval_sentences`` dev sentences, per block: the heads kept (P > 0.5) per
-sentence, the share of sentences whose prediction the block's kept heads keep,
-and the KL; with every block's kept heads at once too. The cost: fit seconds,
-attribution seconds per sentence, and the per-task mask refitted on one
-sentence.
+baselines (started at the mean head output). A joint mask (``joint``)
+gates every block at once under one constraint; otherwise each block (layer k =
+block k) is fitted with the others intact. On ``eval_sentences`` dev sentences,
+per block: the heads kept (P > 0.5) per sentence, and for block-wise masks the
+share of sentences whose prediction the block's kept heads keep and the KL;
+with every block's kept heads at once too. The cost: fit seconds, attribution
+seconds per sentence, and the per-task mask refitted on one sentence.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from captum_diffmask.objective import example_kl, log_probs
 from ...progress import log_to_stderr
 from ..minilm import loading as sst_loading
 from ..sst import settings as sst_settings
-from .tracr import every_block_forward, PER_TASK_LR, quiet_warnings
+from .tracr import CONSTRUCTOR_OPTIONS, every_block_forward, PER_TASK_LR, quiet_warnings
 
 #: The methods compared, and whether each is the per-task mask.
 MASKS = (("DiffMask", False), ("per-task mask", True))
@@ -85,11 +88,8 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
     ids, mask = evaluated.input_ids[:shown], evaluated.attention_mask[:shown]
     figure["tokens"] = [bench.tokenizer.convert_ids_to_tokens(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
     for name, per_task in masks:
-        explainer = DiffMask(bench.model, mode="heads", per_task=per_task)
-        options = {"eps": eps, "seed": seed, "verbose": False, "max_steps": config.get("max_steps"),
-                   "precision": config.get("precision", "float32")}
-        if per_task:
-            options["lr"] = PER_TASK_LR
+        init, options = fit_arguments(config, eps, seed, per_task)
+        explainer = DiffMask(bench.model, mode="heads", per_task=per_task, **init)
         start = time.perf_counter()
         with quiet_warnings():
             explainer.fit(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), **options)
@@ -97,7 +97,8 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
         result = score_heads(explainer, evaluated, batch_size)
         result["fit_seconds"] = fit_seconds
         if per_task:
-            result["refit_seconds"] = refit_seconds(bench.model, evaluated, options, int(config.get("refit_sentences", 1)))
+            result["refit_seconds"] = refit_seconds(bench.model, evaluated, init, options,
+                                                    int(config.get("refit_sentences", 1)))
         methods[name] = result
         if shown:
             figure["methods"][name] = explainer.attribute(ids, additional_forward_args=(mask,), layer=None).tolist()
@@ -106,6 +107,20 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
     return {"model": {k: v for k, v in bench.model_info.items() if k != "history"},
             "train_sentences": len(train), "eval_sentences": len(evaluated), "eps": eps, "methods": methods,
             "figure": figure}
+
+
+def fit_arguments(config: Mapping[str, Any], eps: float, seed: int,
+                  per_task: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    r"""The constructor's and fit's arguments of one mask: fit's defaults with
+    the part's eps, seed, cap and precision, then ``config["fit"]`` (its
+    constructor options apart); the per-task mask's lr is :data:`PER_TASK_LR`."""
+    changed = dict(config.get("fit") or {})
+    init = {key: changed.pop(key) for key in list(changed) if key in CONSTRUCTOR_OPTIONS}
+    options: Dict[str, Any] = {"eps": eps, "seed": seed, "verbose": False, "max_steps": config.get("max_steps"),
+                               "precision": config.get("precision", "float32"), **changed}
+    if per_task:
+        options["lr"] = PER_TASK_LR
+    return init, options
 
 
 def merge_sst(parts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -119,8 +134,9 @@ def merge_sst(parts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
 
 
 def score_heads(explainer: DiffMask, data: Any, batch_size: int) -> Dict[str, Any]:
-    r"""Per block: heads kept per sentence (mean, std), agreement, KL, verdict;
-    with every block's kept heads at once; attribution seconds per sentence."""
+    r"""Per block: heads kept per sentence (mean, std) and, for a block-wise
+    mask, agreement, KL and verdict; with every block's kept heads at once (a
+    joint mask's verdict there); attribution seconds per sentence."""
     kept: Dict[int, List[Tensor]] = {}
     agree: Dict[int, List[Tensor]] = {}
     kls: Dict[int, List[Tensor]] = {}
@@ -131,23 +147,40 @@ def score_heads(explainer: DiffMask, data: Any, batch_size: int) -> Dict[str, An
         seconds += time.perf_counter() - start
         with torch.no_grad():
             masked = explainer.masked_forward_layers(ids, (mask,))
-        for k, (gates, logits, original) in masked.items():
-            kept.setdefault(k, []).append(gates.sum(-1).float())
-            agree.setdefault(k, []).append((logits.argmax(-1) == original.argmax(-1)).float())
-            kls.setdefault(k, []).append(example_kl(log_probs(original), log_probs(logits)))
+        for k, heads in _heads_per_block(explainer, masked).items():
+            kept.setdefault(k, []).append(heads)
+        if not explainer.joint:
+            for k, (_, logits, original) in masked.items():
+                agree.setdefault(k, []).append((logits.argmax(-1) == original.argmax(-1)).float())
+                kls.setdefault(k, []).append(example_kl(log_probs(original), log_probs(logits)))
         same, kl = _every_block(explainer, ids, mask, masked)
         joint_agree.append(same)
         joint_kl.append(kl)
     blocks = {}
     for k in sorted(kept):
         heads = torch.cat(kept[k])
-        blocks[str(k)] = {"heads_kept": float(heads.mean()), "heads_kept_std": float(heads.std()),
-                          "agreement": float(torch.cat(agree[k]).mean()), "kl": float(torch.cat(kls[k]).mean()),
-                          "verdict": explainer.convergence.get(k, {}).get("status", "-")}
+        blocks[str(k)] = {"heads_kept": float(heads.mean()), "heads_kept_std": float(heads.std())}
+        if not explainer.joint:
+            blocks[str(k)].update({"agreement": float(torch.cat(agree[k]).mean()),
+                                   "kl": float(torch.cat(kls[k]).mean()),
+                                   "verdict": explainer.convergence.get(k, {}).get("status", "-")})
     count = len(torch.cat(joint_agree))
-    return {"blocks": blocks, "verdicts": {k: v["status"] for k, v in explainer.convergence.items()},
+    verdicts = {k: v["status"] for k, v in explainer.convergence.items()}
+    return {"blocks": blocks, "verdicts": verdicts, "joint": explainer.joint,
             "every_block_agreement": float(torch.cat(joint_agree).mean()),
-            "every_block_kl": float(torch.cat(joint_kl).mean()), "attribute_seconds": seconds / max(count, 1)}
+            "every_block_kl": float(torch.cat(joint_kl).mean()),
+            "every_block_verdict": verdicts.get(0, "-") if explainer.joint else "-",
+            "attribute_seconds": seconds / max(count, 1)}
+
+
+def _heads_per_block(explainer: DiffMask, masked: Mapping[int, Tuple[Tensor, Tensor, Tensor]]) -> Dict[int, Tensor]:
+    r"""Per block 1..L, the (B,) count of kept heads of each sentence (a joint
+    mask's gates are every block's, concatenated in block order)."""
+    if not explainer.joint:
+        return {k: gates.sum(-1).float() for k, (gates, _, _) in masked.items()}
+    gates = masked[0][0]
+    blocks = explainer.num_layers
+    return {k + 1: per_block.sum(-1).float() for k, per_block in enumerate(gates.reshape(gates.shape[0], blocks, -1).unbind(1))}
 
 
 def _every_block(explainer: DiffMask, ids: Tensor, mask: Tensor,
@@ -157,12 +190,15 @@ def _every_block(explainer: DiffMask, ids: Tensor, mask: Tensor,
     return (kept.argmax(-1) == original.argmax(-1)).float(), example_kl(log_probs(original), log_probs(kept))
 
 
-def refit_seconds(model: torch.nn.Module, data: Any, options: Mapping[str, Any], sentences: int) -> float:
-    r"""The per-task mask refitted on one sentence alone (its cost per input), mean over ``sentences``."""
+def refit_seconds(model: torch.nn.Module, data: Any, init: Mapping[str, Any], options: Mapping[str, Any],
+                  sentences: int) -> float:
+    r"""The per-task mask refitted on one sentence alone (its cost per input),
+    mean over ``sentences`` (``init``, ``options``: the constructor's and fit's
+    arguments)."""
     seconds = []
     for row in range(min(sentences, len(data))):
         one = data.subset(torch.tensor([row]))
-        explainer = DiffMask(model, mode="heads", per_task=True)
+        explainer = DiffMask(model, mode="heads", per_task=True, **init)
         start = time.perf_counter()
         with quiet_warnings():
             explainer.fit(one.loader(1, shuffle=False), **copy.deepcopy(dict(options)))
