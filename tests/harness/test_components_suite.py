@@ -194,6 +194,26 @@ def test_a_tiny_sst_run_counts_heads_per_block_for_both_masks(tmp_path):
     assert (tmp_path / "figures" / "components-sst-heads.png").stat().st_size > 0
 
 
+def test_the_sst_section_reads_block_wise_and_joint_results():
+    block_wise = {"blocks": {"1": {"heads_kept": 2.0, "heads_kept_std": 0.5, "agreement": 0.9, "kl": 0.01,
+                                   "verdict": "converged"},
+                             "2": {"heads_kept": 1.0, "heads_kept_std": 0.0, "agreement": 0.8, "kl": 0.03,
+                                   "verdict": "violated"}},
+                  "verdicts": {"1": "converged", "2": "violated"}, "every_block_agreement": 0.7,
+                  "every_block_kl": 0.05, "attribute_seconds": 0.01, "fit_seconds": 3.0}
+    joint = {"blocks": {"1": {"heads_kept": 0.0, "heads_kept_std": 0.0}, "2": {"heads_kept": 4.5, "heads_kept_std": 1.0}},
+             "verdicts": {"0": "converged"}, "joint": True, "every_block_agreement": 0.875, "every_block_kl": 0.021,
+             "every_block_verdict": "converged", "attribute_seconds": 0.01, "fit_seconds": 3.0}
+    sst = {"model": {"layers": 2}, "train_sentences": 8, "eval_sentences": 4, "eps": 0.02}
+    text = "\n".join(sst_section({**sst, "methods": {"DiffMask": block_wise}}, {"max_steps": 10}))
+    assert "| DiffMask | 2 | 1.00 ± 0.00 | 80.0 % | 0.030 | violated |" in text
+    assert "Blocks whose fit settled (converged, needed): 1 of 2" in text
+    text = "\n".join(sst_section({**sst, "methods": {"DiffMask": joint}}, {"fit": {"joint": True}}))
+    assert "| DiffMask | 2 | 4.50 ± 1.00 | - | - | - |" in text
+    assert "| DiffMask | all at once | 4.50 in all | 87.5 % | 0.021 | converged |" in text
+    assert "Fits settled (converged, needed): 1 of 1." in text and "one mask over every block's heads" in text
+
+
 def test_a_joint_masks_gates_are_counted_per_block_in_block_order():
     from types import SimpleNamespace
 

@@ -51,7 +51,7 @@ DEFAULTS: Dict[str, Any] = {
         "eps": None,  # None: the sst suite's DiffMask eps
         # both masks joint (one mask over every block's heads, one constraint on the
         # output with all of them gated), with the tracr part's variant's heads
-        # options. Block-wise fits with fit's defaults (report at commit 192d992)
+        # options. Block-wise fits with fit's defaults (the run at commit d8901f9)
         # settled 2 of 12 blocks in 800 steps a block: closing every head of one
         # block moves the KL to about eps, and each fit hovered at that bound. The
         # joint amortised fit, tried on 256 held-out train sentences, converged in

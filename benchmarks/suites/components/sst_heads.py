@@ -7,10 +7,10 @@ The model is the sst suite's fine-tuned MiniLM (its cache; ``sst.model_from``:
 ``"full"`` or ``"quick"``, the configuration of the sst suite that trained it;
 ``sst.sst_suite``: changes to that configuration, e.g. a tiny model in tests).
 Both masks are fitted on ``train_sentences`` train sentences (spread evenly over
-those the sst suite fits DiffMask on) with fit's defaults changed by ``fit`` (options that name a constructor
-argument, as ``joint``, go to the constructor; the per-task mask at the tracr
-part's lr), the sst suite's eps
-and the model's passes in ``precision``, closed heads replaced by their learned
+those the sst suite fits DiffMask on) with fit's defaults changed by ``fit``
+(options that name a constructor argument, as ``joint``, go to the
+constructor; the per-task mask at the tracr part's lr), the sst suite's eps and
+the model's passes in ``precision``, closed heads replaced by their learned
 baselines (started at the mean head output). A joint mask (``joint``)
 gates every block at once under one constraint; otherwise each block (layer k =
 block k) is fitted with the others intact. On ``eval_sentences`` dev sentences,
@@ -179,8 +179,8 @@ def _heads_per_block(explainer: DiffMask, masked: Mapping[int, Tuple[Tensor, Ten
     if not explainer.joint:
         return {k: gates.sum(-1).float() for k, (gates, _, _) in masked.items()}
     gates = masked[0][0]
-    blocks = explainer.num_layers
-    return {k + 1: per_block.sum(-1).float() for k, per_block in enumerate(gates.reshape(gates.shape[0], blocks, -1).unbind(1))}
+    per_block = gates.reshape(gates.shape[0], explainer.num_layers, -1).unbind(1)
+    return {k + 1: block.sum(-1).float() for k, block in enumerate(per_block)}
 
 
 def _every_block(explainer: DiffMask, ids: Tensor, mask: Tensor,
