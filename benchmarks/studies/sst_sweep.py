@@ -6,7 +6,7 @@ the suite's (:data:`benchmarks.suites.sst.DEFAULTS`, its DiffMask settings those
 the committed sweep files were written against: :data:`SWEEP_DIFFMASK`), for one
 or more seeds, and
 reports what the suite's targets are about: the share of tokens / states masked
-and the macro-F1 of the masked model per layer (on all of dev, or on train
+and the macro-F1 of the masked model per layer, each class's F1 beside it (on all of dev, or on train
 sentences the fit does not see with ``"score_on": "train"``), the spread of
 the attributions across seeds, and the validation sparsity after every epoch
 (does more training still help?). The fitting, the faithfulness and the
@@ -139,6 +139,7 @@ def run_one(
         epochs = sorted({h["epoch"] for h in history})
         last = last_rows(history)
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
+                      "class_f1": [round(f, 2) for f in r["class_f1"]],
                       "agreement": round(r["agreement"], 2), "kl": divergence[r["layer"]]["kl"],
                       **_fit_state(explainer.convergence.get(r["layer"]), last.get(r["layer"]))}
                      for r in scores["per_layer"]]
@@ -154,6 +155,7 @@ def run_one(
             "mean_masked": statistics.mean(r["masked"] for r in per_layer),
             "mean_f1": statistics.mean(r["f1"] for r in per_layer),
             "unmasked_f1": scores["unmasked"]["macro_f1"],
+            "unmasked_class_f1": [round(f, 2) for f in scores["unmasked"]["class_f1"]],
             "per_layer": per_layer,
             "valid_by_epoch": [
                 [e, statistics.mean(h["valid_l0"] for h in history if h["epoch"] == e),
@@ -281,18 +283,28 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
                     within += int(ok)
                 rows.append([r["layer"], f"**{r['status']}**", r.get("steps", ""), fmt(r.get("train_kl"), 4),
                              fmt(r.get("train_kl_deployed"), 4), f"{fmt(r['kl'], 4)} {'ok' if ok else 'over'}",
-                             f"{r['masked']:.1f}", f"{r['f1'] - seed['unmasked_f1']:+.2f}", f"{r['agreement']:.1f}"])
+                             f"{r['masked']:.1f}", f"{r['f1'] - seed['unmasked_f1']:+.2f}",
+                             class_f1_change(r, seed), f"{r['agreement']:.1f}"])
             lines += [f"Seed {seed['seed']}: {seed['steps']} steps in {seed['fit_seconds'] / 60:.1f} min "
                       f"({seed['step_seconds']:.2f} s a step, {seed['step_over_forward']:.1f}x one forward pass of a "
                       f"batch), peak resident memory {seed['peak_rss_gb']:.2f} GB; unmasked macro-F1 "
                       f"{seed['unmasked_f1']:.2f}.", "",
                       table(["layer", "verdict", "steps", "train KL (sampled)", "train KL (deployed)",
-                             f"held-out KL (<= {suite.HELD_OUT_MARGIN * eps:g})", "masked %", "macro-F1 change", "same prediction %"],
+                             f"held-out KL (<= {suite.HELD_OUT_MARGIN * eps:g})", "masked %", "macro-F1 change",
+                             "F1 change per class (-- / - / 0 / + / ++)", "same prediction %"],
                             rows), ""]
     lines[4:4] = [f"**{settled} of {probes} probes** ended with a verdict (converged, or needed: every gate open "
                   f"because closing the least-needed positions breaks the constraint); {within} of those keep the "
                   "deterministic read-out's held-out KL within eps x 1.25.", ""]
     return "\n".join(lines)
+
+
+def class_f1_change(row: Mapping[str, Any], seed: Mapping[str, Any]) -> str:
+    r"""A layer's F1 change per class (SST's five, very negative first), or
+    ``-`` for a record written before the classes were scored."""
+    if "class_f1" not in row or "unmasked_class_f1" not in seed:
+        return "-"
+    return " / ".join(f"{f - u:+.1f}" for f, u in zip(row["class_f1"], seed["unmasked_class_f1"]))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -169,6 +169,9 @@ def test_macro_f1_matches_sklearn():
         predictions = torch.randint(0, 5 if trial % 2 else 3, (n,), generator=generator)
         expected = metrics.f1_score(labels.numpy(), predictions.numpy(), labels=list(range(5)), average="macro", zero_division=0)
         assert sst_bert.macro_f1(predictions, labels) == pytest.approx(expected, abs=1e-12)
+        per_class = metrics.f1_score(labels.numpy(), predictions.numpy(), labels=list(range(5)), average=None,
+                                     zero_division=0)
+        assert sst_bert.class_f1(predictions, labels).tolist() == pytest.approx(list(per_class), abs=1e-12)
     # a class absent from both (4) counts as 0 and stays in the mean; sklearn's
     # default (labels=None) would average over the 4 present classes instead
     labels, predictions = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 2, 3])

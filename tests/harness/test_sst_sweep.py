@@ -59,6 +59,10 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             layers = seed["per_layer"]
             assert [r["layer"] for r in layers] == list(range(len(layers))) and len(layers) >= 2
             assert all(0.0 <= r["masked"] <= 100.0 and 0.0 <= r["f1"] <= 100.0 for r in layers)
+            # macro-F1 is the mean of the five classes' F1 (each rounded to 0.01)
+            assert all(len(r["class_f1"]) == 5 and r["f1"] == pytest.approx(sum(r["class_f1"]) / 5, abs=0.01)
+                       for r in layers)
+            assert seed["unmasked_f1"] == pytest.approx(sum(seed["unmasked_class_f1"]) / 5, abs=0.01)
             assert seed["mean_masked"] == pytest.approx(sum(r["masked"] for r in layers) / len(layers))
             assert [row[0] for row in seed["valid_by_epoch"]] == list(range(1, epochs + 1))
             assert seed["steps_per_layer"] > 0
@@ -145,6 +149,12 @@ def test_committed_sweeps_name_known_options(path):
         sst_sweep.sweep_config(spec.get("base"), run)  # raises on a bad mode
         unknown = set(run.get("diffmask", {})) - known
         assert not unknown, (run["name"], unknown)
+
+
+def test_the_class_f1_change_is_each_class_against_the_unmasked_model():
+    row, seed = {"class_f1": [10.0, 20.0, 30.0, 40.0, 50.0]}, {"unmasked_class_f1": [12.5, 20.0, 29.0, 40.0, 55.0]}
+    assert sst_sweep.class_f1_change(row, seed) == "-2.5 / +0.0 / +1.0 / +0.0 / -5.0"
+    assert sst_sweep.class_f1_change({}, seed) == "-"  # a record from before the classes were scored
 
 
 def test_splits_on_train_never_fit_validate_and_score_the_same_sentence(monkeypatch):

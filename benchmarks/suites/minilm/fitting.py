@@ -22,10 +22,13 @@ from benchmarks.tasks.sst_bert import EncodedSST
 from ...progress import bar
 
 
-def macro_f1_and_accuracy(predictions: Tensor, labels: Tensor) -> Dict[str, float]:
-    r"""Macro-F1 over the five classes and accuracy of ``predictions``, in percent."""
-    return {"macro_f1": 100.0 * sst_bert.macro_f1(predictions, labels, len(LABEL_NAMES)),
-            "accuracy": 100.0 * float((predictions == labels).float().mean())}
+def macro_f1_and_accuracy(predictions: Tensor, labels: Tensor) -> Dict[str, Any]:
+    r"""Macro-F1 over the five classes, accuracy and each class's F1 (a list in
+    :data:`LABEL_NAMES`' order) of ``predictions``, in percent."""
+    per_class = sst_bert.class_f1(predictions, labels, len(LABEL_NAMES))
+    return {"macro_f1": 100.0 * float(per_class.mean()),
+            "accuracy": 100.0 * float((predictions == labels).float().mean()),
+            "class_f1": [100.0 * float(f) for f in per_class]}
 
 
 class OnDevice:

@@ -14,7 +14,7 @@ with all-MiniLM-L6-v2 in place of BERT-base).
   :func:`pos_tags` gives every SST word its universal part of speech (the ``pos``
   extra), :func:`character_pos_tags` every character of free text.
 - Training and scoring: :func:`fine_tune` (AdamW, linear warm-up and decay, the
-  epoch with the best dev macro-F1 kept), :func:`evaluate`, :func:`macro_f1`.
+  epoch with the best dev macro-F1 kept), :func:`evaluate`, :func:`macro_f1`, :func:`class_f1`.
 - The attention baseline of the paper's per-layer figures:
   :func:`attention_attributions`.
 
@@ -37,7 +37,7 @@ from .words import (  # noqa: F401
     word_pooling,
 )
 from .scoring import (  # noqa: F401
-    macro_f1, evaluate, output_logits,
+    class_f1, macro_f1, evaluate, output_logits,
 )
 from .training import (  # noqa: F401
     fine_tune, bert_adamw, warmup_then_decay,
@@ -59,6 +59,7 @@ __all__ = [
     "EncodedBatches",
     "encode_sst",
     "word_pooling",
+    "class_f1",
     "macro_f1",
     "evaluate",
     "output_logits",

@@ -15,7 +15,7 @@ from .encoding import EncodedSST
 def macro_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> float:
     r"""
     Macro-averaged F1: the mean over **all** ``num_classes`` classes of
-    ``F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c)``.
+    :func:`class_f1`.
 
     A class with no gold and no predicted example has an undefined F1 (0 / 0);
     it counts as 0 and stays in the mean, as in scikit-learn's
@@ -33,6 +33,21 @@ def macro_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> float
     Returns:
         *float* in [0, 1].
     """
+    return float(class_f1(predictions, labels, num_classes).mean())
+
+
+def class_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> Tensor:
+    r"""
+    Each class's ``F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c)`` (0 where a class has
+    no gold and no predicted example).
+
+    Args:
+
+        predictions, labels, num_classes: as :func:`macro_f1`.
+
+    Returns:
+        *Tensor* (num_classes,) float64 in [0, 1].
+    """
     predictions, labels = torch.as_tensor(predictions).long().flatten(), torch.as_tensor(labels).long().flatten()
     if predictions.shape != labels.shape:
         raise ValueError(f"predictions and labels must have the same length, got {len(predictions)} and {len(labels)}")
@@ -44,8 +59,7 @@ def macro_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> float
     fp = confusion.sum(0) - tp
     fn = confusion.sum(1) - tp
     denominator = 2 * tp + fp + fn
-    f1 = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
-    return float(f1.mean())
+    return torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
 
 
 @torch.no_grad()
