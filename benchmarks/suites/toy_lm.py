@@ -305,11 +305,14 @@ def checks(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[Dict[s
 
 
 def notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
+    padding = ("the decoder's positions are counted over real tokens, so padding changes nothing"
+               if architecture(config) == "decoder" else
+               "the encoder's absolute positions shift with the padding, as they did in its training (every prompt "
+               "ends at the last column)")
     out = [
         "Prompts `<n> <m> : x ->` are left-padded; every method reads the next-token distribution at the last "
-        "position (`output='last'`) and " + ("the decoder's positions are counted over real tokens, so padding "
-        "changes nothing" if architecture(config) == "decoder" else "the encoder's absolute positions shift with "
-        "the padding, as they did in its training (every prompt ends at the last column)") + ". Scores are compared with the ground truth on the digits of x only: the query, ':' and '->' carry "
+        f"position (`output='last'`) and {padding}. Scores are compared with the ground truth on the digits of x "
+        "only: the query, ':' and '->' carry "
         "the question and the answer's reading position, and are left out (the GRU's query is a separate input).",
         "Exact erasure is not run: a prompt has up to 14 positions at hidden.k, 2^14 subsets each.",
         f"{architecture(config).capitalize()}s of {config['model']['layers']} blocks, {config['model']['hidden']} wide, "

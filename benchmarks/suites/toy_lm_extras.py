@@ -176,7 +176,9 @@ def first_seed_extras(config: Mapping[str, Any], model: Any, train: ToyText, val
     r"""The first seed's DiffMask at every layer, speed per generated token and figures."""
 
     decoder = architecture(config) == "decoder"  # an encoder generates nothing
-    extras: Dict[str, Any] = {"generation_speed": generation_speed(config, model, valid, prepared, verbose)} if decoder else {}
+    extras: Dict[str, Any] = {}
+    if decoder:
+        extras["generation_speed"] = generation_speed(config, model, valid, prepared, verbose)
     extras["diffmask_layers"], dm = every_layer(config, model, train, valid, verbose)
     if config.get("figures", True):
         figure_dir = out_dir / "figures"
