@@ -9,7 +9,9 @@ Hidden mode: one network reads ``hidden.k`` and gates ``hidden.k`` itself.
 
 Both probes keep their networks in one :class:`GateNetworks`, which evaluates any
 subset of them in one batched call (a batched matrix product over the stacked
-weights) instead of one small network after the other.
+weights) instead of one small network after the other; networks that read the
+same features (input mode's votes of every depth on one ``hidden.j``) share one
+standardised copy of them and one matrix product.
 """
 
 from __future__ import annotations
@@ -81,7 +83,11 @@ class GateNetworks(nn.Module):
     is a few large kernels instead of a dozen small ones per network. Networks of
     different input sizes share the call by zero-padding features and first-layer
     weights to the largest size; the padded weight rows are zeros that are not
-    parameters, so they leave the weight norm and the gradients unchanged.
+    parameters, so they leave the weight norm and the gradients unchanged. Networks
+    given the same feature tensors with the same standardisation (input mode's
+    votes of every depth, :meth:`InputGateProbe.every_depth`) are evaluated on one
+    standardised copy with one product instead: copying and standardising the
+    features once per network cost more than the networks themselves.
 
     Each network's parameters stay separate leaf tensors (stacked on the fly, a
     copy of a few MB at most): a network that is not evaluated then has no gradient
@@ -200,7 +206,8 @@ class GateNetworks(nn.Module):
 
     def forward(self, features: Sequence[FeatureParts], networks: Optional[Sequence[int]] = None) -> Tensor:
         r"""
-        Evaluates the networks ``networks`` on their features, in one batched call.
+        Evaluates the networks ``networks`` on their features, in one batched call
+        (or one product per group of networks that read the same tensors).
 
         Args:
 
@@ -223,6 +230,65 @@ class GateNetworks(nn.Module):
             raise ValueError(f"features: expected one entry per network, got {len(features)} for {len(networks)}")
         first = features[0][0] if isinstance(features[0], (list, tuple)) else features[0]
         lead = first.shape[:-1]
+        groups = self._shared_feature_groups(features, networks)
+        if len(groups) < len(networks):
+            return self._grouped(features, networks, groups).reshape(*lead, len(networks))
+        return self._batched(features, networks).t().reshape(*lead, len(networks))
+
+    def _shared_feature_groups(self, features: Sequence[FeatureParts], networks: Sequence[int]) -> List[List[int]]:
+        r"""The positions of ``networks`` grouped by the features they read: the
+        same tensors (by identity) and the same standardisation, as the votes of
+        every depth that read one ``hidden.j`` (:meth:`InputGateProbe.every_depth`)."""
+        groups: dict = {}
+        for position, (parts, j) in enumerate(zip(features, networks)):
+            key = tuple(id(t) for t in (parts if isinstance(parts, (list, tuple)) else [parts]))
+            members = groups.setdefault(key, [[]])
+            for group in members:  # the same tensors, but a standardisation of its own: a group apart
+                if not group or self._same_standardisation(networks[group[0]], j):
+                    group.append(position)
+                    break
+            else:
+                members.append([position])
+        return [group for members in groups.values() for group in members]
+
+    def _same_standardisation(self, a: int, b: int) -> bool:
+        return (self.in_sizes[a] == self.in_sizes[b] and torch.equal(self.feature_mean[a], self.feature_mean[b])
+                and torch.equal(self.feature_std[a], self.feature_std[b]))
+
+    def _grouped(self, features: Sequence[FeatureParts], networks: Sequence[int], groups: List[List[int]]) -> Tensor:
+        r"""(M, n) logits, the networks of each group evaluated on one standardised
+        copy of their shared features with one matrix product: the features are
+        neither copied nor standardised once per network."""
+        columns, order = [], []
+        for group in groups:
+            nets = [networks[i] for i in group]
+            size = self.in_sizes[nets[0]]
+            x, fresh = self._stacked_features([features[group[0]]], nets[:1], size)
+            x = x[0]  # (M, size)
+            mean, std = self.feature_mean[nets[0], :size], self.feature_std[nets[0], :size]
+            x = x.sub_(mean).div_(std) if fresh else (x - mean) / std
+            columns.append(self._shared_input_logits(x, nets))
+            order.extend(group)
+        logits = torch.cat(columns, dim=1)
+        inverse = torch.empty(len(order), dtype=torch.long, device=logits.device)
+        inverse[torch.tensor(order, device=logits.device)] = torch.arange(len(order), device=logits.device)
+        return logits[:, inverse]
+
+    def _shared_input_logits(self, x: Tensor, networks: Sequence[int]) -> Tensor:
+        r"""(M, n) logits of ``networks`` (one input size) on the same standardised
+        (M, size) features: the first layers of all of them as one (M, size) x
+        (size, n * hidden) product."""
+        n, hidden = len(networks), self.hidden_features
+        v1 = _stack([self.nets[j].direction1 for j in networks]).view(n * hidden, x.shape[-1])
+        w1 = torch._weight_norm(v1, self._stacked(networks, "gain1").view(n * hidden, 1), 0)
+        h = torch.tanh(torch.addmm(self._stacked(networks, "bias1").view(n * hidden), x, w1.t())).view(-1, n, hidden)
+        w2 = torch._weight_norm(self._stacked(networks, "direction2"), self._stacked(networks, "gain2").view(n, 1), 0)
+        out = torch.einsum("mnh,nh->mn", h, w2) + self._stacked(networks, "bias2")
+        return self.max_activation * torch.tanh(out) + self._stacked(networks, "bias")
+
+    def _batched(self, features: Sequence[FeatureParts], networks: Sequence[int]) -> Tensor:
+        r"""(n, M) logits, each network on its own features, in batched products
+        over the networks stacked (zero-padded to the widest)."""
         width = max(self.in_sizes[j] for j in networks)
         x, fresh = self._stacked_features(features, networks, width)  # (n, M, width)
         mean, std = self._rows(self.feature_mean, networks, width), self._rows(self.feature_std, networks, width)
@@ -243,8 +309,7 @@ class GateNetworks(nn.Module):
         # product with a single output column, h @ w2, is ten times slower.
         out = torch.baddbmm(self._stacked(networks, "bias2")[:, None, None], w2.unsqueeze(1), h.transpose(1, 2))
         out = out.squeeze(1)  # (n, M)
-        logits = self.max_activation * torch.tanh(out) + self._stacked(networks, "bias").unsqueeze(1)  # (n, M)
-        return logits.t().reshape(*lead, len(networks))
+        return self.max_activation * torch.tanh(out) + self._stacked(networks, "bias").unsqueeze(1)  # (n, M)
 
     def _padded_direction(self, network: int, width: int) -> Tensor:
         direction = self.nets[network].direction1

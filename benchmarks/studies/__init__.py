@@ -13,6 +13,9 @@ under ``docs/results/``.
 - ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.
 - ``model_zoo``: DiffMask on every architecture of transformers' mappings.
 - ``first_explanation``: the README's first explanation, timed step by step.
+- ``stacking_speed`` and ``attribution_speed`` (their shared set-up in ``sst_study``):
+  a fit step with the layers' masked passes stacked, and the attribution at every
+  layer, against one forward pass, on the sst suite's MiniLM.
 - ``peer_agreement`` (with ``peer_ferret`` and ``peer_inseq``, run in the peers' own
   environment): our ERASER metrics against ferret's, our Integrated Gradients
   against inseq's, on the same inputs.

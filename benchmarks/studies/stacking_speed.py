@@ -17,21 +17,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import copy
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
-from ..records import environment, to_jsonable
 from ..report import fmt_ratio, fmt_seconds, table
-from ..runner import limit_onednn_cache, merge
 from ..suites.minilm.loading import load_bench
-from ..suites.sst import DEFAULTS
 from ..suites.sst.speed import fit_step_seconds, STACK_CHOICES
+from .sst_study import run_study
 
 
 def measure(config: Mapping[str, Any], steps: int, rounds: int, verbose: bool = False) -> Dict[str, Any]:
@@ -95,17 +90,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
-    limit_onednn_cache()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    config = merge(copy.deepcopy(DEFAULTS), json.loads(args.overrides))
-    result = {**measure(config, args.steps, args.rounds), "environment": environment()}
-    command = "python -m benchmarks.studies.stacking_speed " + " ".join(argv if argv is not None else sys.argv[1:])
-    out = Path(args.markdown)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown(result, command), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps(to_jsonable(result), indent=1), encoding="utf-8")
-    return 0
+    return run_study("benchmarks.studies.stacking_speed", argv, args.markdown, args.threads, args.overrides,
+                     lambda config: measure(config, args.steps, args.rounds), markdown)
 
 
 if __name__ == "__main__":

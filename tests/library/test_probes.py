@@ -256,3 +256,32 @@ def test_features_are_left_alone_and_receive_their_gradients():
     a, b = torch.randn(3, 5, 60), torch.randn(3, 5, 6)
     with torch.no_grad():
         torch.testing.assert_close(networks([(a, b)], [0]), networks([torch.cat([a, b], -1)], [0]), atol=0, rtol=0)
+
+
+def test_networks_reading_the_same_features_are_evaluated_on_one_copy():
+    # The votes of every depth that read one hidden.j: one standardised copy of the
+    # features, one product; a network with the same tensor but a standardisation
+    # of its own is evaluated apart. Values and gradients as each network alone.
+    torch.manual_seed(0)
+    networks = GateNetworks([12, 12, 12, 12], 8)
+    mask = torch.ones(3, 5)
+    shared = torch.randn(3, 5, 12) * 3 + 2
+    networks.standardize([0, 1, 2], shared, mask)
+    networks.standardize(3, shared * 2, mask)
+    with torch.no_grad():
+        for net in networks.nets:
+            net.gain2.fill_(2.0)
+            net.bias2.normal_()
+    feature = _features([12])[0]
+    order = [2, 0, 3, 1]
+    assert networks._shared_feature_groups([feature] * 4, order) == [[0, 1, 3], [2]]
+    together = networks([feature] * 4, order)
+    assert together.shape == (3, 5, 4) and together.std() > 0.5
+    for position, j in enumerate(order):
+        torch.testing.assert_close(together[..., position], _reference(networks, j, feature), **LOGITS)
+    together.pow(2).sum().backward()
+    grouped = [net.direction1.grad.clone() for net in networks.nets]
+    networks.zero_grad()
+    sum(networks([feature], [j]).pow(2).sum() for j in order).backward()
+    for j, net in enumerate(networks.nets):
+        torch.testing.assert_close(grouped[j], net.direction1.grad, atol=1e-5, rtol=1e-4)

@@ -113,3 +113,6 @@ PAPER = {"input_masked": 46.3, "hidden_masked": 67.6, "input_f1": 38.3, "hidden_
 #: across seeds, and the least masked share (that of the earlier recipe,
 #: ``LEGACY_FIT`` with per-layer multiplier rates: 25.8 % and 48.2 %).
 STABILITY_TARGETS = {"input": (0.10, 25.8), "hidden": (0.06, 48.2)}
+#: The attribution targets: DiffMask at every layer at most this many forward
+#: passes, and at least this many times faster than IG with 50 steps.
+ATTRIBUTION_RATIO_MAX, IG_SPEEDUP_MIN = 1.5, 50

@@ -72,7 +72,7 @@ def measure_speed(
     batches = list(data.subset(torch.arange(n)).batches(int(options.get("batch_size", 32)), sort_by_length=True))
     ig_steps = int(options.get("ig_steps", 50))
     timed = _timed_methods(explainers, prepared, ig_steps, bench.layers)
-    per_sentence = _seconds_per_sentence(bench.model, batches, n, timed, verbose)
+    per_sentence = seconds_per_sentence(bench.model, batches, n, timed, verbose)
     ratios = {k: v / per_sentence["forward"] for k, v in per_sentence.items()}
     finetune = time_finetune_steps(bench.model, train, int(config["diffmask"].get("batch_size", 64)),
                                    int(options.get("finetune_batches", 12)), seed)
@@ -158,7 +158,7 @@ def _timed_methods(
     return timed
 
 
-def _seconds_per_sentence(
+def seconds_per_sentence(
     model: nn.Module, batches: List[Tuple[Tensor, ...]], n: int, timed: Mapping[str, Callable[[Tensor, Tensor], Any]],
     verbose: bool,
 ) -> Dict[str, float]:
