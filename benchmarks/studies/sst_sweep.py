@@ -140,7 +140,7 @@ def run_one(
         last = last_rows(history)
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
                       "class_f1": [round(f, 2) for f in r["class_f1"]],
-                      "agreement": round(r["agreement"], 2), "kl": divergence[r["layer"]]["kl"],
+                      "agreement": round(r["agreement"], 2), "changed": r["changed"], "kl": divergence[r["layer"]]["kl"],
                       **_fit_state(explainer.convergence.get(r["layer"]), last.get(r["layer"]))}
                      for r in scores["per_layer"]]
         per_seed.append({
@@ -156,6 +156,7 @@ def run_one(
             "mean_f1": statistics.mean(r["f1"] for r in per_layer),
             "unmasked_f1": scores["unmasked"]["macro_f1"],
             "unmasked_class_f1": [round(f, 2) for f in scores["unmasked"]["class_f1"]],
+            "unmasked_median_top2_gap": scores["unmasked"]["median_top2_gap"],
             "per_layer": per_layer,
             "valid_by_epoch": [
                 [e, statistics.mean(h["valid_l0"] for h in history if h["epoch"] == e),
@@ -284,19 +285,36 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
                 rows.append([r["layer"], f"**{r['status']}**", r.get("steps", ""), fmt(r.get("train_kl"), 4),
                              fmt(r.get("train_kl_deployed"), 4), f"{fmt(r['kl'], 4)} {'ok' if ok else 'over'}",
                              f"{r['masked']:.1f}", f"{r['f1'] - seed['unmasked_f1']:+.2f}",
-                             class_f1_change(r, seed), f"{r['agreement']:.1f}"])
+                             class_f1_change(r, seed), f"{r['agreement']:.1f}", changed_summary(r)])
             lines += [f"Seed {seed['seed']}: {seed['steps']} steps in {seed['fit_seconds'] / 60:.1f} min "
                       f"({seed['step_seconds']:.2f} s a step, {seed['step_over_forward']:.1f}x one forward pass of a "
                       f"batch), peak resident memory {seed['peak_rss_gb']:.2f} GB; unmasked macro-F1 "
-                      f"{seed['unmasked_f1']:.2f}.", "",
+                      f"{seed['unmasked_f1']:.2f}{gap_note(seed)}.", "",
                       table(["layer", "verdict", "steps", "train KL (sampled)", "train KL (deployed)",
                              f"held-out KL (<= {suite.HELD_OUT_MARGIN * eps:g})", "masked %", "macro-F1 change",
-                             "F1 change per class (-- / - / 0 / + / ++)", "same prediction %"],
+                             "F1 change per class (-- / - / 0 / + / ++)", "same prediction %",
+                             "changed: median top-2 gap, % toward a more predicted class"],
                             rows), ""]
     lines[4:4] = [f"**{settled} of {probes} probes** ended with a verdict (converged, or needed: every gate open "
                   f"because closing the least-needed positions breaks the constraint); {within} of those keep the "
                   "deterministic read-out's held-out KL within eps x 1.25.", ""]
     return "\n".join(lines)
+
+
+def changed_summary(row: Mapping[str, Any]) -> str:
+    r"""A layer's changed predictions: the median unmasked top-2 probability gap
+    of those sentences and the share that moved to a class the model predicts
+    more often; ``-`` when none changed or the record predates the measurement."""
+    changed = row.get("changed")
+    if not changed or not changed["count"]:
+        return "-"
+    return f"{changed['median_top2_gap']:.3f}, {changed['toward_more_predicted']:.0f} %"
+
+
+def gap_note(seed: Mapping[str, Any]) -> str:
+    r"""``, median top-2 gap G`` of the unmasked predictions, when recorded."""
+    gap = seed.get("unmasked_median_top2_gap")
+    return "" if gap is None else f", median top-2 probability gap {gap:.3f}"
 
 
 def class_f1_change(row: Mapping[str, Any], seed: Mapping[str, Any]) -> str:

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.studies import sst_sweep
 from benchmarks.suites import sst as suite
-from benchmarks.suites.minilm.fitting import SUITE_KEYS
+from benchmarks.suites.minilm.fitting import changed_predictions, SUITE_KEYS, top2_gap
 from captum_diffmask import DiffMask
 from captum_diffmask.convergence import STATUSES
 from tiny_models import needs_sst
@@ -63,6 +64,10 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             assert all(len(r["class_f1"]) == 5 and r["f1"] == pytest.approx(sum(r["class_f1"]) / 5, abs=0.01)
                        for r in layers)
             assert seed["unmasked_f1"] == pytest.approx(sum(seed["unmasked_class_f1"]) / 5, abs=0.01)
+            assert 0.0 <= seed["unmasked_median_top2_gap"] <= 1.0
+            # the changed predictions are those the agreement does not count
+            for r in layers:
+                assert r["changed"]["count"] == round((100.0 - r["agreement"]) / 100.0 * result["scored_sentences"])
             assert seed["mean_masked"] == pytest.approx(sum(r["masked"] for r in layers) / len(layers))
             assert [row[0] for row in seed["valid_by_epoch"]] == list(range(1, epochs + 1))
             assert seed["steps_per_layer"] > 0
@@ -173,3 +178,18 @@ def test_splits_on_train_never_fit_validate_and_score_the_same_sentence(monkeypa
     assert fit_dev == train and len(scored_dev) == 20 and len(valid_dev) == 8  # the committed sweeps' split
     with pytest.raises(ValueError, match="score_on must be"):
         sst_sweep._splits({"score_on": "test"}, config, train, dev, None, 16)
+
+
+def test_changed_predictions_say_how_near_a_tie_they_were_and_where_they_went():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.45, 0.45], [0.2, 0.2, 0.6]]))
+    torch.testing.assert_close(top2_gap(logits), torch.tensor([0.2, 0.0, 0.4]), atol=1e-6, rtol=0)
+    plain = torch.tensor([0, 0, 0, 1, 2, 1])  # class 0 predicted most, then 1, then 2
+    masked = torch.tensor([0, 1, 0, 0, 1, 1])  # 0 -> 1 (to a rarer class), 1 -> 0 and 2 -> 1 (to more common ones)
+    gap = torch.tensor([0.5, 0.1, 0.5, 0.02, 0.04, 0.5])
+    changed = changed_predictions(plain, masked, gap)
+    assert changed["count"] == 3 and changed["median_top2_gap"] == pytest.approx(0.04)
+    assert changed["toward_more_predicted"] == pytest.approx(200 / 3)
+    assert changed_predictions(plain, plain, gap) == {"count": 0, "median_top2_gap": None, "toward_more_predicted": None}
+    row = {"changed": changed}
+    assert sst_sweep.changed_summary(row) == "0.040, 67 %"
+    assert sst_sweep.changed_summary({}) == "-" and sst_sweep.changed_summary({"changed": {"count": 0}}) == "-"

@@ -115,14 +115,50 @@ def _feasible(history: List[Dict[str, Any]], epoch: Optional[int], options: Mapp
     return bool(rows) and all(h["valid_kl"] <= bound and h["valid_agreement"] >= options.get("agreement_valid", 0.0) for h in rows)
 
 
+def top2_gap(logits: Tensor) -> Tensor:
+    r"""(B,) the gap between the two largest class probabilities of (B, C) logits:
+    how far each prediction is from a tie."""
+    top = torch.softmax(logits.float(), -1).topk(2, dim=-1).values
+    return top[:, 0] - top[:, 1]
+
+
+def changed_predictions(plain: Tensor, masked: Tensor, gap: Tensor) -> Dict[str, Any]:
+    r"""
+    The sentences whose prediction the gates change: how many, how near a tie
+    they were, and where they go.
+
+    Args:
+
+        plain (Tensor): (N,) the unmasked predictions.
+        masked (Tensor): (N,) the predictions under the gates.
+        gap (Tensor): (N,) the unmasked top-2 probability gap (:func:`top2_gap`).
+
+    Returns:
+        *dict* with ``count``; ``median_top2_gap`` of the changed sentences and
+        ``toward_more_predicted``, the percentage of them whose new class the
+        unmasked model predicts more often than their old one (both None when
+        none changed).
+    """
+    changed = plain != masked
+    count = int(changed.sum())
+    if count == 0:
+        return {"count": 0, "median_top2_gap": None, "toward_more_predicted": None}
+    frequency = torch.bincount(plain, minlength=int(max(plain.max(), masked.max())) + 1)
+    toward = frequency[masked[changed]] > frequency[plain[changed]]
+    return {"count": count, "median_top2_gap": float(gap[changed].median()),
+            "toward_more_predicted": 100.0 * float(toward.float().mean())}
+
+
 def faithfulness(
     explainer: DiffMask, data: EncodedSST, batch_size: int, verbose: bool, rule: str = "threshold"
 ) -> Dict[str, Any]:
     r"""Per layer: macro-F1 / accuracy of the model under DiffMask's deterministic
     gates (``rule``, as :meth:`DiffMask.masked_forward`: ``"threshold"``, the
-    suite's, or ``"louizos"``), the share of real positions masked (gate 0), and
-    the agreement with the unmasked prediction, at each fitted layer (every
-    layer, for the suites' fits). Batches go to the model's device."""
+    suite's, or ``"louizos"``), the share of real positions masked (gate 0), the
+    agreement with the unmasked prediction and the changed predictions
+    (:func:`changed_predictions`), at each fitted layer (every layer, for the
+    suites' fits); unmasked, the median top-2 probability gap beside the scores.
+    Batches go to the model's device."""
     device = model_device(explainer.model)
     layers = sorted(explainer.fitted_layers)
     lengths = data.attention_mask.sum(1)
@@ -130,6 +166,7 @@ def faithfulness(
     masked_pred = {k: torch.zeros(len(data), dtype=torch.long) for k in layers}
     kept = {k: 0.0 for k in layers}
     plain = torch.zeros(len(data), dtype=torch.long)
+    gap = torch.zeros(len(data))
     for start in bar(range(0, len(data), batch_size), verbose, desc=f"faithfulness {explainer.mode}"):
         rows = order[start : start + batch_size]
         longest = int(lengths[rows].max())
@@ -138,12 +175,14 @@ def faithfulness(
             gates, masked, original = explainer.masked_forward(ids, (mask,), layer=k, rule=rule)
             masked_pred[k][rows] = masked.argmax(-1).cpu()
             plain[rows] = original.argmax(-1).cpu()
+            gap[rows] = top2_gap(original).cpu()
             kept[k] += float((gates > 0).float().sum())
     positions = float(lengths.sum())
-    unmasked = macro_f1_and_accuracy(plain, data.labels)
+    unmasked = {**macro_f1_and_accuracy(plain, data.labels), "median_top2_gap": float(gap.median())}
     per_layer = []
     for k in layers:
         scores = macro_f1_and_accuracy(masked_pred[k], data.labels)
         per_layer.append({"layer": k, **scores, "masked_share": 100.0 * (1.0 - kept[k] / positions),
-                          "agreement": 100.0 * float((masked_pred[k] == plain).float().mean())})
+                          "agreement": 100.0 * float((masked_pred[k] == plain).float().mean()),
+                          "changed": changed_predictions(plain, masked_pred[k], gap)})
     return {"unmasked": unmasked, "per_layer": per_layer}
