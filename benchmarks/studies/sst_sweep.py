@@ -140,7 +140,8 @@ def run_one(
         last = last_rows(history)
         per_layer = [{"layer": r["layer"], "masked": round(r["masked_share"], 2), "f1": round(r["macro_f1"], 2),
                       "class_f1": [round(f, 2) for f in r["class_f1"]],
-                      "agreement": round(r["agreement"], 2), "changed": r["changed"], "kl": divergence[r["layer"]]["kl"],
+                      "agreement": round(r["agreement"], 2), "changed": r["changed"],
+                      "f1_change_interval": [round(v, 2) for v in r["f1_change_interval"]], "kl": divergence[r["layer"]]["kl"],
                       **_fit_state(explainer.convergence.get(r["layer"]), last.get(r["layer"]))}
                      for r in scores["per_layer"]]
         per_seed.append({
@@ -284,14 +285,14 @@ def convergence_markdown(results: List[Mapping[str, Any]], command: str) -> str:
                     within += int(ok)
                 rows.append([r["layer"], f"**{r['status']}**", r.get("steps", ""), fmt(r.get("train_kl"), 4),
                              fmt(r.get("train_kl_deployed"), 4), f"{fmt(r['kl'], 4)} {'ok' if ok else 'over'}",
-                             f"{r['masked']:.1f}", f"{r['f1'] - seed['unmasked_f1']:+.2f}",
+                             f"{r['masked']:.1f}", f"{r['f1'] - seed['unmasked_f1']:+.2f}{interval(r)}",
                              class_f1_change(r, seed), f"{r['agreement']:.1f}", changed_summary(r)])
             lines += [f"Seed {seed['seed']}: {seed['steps']} steps in {seed['fit_seconds'] / 60:.1f} min "
                       f"({seed['step_seconds']:.2f} s a step, {seed['step_over_forward']:.1f}x one forward pass of a "
                       f"batch), peak resident memory {seed['peak_rss_gb']:.2f} GB; unmasked macro-F1 "
                       f"{seed['unmasked_f1']:.2f}{gap_note(seed)}.", "",
                       table(["layer", "verdict", "steps", "train KL (sampled)", "train KL (deployed)",
-                             f"held-out KL (<= {suite.HELD_OUT_MARGIN * eps:g})", "masked %", "macro-F1 change",
+                             f"held-out KL (<= {suite.HELD_OUT_MARGIN * eps:g})", "masked %", "macro-F1 change [95 % interval]",
                              "F1 change per class (-- / - / 0 / + / ++)", "same prediction %",
                              "changed: median top-2 gap, % toward a more predicted class"],
                             rows), ""]
@@ -309,6 +310,13 @@ def changed_summary(row: Mapping[str, Any]) -> str:
     if not changed or not changed["count"]:
         return "-"
     return f"{changed['median_top2_gap']:.3f}, {changed['toward_more_predicted']:.0f} %"
+
+
+def interval(row: Mapping[str, Any]) -> str:
+    r"""`` [low, high]``: the macro-F1 change's bootstrap interval over the
+    scored sentences, when recorded."""
+    bounds = row.get("f1_change_interval")
+    return "" if bounds is None else f" [{bounds[0]:+.1f}, {bounds[1]:+.1f}]"
 
 
 def gap_note(seed: Mapping[str, Any]) -> str:

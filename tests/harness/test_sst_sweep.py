@@ -10,7 +10,8 @@ import torch
 
 from benchmarks.studies import sst_sweep
 from benchmarks.suites import sst as suite
-from benchmarks.suites.minilm.fitting import changed_predictions, SUITE_KEYS, top2_gap
+from benchmarks.suites.minilm.fitting import changed_predictions, macro_f1_change_interval, SUITE_KEYS, top2_gap
+from benchmarks.tasks import sst_bert
 from captum_diffmask import DiffMask
 from captum_diffmask.convergence import STATUSES
 from tiny_models import needs_sst
@@ -68,6 +69,8 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
             # the changed predictions are those the agreement does not count
             for r in layers:
                 assert r["changed"]["count"] == round((100.0 - r["agreement"]) / 100.0 * result["scored_sentences"])
+                low, high = r["f1_change_interval"]
+                assert low <= r["f1"] - seed["unmasked_f1"] + 0.02 and high >= r["f1"] - seed["unmasked_f1"] - 0.02
             assert seed["mean_masked"] == pytest.approx(sum(r["masked"] for r in layers) / len(layers))
             assert [row[0] for row in seed["valid_by_epoch"]] == list(range(1, epochs + 1))
             assert seed["steps_per_layer"] > 0
@@ -193,3 +196,20 @@ def test_changed_predictions_say_how_near_a_tie_they_were_and_where_they_went():
     row = {"changed": changed}
     assert sst_sweep.changed_summary(row) == "0.040, 67 %"
     assert sst_sweep.changed_summary({}) == "-" and sst_sweep.changed_summary({"changed": {"count": 0}}) == "-"
+
+
+def test_the_macro_f1_change_interval_is_a_paired_bootstrap_over_the_sentences():
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 5, (200,), generator=generator)
+    plain = torch.where(torch.rand(200, generator=generator) < 0.6, labels, torch.randint(0, 5, (200,), generator=generator))
+    assert macro_f1_change_interval(plain, plain, labels, resamples=200) == [0.0, 0.0]  # paired: no change, no spread
+    masked = plain.clone()
+    masked[:30] = (plain[:30] + 1) % 5  # 30 changed predictions
+    low, high = macro_f1_change_interval(plain, masked, labels, resamples=400)
+    change = 100.0 * float(sst_bert.class_f1(masked, labels).mean() - sst_bert.class_f1(plain, labels).mean())
+    assert low < change < high and high - low > 1.0
+    # four times the sentences: about half the width (the interval shrinks as 1 / sqrt(N))
+    low4, high4 = macro_f1_change_interval(plain.repeat(4), masked.repeat(4), labels.repeat(4), resamples=400)
+    assert 0.35 < (high4 - low4) / (high - low) < 0.65
+    row = {"f1_change_interval": [-2.345, 0.5]}
+    assert sst_sweep.interval(row) == " [-2.3, +0.5]" and sst_sweep.interval({}) == ""

@@ -149,14 +149,46 @@ def changed_predictions(plain: Tensor, masked: Tensor, gap: Tensor) -> Dict[str,
             "toward_more_predicted": 100.0 * float(toward.float().mean())}
 
 
+def macro_f1_change_interval(
+    plain: Tensor, masked: Tensor, labels: Tensor, resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> List[float]:
+    r"""
+    A percentile bootstrap interval of the macro-F1 change (points) from the
+    unmasked predictions to the masked ones: the sentences drawn with
+    replacement, the same draw for both (paired), a private generator.
+
+    Args:
+
+        plain (Tensor): (N,) the unmasked predictions.
+        masked (Tensor): (N,) the predictions under the gates.
+        labels (Tensor): (N,) the gold labels.
+        resamples (int, optional): bootstrap draws. Default: 1000
+        confidence (float, optional): the interval's coverage. Default: 0.95
+        seed (int, optional): seeds the draws. Default: 0
+
+    Returns:
+        *list* ``[low, high]`` in macro-F1 points.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    changes = torch.empty(resamples, dtype=torch.float64)
+    for i in range(resamples):
+        rows = torch.randint(len(labels), (len(labels),), generator=generator)
+        gold = labels[rows]
+        changes[i] = 100.0 * (sst_bert.class_f1(masked[rows], gold, len(LABEL_NAMES)).mean()
+                              - sst_bert.class_f1(plain[rows], gold, len(LABEL_NAMES)).mean())
+    tail = (1.0 - confidence) / 2
+    return [float(changes.quantile(tail)), float(changes.quantile(1.0 - tail))]
+
+
 def faithfulness(
     explainer: DiffMask, data: EncodedSST, batch_size: int, verbose: bool, rule: str = "threshold"
 ) -> Dict[str, Any]:
     r"""Per layer: macro-F1 / accuracy of the model under DiffMask's deterministic
     gates (``rule``, as :meth:`DiffMask.masked_forward`: ``"threshold"``, the
     suite's, or ``"louizos"``), the share of real positions masked (gate 0), the
-    agreement with the unmasked prediction and the changed predictions
-    (:func:`changed_predictions`), at each fitted layer (every layer, for the
+    agreement with the unmasked prediction, the changed predictions
+    (:func:`changed_predictions`) and the macro-F1 change's bootstrap interval
+    (:func:`macro_f1_change_interval`), at each fitted layer (every layer, for the
     suites' fits); unmasked, the median top-2 probability gap beside the scores.
     Batches go to the model's device."""
     device = model_device(explainer.model)
@@ -184,5 +216,6 @@ def faithfulness(
         scores = macro_f1_and_accuracy(masked_pred[k], data.labels)
         per_layer.append({"layer": k, **scores, "masked_share": 100.0 * (1.0 - kept[k] / positions),
                           "agreement": 100.0 * float((masked_pred[k] == plain).float().mean()),
-                          "changed": changed_predictions(plain, masked_pred[k], gap)})
+                          "changed": changed_predictions(plain, masked_pred[k], gap),
+                          "f1_change_interval": macro_f1_change_interval(plain, masked_pred[k], data.labels)})
     return {"unmasked": unmasked, "per_layer": per_layer}
