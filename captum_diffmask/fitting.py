@@ -765,8 +765,9 @@ def _lagrangian(
     rank, world = rank_and_world()
     options = loop.options
     noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
+    logits = explainer.gates.logits_of_layers(states, layers, call.mask)  # one probe call for the group
     samples = {k: explainer.gates.sample_with_plain(states, k, options.vote_sampling, noise, call.mask,
-                                                   options.l0_floor_for(explainer.mode)) for k in layers}
+                                                   options.l0_floor_for(explainer.mode), logits[k]) for k in layers}
     masked = _masked_logits(explainer, call, states, {k: sample[0] for k, sample in samples.items()}, options.precision)
     log_p = log_probs(original)
     total, records = torch.zeros((), device=original.device), {}

@@ -98,6 +98,25 @@ class Gates:
             return torch.cat([self.probe(states[f"hidden.{k - 1}"], mask, k) for k in self.blocks(layer)], -1)
         return self.probe(states[f"hidden.{layer}"], layer)
 
+    def logits_of_layers(self, states: Dict[str, Tensor], layers: Sequence[int],
+                         mask: Optional[Tensor] = None) -> Dict[int, Tensor]:
+        r"""
+        :meth:`logits` of several layers, the probe called once where it can
+        evaluate them together (input and hidden mode; input mode's votes that
+        read the same ``hidden.j`` on one copy of its features).
+
+        Returns:
+            *dict* layer -> that layer's :meth:`logits`.
+        """
+        layers = [int(k) for k in layers]
+        if self.mode == "input" and len(layers) > 1:
+            hidden = [states[f"hidden.{j}"] for j in range(max(layers) + 1)]
+            return dict(zip(layers, self.probe.depths(states["input"], hidden, layers)))
+        if self.mode == "hidden" and len(layers) > 1:
+            logits = self.probe.layers([states[f"hidden.{k}"] for k in layers], layers)
+            return {k: logits[..., i] for i, k in enumerate(layers)}
+        return {k: self.logits(states, k, mask) for k in layers}
+
     def log_keep(self, distribution: HardConcrete, l0_floor: float = 0.0) -> Tensor:
         r"""(B, T) ``log P(z != 0)`` of a position under ``distribution`` (of
         :meth:`logits`): input mode's votes summed (kept only if every vote is);
@@ -135,19 +154,21 @@ class Gates:
 
     def sample_with_plain(
         self, states: Dict[str, Tensor], layer: int, vote_sampling: str = "joint", noise: Optional[Noise] = None,
-        mask: Optional[Tensor] = None, l0_floor: float = 0.0,
+        mask: Optional[Tensor] = None, l0_floor: float = 0.0, logits: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor, Tensor]:
         r"""
         :meth:`sample`, and the plain ``log P(z != 0)`` beside the floored one
         (the same tensor when ``l0_floor`` is 0): the L0 takes the floored one,
         an estimate of the KL's gradient through the gates' events the plain one.
+        ``logits``: the layer's :meth:`logits` when the caller has them
+        (:meth:`logits_of_layers`); None computes them.
 
         Returns:
             *tuple* ``(gates, log_keep, plain_log_keep)``, each (B, T)
             (component modes: (B, count)).
         """
         check_choice(vote_sampling, VOTE_SAMPLING, "vote_sampling")
-        distribution = self.distribution(self.logits(states, layer, mask))
+        distribution = self.distribution(self.logits(states, layer, mask) if logits is None else logits)
         sampled, log_keep = distribution, self.log_keep(distribution)
         if self.mode == "input" and vote_sampling == "joint":
             # one gate with that probability: no product of k + 1 relaxed samples,

@@ -447,14 +447,35 @@ class InputGateProbe(nn.Module):
         Returns:
             *list* of L + 1 Tensors: entry k is (B, T, k + 1), the vote logits of depth k.
         """
-        depths = len(hidden_states)
+        return self.depths(input_state, hidden_states, range(len(hidden_states)))
+
+    def depths(self, input_state: Tensor, hidden_states: Sequence[Tensor], depths: Sequence[int]) -> List[Tensor]:
+        r"""
+        The votes of several depths, evaluated in one call (the votes that read
+        the same ``hidden.j`` on one copy of its features).
+
+        Args:
+
+            input_state (Tensor): (B, T, H_in) the ``input`` site.
+            hidden_states (sequence of Tensor): ``hidden.0 .. hidden.k``, k the
+                        deepest of ``depths`` at least.
+            depths (sequence of int): the depths k.
+
+        Returns:
+            *list* of Tensors, one per depth in ``depths``' order: (B, T, k + 1),
+            the vote logits of depth k.
+        """
+        depths = [int(k) for k in depths]
         if self.tied:
-            votes = self(input_state, hidden_states)
-            return [votes[..., : k + 1] for k in range(depths)]
-        pairs = [(k, j) for k in range(depths) for j in range(k + 1)]
+            votes = self(input_state, hidden_states[: max(depths) + 1])
+            return [votes[..., : k + 1] for k in depths]
+        pairs = [(k, j) for k in depths for j in range(k + 1)]
         logits = self.votes([self._features(input_state, hidden_states[j]) for _, j in pairs],
                             [self.first_vote(k) + j for k, j in pairs])
-        return [logits[..., self.first_vote(k) : self.first_vote(k) + k + 1] for k in range(depths)]
+        starts = [0]
+        for k in depths:
+            starts.append(starts[-1] + k + 1)
+        return [logits[..., start : start + k + 1] for start, k in zip(starts, depths)]
 
 
 class HiddenGateProbe(nn.Module):

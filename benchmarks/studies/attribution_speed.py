@@ -2,7 +2,8 @@ r"""
 DiffMask's attribution at every layer against one forward pass, on the sst
 suite's MiniLM, with input mode's votes evaluated on one copy of each layer's
 features (the default) and, as the reference in the same run, on one copy per
-vote network (how every network read its features before).
+vote network (how every network read its features before); and an input-mode
+fit step both ways.
 
 The sst suite times attribution in its speed section at the end of a full run,
 with the fits of that run; the probe's cost does not depend on its trained
@@ -36,7 +37,7 @@ from captum_diffmask.probes import GateNetworks
 from ..report import fmt_ratio, fmt_seconds, table
 from ..suites.minilm.loading import load_bench
 from ..suites.sst.settings import ATTRIBUTION_RATIO_MAX
-from ..suites.sst.speed import seconds_per_sentence
+from ..suites.sst.speed import fit_step_seconds, seconds_per_sentence, STACK_CHOICES
 from .sst_study import run_study
 
 #: The label of the reference: input mode's votes each on a copy of their own.
@@ -78,8 +79,8 @@ def measure(config: Mapping[str, Any], verbose: bool = False) -> Dict[str, Any]:
 
     Returns:
         *dict* with ``per_sentence_seconds`` and ``ratio_to_forward`` (label ->
-        value), ``sentences``, ``batch_size``, ``threads`` and the
-        ``load_average`` before and after.
+        value), ``fit_step_seconds`` (:func:`input_fit_steps`), ``sentences``,
+        ``batch_size``, ``threads`` and the ``load_average`` before and after.
     """
     bench = load_bench(config, verbose)
     options = config.get("speed", {})
@@ -98,10 +99,26 @@ def measure(config: Mapping[str, Any], verbose: bool = False) -> Dict[str, Any]:
         reference = seconds_per_sentence(bench.model, batches, n, {ONE_COPY_PER_VOTE: timed["DiffMask input"]}, False)
     per_sentence[ONE_COPY_PER_VOTE] = reference[ONE_COPY_PER_VOTE]
     per_sentence["forward (second measurement)"] = reference["forward"]
-    return {"per_sentence_seconds": per_sentence,
+    return {"per_sentence_seconds": per_sentence, "fit_step_seconds": input_fit_steps(bench, config),
             "ratio_to_forward": {k: v / per_sentence["forward"] for k, v in per_sentence.items()},
             "sentences": n, "batch_size": batch_size, "threads": torch.get_num_threads(),
             "load_average": {"before": list(before), "after": list(os.getloadavg())}}
+
+
+def input_fit_steps(bench: Any, config: Mapping[str, Any]) -> Dict[str, float]:
+    r"""Seconds per input-mode fit step (every layer trained, the default
+    stacking) with the votes on one copy of each layer's features and with a copy
+    per vote network (the suite's :func:`fit_step_seconds`, ``speed.fit_steps``
+    steps, ``speed.fit_rounds`` rounds); empty when ``fit_steps`` is 0."""
+    options = config.get("speed", {})
+    steps, rounds = int(options.get("fit_steps", 8)), int(options.get("fit_rounds", 2))
+    if not steps:
+        return {}
+    default = STACK_CHOICES["input"][0]
+    shared = fit_step_seconds(bench.model, bench.train, config, "input", steps, 0, rounds)[default]
+    with one_copy_per_network():
+        apart = fit_step_seconds(bench.model, bench.train, config, "input", steps, 0, rounds)[default]
+    return {"shared": shared, "one copy per vote": apart, "steps": steps, "rounds": rounds}
 
 
 def markdown(result: Mapping[str, Any], command: str) -> str:
@@ -128,7 +145,19 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
         f"the features and one matrix product (`GateNetworks`); \"{ONE_COPY_PER_VOTE}\" is the same attribution "
         "with each network reading a copy of its own, standardised once per network, as before. The forward pass "
         "is timed again beside the reference, to show the machine's drift between the two.", "",
+        *_fit_step_lines(result.get("fit_step_seconds") or {}),
         "Targets (the sst suite's attribution target):", "", *verdicts, ""])
+
+
+def _fit_step_lines(steps: Mapping[str, float]) -> List[str]:
+    if not steps:
+        return []
+    return [f"A fit step in input mode (every layer trained on the batch, `{STACK_CHOICES['input'][0]}` stacking; "
+            f"fresh fits of {steps['steps']} steps, {steps['rounds']} rounds, the least time kept): "
+            f"{fmt_seconds(steps['shared'])} with the votes on one copy of each layer's features, "
+            f"{fmt_seconds(steps['one copy per vote'])} with a copy per vote network "
+            f"({fmt_ratio(steps['one copy per vote'] / steps['shared'])}): the probe is evaluated once per step for "
+            "every layer it trains.", ""]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,6 +1,7 @@
 """The attribution-speed study (benchmarks.studies.attribution_speed) on a tiny BERT
 and a few dozen SST sentences: both modes and the one-copy-per-vote reference timed,
-the reference's probe the same attributions, the report written."""
+an input-mode fit step both ways, the reference's probe the same attributions, the
+report written."""
 
 import json
 import warnings
@@ -13,7 +14,7 @@ from tiny_models import needs_sst, tiny_bert
 OVERRIDES = {"train_sentences": 64, "cache": False,
              "model": {"source": "tiny", "epochs": 1, "batch_size": 16, "lr": 1e-3},
              "diffmask": {"batch_size": 8, "validation_sentences": 16},
-             "speed": {"sentences": 8, "batch_size": 4}}
+             "speed": {"sentences": 8, "batch_size": 4, "fit_steps": 2, "fit_rounds": 1}}
 
 
 @needs_sst
@@ -26,8 +27,10 @@ def test_both_modes_and_the_reference_are_timed_and_reported(tmp_path):
     assert set(result["per_sentence_seconds"]) == labels
     assert all(v > 0 for v in result["per_sentence_seconds"].values())
     assert result["ratio_to_forward"]["forward"] == 1.0 and result["sentences"] == 8
+    steps = result["fit_step_seconds"]
+    assert steps["steps"] == 2 and steps["shared"] > 0 and steps["one copy per vote"] > 0
     text = out.read_text()
-    assert "(target <= 1.5x)" in text and attribution_speed.ONE_COPY_PER_VOTE in text
+    assert "(target <= 1.5x)" in text and attribution_speed.ONE_COPY_PER_VOTE in text and "A fit step in input mode" in text
 
 
 def test_the_reference_attributes_the_same_with_one_copy_per_vote():

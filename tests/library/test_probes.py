@@ -285,3 +285,30 @@ def test_networks_reading_the_same_features_are_evaluated_on_one_copy():
     sum(networks([feature], [j]).pow(2).sum() for j in order).backward()
     for j, net in enumerate(networks.nets):
         torch.testing.assert_close(grouped[j], net.direction1.grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode, votes", [("input", "per_depth"), ("input", "tied"), ("hidden", "per_depth")])
+def test_the_logits_of_several_layers_in_one_call_are_each_layers_own(mode, votes):
+    # what a fit step samples from: one probe call for the layers it trains
+    from captum_diffmask.gates import Gates
+
+    torch.manual_seed(0)
+    sizes = [64, 2, 2, 2]
+    if mode == "input":
+        probe = InputGateProbe(64, sizes, 16, votes=votes)
+    else:
+        probe = HiddenGateProbe(sizes, 16)
+    states = {"input": torch.randn(3, 5, 64), **{f"hidden.{j}": torch.randn(3, 5, s) for j, s in enumerate(sizes)}}
+    probe.init_baselines(states, torch.ones(3, 5))
+    networks = probe.votes if mode == "input" else probe.gates
+    with torch.no_grad():
+        for net in networks.nets:
+            net.gain2.fill_(2.0)
+    gates = Gates(probe, mode, 2 / 3, (-0.2, 1.0))
+    layers = [3, 1, 2]
+    together = gates.logits_of_layers(states, layers)
+    assert list(together) == layers
+    for k in layers:
+        alone = gates.logits(states, k)
+        assert together[k].shape == alone.shape and alone.std() > 0.1
+        torch.testing.assert_close(together[k], alone, **LOGITS)
