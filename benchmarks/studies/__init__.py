@@ -13,6 +13,8 @@ under ``docs/results/``.
 - ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.
 - ``model_zoo``: DiffMask on every architecture of transformers' mappings.
 - ``first_explanation``: the README's first explanation, timed step by step.
+- ``components_sst_per_task``: the components suite's per-task SST heads mask
+  fitted with options changed per run, on train sentences.
 - ``stacking_speed`` and ``attribution_speed`` (their shared set-up in ``sst_study``):
   a fit step with the layers' masked passes stacked, and the attribution at every
   layer, against one forward pass, on the sst suite's MiniLM.
