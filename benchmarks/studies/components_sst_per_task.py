@@ -14,6 +14,7 @@ held-out train sentences (no dev sentence is read).
 Usage::
 
     python -m benchmarks.studies.components_sst_per_task RUNS.json --out runs.jsonl [--markdown report.md] [--threads 1]
+    python -m benchmarks.studies.components_sst_per_task --out runs.jsonl --markdown report.md
 
 ``RUNS.json``: a list of ``{"name": ..., "fit": {fit option: value}}``; each run's
 record is appended to ``--out`` as it ends, and ``--markdown`` renders every
@@ -112,20 +113,23 @@ def markdown(records: List[Mapping[str, Any]], command: str) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.components_sst_per_task",
                                      description=__doc__.split("\n\n")[1])
-    parser.add_argument("runs", help="the runs' JSON file (see the module docstring)")
+    parser.add_argument("runs", nargs="?", default=None,
+                        help="the runs' JSON file (see the module docstring); without it, only --markdown is rendered")
     parser.add_argument("--out", required=True, help="JSON lines file each run's record is appended to")
     parser.add_argument("--markdown", default=None, help="render every record in --out as a report here")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--set", dest="overrides", default="{}", help="JSON merged into the components suite's sst settings")
     args = parser.parse_args(argv)
-    runs = json.loads(Path(args.runs).read_text())
+    if args.runs is None and args.markdown is None:
+        parser.error("give the runs' file, --markdown, or both")
+    runs = [] if args.runs is None else json.loads(Path(args.runs).read_text())
     if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("fit", {}), dict) for r in runs):
         parser.error(f"runs: {args.runs} must hold a list of {{'name': ..., 'fit': {{...}}}}")
     limit_onednn_cache()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     config = merge(DEFAULTS["sst"], json.loads(args.overrides))
-    bench = load_bench(sst_config(config), False)
+    bench = load_bench(sst_config(config), False) if runs else None
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for spec in runs:
