@@ -149,6 +149,13 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
                     "The paper's recipe, as a reference",
                     "verdicts, both modes"):
         assert heading in report
+    # the macro-F1 change's interval and the changed predictions' gap, per layer, mean over the seeds
+    assert "F1 change: 95 % interval width" in report and "changed: median top-2 gap" in report
+    for mode in ("input", "hidden"):
+        for row, layer in zip(results["diffmask"][mode]["faithfulness"]["per_layer"],
+                              zip(*[run["faithfulness"]["per_layer"] for run in results["diffmask"][mode]["runs"]])):
+            widths = [r["f1_change_interval"][1] - r["f1_change_interval"][0] for r in layer]
+            assert row["f1_change_interval_width"] == pytest.approx(sum(widths) / len(widths)) and min(widths) >= 0
     stored = json.loads((tmp_path / "results.json").read_text())
     assert stored["suite"] == "sst" and stored["mode"] == "full"
     figures = [results["figures"]["layers_kept"], *results["figures"]["heatmaps"]]

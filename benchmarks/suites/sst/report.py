@@ -70,10 +70,18 @@ def _faithfulness_section(dm: Mapping[str, Any]) -> List[str]:
     for mode in ("input", "hidden"):
         faith = dm[mode]["faithfulness"]
         base = faith["unmasked"]
+        resolved = all("f1_change_interval_width" in r for r in faith["per_layer"])
         rows = [[f"{r['layer']}", f"{r['macro_f1']:.2f} +- {r['macro_f1_std']:.2f}", f"{r['accuracy']:.2f}",
-                 f"{r['masked_share']:.1f} +- {r['masked_share_std']:.1f}", f"{r['agreement']:.1f}"] for r in faith["per_layer"]]
+                 f"{r['masked_share']:.1f} +- {r['masked_share_std']:.1f}", f"{r['agreement']:.1f}"]
+                + ([f"{r['f1_change_interval_width']:.1f}", fmt(r["changed_top2_gap"], 3)] if resolved else [])
+                for r in faith["per_layer"]]
+        extra = ["F1 change: 95 % interval width", "changed: median top-2 gap"] if resolved else []
         lines += [f"**{mode}** (unmasked: macro-F1 {base['macro_f1']:.2f}, accuracy {base['accuracy']:.2f})", "",
-                  table(["layer", "macro-F1", "accuracy %", "masked %", "same prediction %"], rows), ""]
+                  table(["layer", "macro-F1", "accuracy %", "masked %", "same prediction %"] + extra, rows), ""]
+        if resolved:
+            lines += [f"The interval: a paired bootstrap of the macro-F1 change over the {mode} mode's scored sentences "
+                      "(mean width over seeds, points); the changed predictions' median gap between their two most "
+                      f"probable classes unmasked (mean over seeds; all sentences: {base['median_top2_gap']:.3f}).", ""]
     return lines
 
 
