@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from benchmarks.studies import attribution_speed
+from captum_diffmask import DiffMask
 from tiny_models import needs_sst, tiny_bert
 
 OVERRIDES = {"train_sentences": 64, "cache": False,
@@ -39,7 +40,7 @@ def test_the_reference_attributes_the_same_with_one_copy_per_vote():
     ids = torch.randint(5, 50, (3, 7))
     mask = torch.ones(3, 7, dtype=torch.long)
     mask[0, 5:] = 0
-    explainer = attribution_speed.DiffMask(model, mode="input", l0="mean")
+    explainer = DiffMask(model, mode="input", l0="mean")
     with warnings.catch_warnings():  # three steps have no verdict, and say so
         warnings.simplefilter("ignore")
         explainer.fit([(ids, mask)] * 2, max_steps=3, lr=0.1, seed=0, verbose=False, until_converged=False)
