@@ -65,8 +65,10 @@ def run(spec: Mapping[str, Any], bench: Any, config: Mapping[str, Any], seed: in
     """
     eps = config.get("eps")
     eps = float(0.02 if eps is None else eps)
-    init, options = fit_arguments({**config, "fit": {**config.get("fit", {}), **spec.get("fit", {})}}, eps, seed, True)
-    options.update({k: v for k, v in spec.get("fit", {}).items() if k not in init})  # over the per-task lr too
+    changed = dict(spec.get("fit", {}))
+    init, options = fit_arguments({**config, "fit": {**config.get("fit", {}), **changed}}, eps, seed, True)
+    if "lr" in changed:  # a run's lr wins over the per-task mask's
+        options["lr"] = changed["lr"]
     train = bench.train.subset(spread(len(bench.train), config.get("train_sentences")))
     explainer = DiffMask(bench.model, mode="heads", per_task=True, **init)
     start = time.perf_counter()

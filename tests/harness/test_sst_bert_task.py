@@ -179,6 +179,17 @@ def test_macro_f1_matches_sklearn():
     assert sst_bert.macro_f1(predictions, labels, num_classes=4) == 1.0
 
 
+def test_class_f1_of_resamples_is_each_resample_scored_alone():
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 5, (40,), generator=generator)
+    predictions = torch.randint(0, 5, (40,), generator=generator)
+    rows = torch.randint(0, 40, (7, 40), generator=generator)
+    together = sst_bert.class_f1(predictions, labels, rows=rows)
+    assert together.shape == (7, 5)
+    for r in range(7):
+        assert torch.equal(together[r], sst_bert.class_f1(predictions[rows[r]], labels[rows[r]]))
+
+
 def test_evaluate_matches_a_padded_forward(tiny, encoded):
     model = tiny[0].train()
     scores = sst_bert.evaluate(model, encoded, batch_size=16)

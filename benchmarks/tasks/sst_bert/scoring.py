@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -36,7 +36,7 @@ def macro_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> float
     return float(class_f1(predictions, labels, num_classes).mean())
 
 
-def class_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> Tensor:
+def class_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5, rows: Optional[Tensor] = None) -> Tensor:
     r"""
     Each class's ``F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c)`` (0 where a class has
     no gold and no predicted example).
@@ -44,9 +44,12 @@ def class_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> Tenso
     Args:
 
         predictions, labels, num_classes: as :func:`macro_f1`.
+        rows (Tensor, optional): (R, N) indices into the N examples: the F1 of
+                    each of R resamples of them (a bootstrap), in one pass.
+                    Default: None (the examples as given)
 
     Returns:
-        *Tensor* (num_classes,) float64 in [0, 1].
+        *Tensor* (num_classes,) float64 in [0, 1]; (R, num_classes) with ``rows``.
     """
     predictions, labels = torch.as_tensor(predictions).long().flatten(), torch.as_tensor(labels).long().flatten()
     if predictions.shape != labels.shape:
@@ -54,12 +57,17 @@ def class_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> Tenso
     for name, t in (("predictions", predictions), ("labels", labels)):
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_classes):
             raise ValueError(f"{name} must lie in 0..{num_classes - 1}")
-    confusion = torch.bincount(labels * num_classes + predictions, minlength=num_classes ** 2).view(num_classes, num_classes).double()
-    tp = confusion.diag()
-    fp = confusion.sum(0) - tp
-    fn = confusion.sum(1) - tp
+    drawn = torch.arange(len(labels)).unsqueeze(0) if rows is None else rows
+    cells = num_classes ** 2
+    # one confusion matrix per resample: its cells offset by the resample's index
+    index = torch.arange(drawn.shape[0]).unsqueeze(1) * cells + labels[drawn] * num_classes + predictions[drawn]
+    confusion = torch.bincount(index.flatten(), minlength=drawn.shape[0] * cells).view(-1, num_classes, num_classes).double()
+    tp = confusion.diagonal(dim1=-2, dim2=-1)
+    fp = confusion.sum(-2) - tp
+    fn = confusion.sum(-1) - tp
     denominator = 2 * tp + fp + fn
-    return torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
+    f1 = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
+    return f1[0] if rows is None else f1
 
 
 @torch.no_grad()
