@@ -62,7 +62,7 @@ STACK_LAYERS = ("same_site", "all", "none")
 #: What :class:`FitOptions` ``precision`` takes.
 PRECISIONS = ("float32", "bfloat16")
 #: What :class:`FitOptions` ``constraint`` takes.
-CONSTRAINTS = ("sampled", "deployed")
+CONSTRAINTS = ("sampled", "deployed", "deterministic")
 #: The ``"pi"`` multiplier's settings :class:`FitOptions` ``controller`` takes.
 CONTROLLER_SETTINGS = ("kp", "ki", "smoothing", "max_error", "floor")
 #: The ``"pi"`` multiplier's step on log lambda when ``lr_lambda`` is None.
@@ -200,7 +200,13 @@ class FitOptions:
                     that :meth:`DiffMask.attribute` and
                     :meth:`DiffMask.masked_forward` return (one more masked
                     pass per layer and step, without gradients): what is
-                    deployed then meets the constraint the fit targets.
+                    deployed then meets the constraint the fit targets; or
+                    ``"deterministic"``, the deterministic gates' KL alone (the
+                    same extra pass): the probe still descends the sampled KL,
+                    but relaxed draws between closed and open that the
+                    deployed read-out never makes (a gate held at an
+                    intermediate keep probability) do not hold the multiplier
+                    up. Default: ``"deployed"``.
         controller (dict, optional): settings of the ``"pi"`` multiplier
                     (:class:`~captum_diffmask.controller.PIMultiplierControl`:
                     ``kp``, ``ki``, ``smoothing``, ``max_error``, ``floor``).
@@ -268,6 +274,11 @@ class FitOptions:
                     pathwise gradient is zero and a needed gate can close
                     unnoticed (``docs/guide/components.md``). The constraint's
                     value is unchanged. Default: False
+        lambda_max (float): the multipliers' ceiling. The authors' 200 binds
+                    where many gates each matter little but together a lot (a
+                    per-task mask over a real model's heads: the constraint
+                    stays violated with every multiplier at 200,
+                    ``docs/results/components-sst-per-task.md``). Default: 200.0
     """
 
     epochs: Optional[int] = None
@@ -300,6 +311,7 @@ class FitOptions:
     checkpoint_every: int = 100
     l0_floor: Optional[float] = None
     score_gradient: bool = False
+    lambda_max: float = 200.0
 
     def l0_floor_for(self, mode: str) -> float:
         r"""``l0_floor``, or ``mode``'s default when it is None."""
@@ -320,6 +332,8 @@ class FitOptions:
         if self.max_steps is not None:
             _check_int(self.max_steps, "max_steps")
         _check_int(self.checkpoint_every, "checkpoint_every")
+        if isinstance(self.lambda_max, bool) or not isinstance(self.lambda_max, (int, float)) or not self.lambda_max > 0:
+            raise ValueError(f"lambda_max must be a number > 0, got {self.lambda_max!r}")
         for name in ("eps", "lr_baseline") + (("l0_floor",) if self.l0_floor is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
@@ -780,12 +794,13 @@ def _lagrangian(
         if loop.monitors[k].measures_closure():
             records[k]["closure"] = _closure_kl(explainer, call, states, log_p, samples[k][1], k, loop.open_share,
                                                 options.precision)
-    if options.constraint == "deployed":
+    if options.constraint != "sampled":
         deployed = _mean_kls_with_gates(
             explainer, call, states, log_p, {k: samples[k][1].detach() > math.log(0.5) for k in layers}, options.precision)
         for k in layers:
             records[k]["kl_deployed"] = deployed[k]
-            records[k]["constraint"] = max(records[k]["kl"], deployed[k])
+            records[k]["constraint"] = (deployed[k] if options.constraint == "deterministic"
+                                        else max(records[k]["kl"], deployed[k]))
     return total, records
 
 
@@ -930,17 +945,19 @@ class MultiplierUpdate:
     ``"balanced"``, ``"ascent"``): the multipliers' optimiser on their gradient,
     the violation ``D - eps``; with ``constraint="sampled"`` that gradient is the
     one backward left on them, with ``"deployed"`` it is set from the step's
-    constraint values (the larger of the sampled and the deployed KL).
+    constraint values (the larger of the sampled and the deployed KL, or the
+    deployed KL alone with ``"deterministic"``).
 
     Args:
 
         lambdas (LagrangeMultipliers): the multipliers.
         options (FitOptions): ``multiplier``, ``lr_lambda``, ``eps``,
-                    ``constraint`` and ``controller``.
+                    ``constraint``, ``controller`` and ``lambda_max``.
     """
 
     def __init__(self, lambdas: LagrangeMultipliers, options: FitOptions) -> None:
         self.lambdas, self.eps = lambdas, float(options.eps)
+        lambdas.max_value = float(options.lambda_max)
         self.from_records = options.constraint != "sampled"
         self.control: Optional[PIMultiplierControl] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None

@@ -65,6 +65,23 @@ def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
 
 
 @pytest.mark.parametrize("mode", ["input", "hidden"])
+def test_the_deterministic_constraint_is_the_deployed_kl_alone(mode):
+    dm = _midway(mode)
+    gaps = []
+    for layer in range(dm.num_layers + 1):
+        _, loss_max, both = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deployed"), layer)
+        _, loss_det, alone = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deterministic"), layer)
+        # the same draws: the same sampled and deployed KL, and the same loss
+        assert alone["kl"] == pytest.approx(both["kl"]) and alone["kl_deployed"] == pytest.approx(both["kl_deployed"])
+        assert float(loss_det) == pytest.approx(float(loss_max))
+        assert alone["constraint"] == alone["kl_deployed"]
+        gaps.append(both["constraint"] - alone["constraint"])
+    # where the relaxed draws cost more than the deterministic gates (this probe's
+    # hidden layers), only "deployed" holds them
+    assert min(gaps) >= 0 and (mode == "input" or max(gaps) > 1e-4)
+
+
+@pytest.mark.parametrize("mode", ["input", "hidden"])
 def test_the_deployed_kl_of_all_open_gates_is_zero_without_a_masked_pass(mode, monkeypatch):
     dm = DiffMask(tiny_bert(), mode=mode)
     dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)  # the gates start open (bias 5)
@@ -94,6 +111,22 @@ def test_the_deployed_constraint_drives_the_multiplier_when_it_is_the_larger(mon
             # plain ascent: lambda moves by exactly the violation of the larger KL
             expected = min(max(float(before[k]) + record["constraint"] - 0.05, 0.0), 200.0)
             assert float(after[k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("multiplier", ["ascent", "pi"])
+def test_lambda_max_is_the_multipliers_ceiling(multiplier):
+    # eps 1e-6 cannot hold: the multipliers rise to the ceiling and stay there
+    tops = {}
+    for ceiling in (200.0, 1000.0):
+        dm = _midway("hidden")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dm.fit(_loader(2), max_steps=60, seed=0, verbose=False, eps=1e-6, multiplier=multiplier,
+                   lr_lambda=500.0 if multiplier == "ascent" else 1.0, lambda_max=ceiling)
+        tops[ceiling] = float(dm.lambdas.values.detach().max())
+    assert tops[200.0] == pytest.approx(200.0) and 200.0 < tops[1000.0] <= 1000.0 + 1e-3
+    with pytest.raises(ValueError, match="lambda_max"):
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), lambda_max=0.0)
 
 
 def test_pi_multiplier_falls_while_the_constraint_is_slack_and_rises_while_violated():

@@ -56,13 +56,17 @@ DEFAULTS: Dict[str, Any] = {
         # block moves the KL to about eps, and each fit hovered at that bound. The
         # joint amortised fit, tried on 256 held-out train sentences, converged in
         # 1 400 steps (259 s on one thread), KL 0.020, 7.1 heads kept a sentence. The
-        # per-task mask takes the same options at the tracr part's per-task lr: so
-        # tried it ended violated at the cap (KL 0.037, 24 heads, the multiplier at
-        # its ceiling), as with fit's defaults (0.067) or the score gradient alone (0.032)
-        "fit": {"joint": True, "l0_floor": 0.1, "lr": 1e-3, "score_gradient": True},
+        # per-task mask takes the same options at the tracr part's per-task lr. With
+        # the multipliers' ceiling at the authors' 200 it ended violated in every run
+        # on held-out train sentences (the multiplier at 200; fit's defaults, the
+        # score gradient alone, lrs 0.03-0.003, no L0 floor); with the ceiling at
+        # 2 000 it converged after 3 300 steps, the multiplier settled near 400
+        # (docs/results/components-sst-per-task.md, train sentences only). The
+        # amortised mask's multiplier stays below 200, so the ceiling leaves it as it was
+        "fit": {"joint": True, "l0_floor": 0.1, "lr": 1e-3, "score_gradient": True, "lambda_max": 2000.0},
         # a cap, so that the part ends in bounded time on 2 cores; the verdicts
         # say whether it sufficed
-        "max_steps": 2000,
+        "max_steps": 4000,
         # the model's passes during the fits (fit's ``precision``): bfloat16, as the sst
         # suite's sweeps (a fit in a one-thread worker here: 510 s, 835 s in float32,
         # the same verdicts); scoring stays in float32
