@@ -185,6 +185,8 @@ def test_a_tiny_sst_run_counts_heads_per_block_for_both_masks(tmp_path):
         for row in result["blocks"].values():
             assert 0 <= row["heads_kept"] <= 12 and "agreement" not in row
         assert 0 <= result["every_block_agreement"] <= 1 and result["every_block_kl"] >= 0
+        # where the fit ended: at most the part's cap, the multiplier within fit's ceiling
+        assert 0 < result["steps"] <= 10 and 0 <= result["multipliers"][0] <= 200.0
     assert sst["methods"]["per-task mask"]["refit_seconds"] > 0
     # the per-task mask is one mask: every sentence keeps as many heads
     assert all(row["heads_kept_std"] == 0 for row in sst["methods"]["per-task mask"]["blocks"].values())
@@ -208,7 +210,11 @@ def test_the_sst_section_reads_block_wise_and_joint_results():
     text = "\n".join(sst_section({**sst, "methods": {"DiffMask": block_wise}}, {"max_steps": 10}))
     assert "| DiffMask | 2 | 1.00 ± 0.00 | 80.0 % | 0.030 | violated |" in text
     assert "Blocks whose fit settled (converged, needed): 1 of 2" in text
+    text = "\n".join(sst_section({**sst, "methods": {"DiffMask": {**joint, "steps": 1400, "multipliers": {"0": 412.5}}}},
+                                 {"fit": {"joint": True, "lambda_max": 2000.0}}))
+    assert "the multiplier, its ceiling 2000" in text and "| DiffMask | 1400 | 412.5 | 3 |" in text
     text = "\n".join(sst_section({**sst, "methods": {"DiffMask": joint}}, {"fit": {"joint": True}}))
+    assert "the multiplier, its ceiling 200" in text and "| DiffMask | - | - | 3 |" in text
     assert "| DiffMask | 2 | 4.50 ± 1.00 | - | - | - |" in text
     assert "| DiffMask | all at once | 4.50 in all | 87.5 % | 0.021 | converged |" in text
     assert "Fits settled (converged, needed): 1 of 1." in text and "one mask over every block's heads" in text

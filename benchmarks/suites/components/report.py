@@ -176,11 +176,21 @@ def sst_section(sst: Mapping[str, Any], config: Optional[Mapping[str, Any]] = No
               "the model needs.")
     counted = "Fits settled" if joint else "Blocks whose fit settled"
     out += [f"{counted} ({', '.join(SETTLED)}): {settled} of {len(verdicts)}{caveat}", ""]
-    cost = [[name, fmt(r["fit_seconds"], 0), fmt(1e3 * r["attribute_seconds"], 2),
+    cost = [[name, r.get("steps", "-"), _multipliers(r), fmt(r["fit_seconds"], 0), fmt(1e3 * r["attribute_seconds"], 2),
              fmt(r.get("refit_seconds"), 0) if "refit_seconds" in r else "-"] for name, r in sst["methods"].items()]
-    out += ["Cost:", "", table(["method", "fit (s)", "attribution per sentence (ms)",
-                                "refitted on one sentence (s)"], cost), ""]
+    ceiling = dict(config.get("fit") or {}).get("lambda_max", 200.0)
+    out += [f"Cost, and where each fit ended (steps per fitted layer; the multiplier, its ceiling {fmt(ceiling, 0)}):",
+            "", table(["method", "steps", "multiplier", "fit (s)", "attribution per sentence (ms)",
+                       "refitted on one sentence (s)"], cost), ""]
     return out
+
+
+def _multipliers(result: Mapping[str, Any]) -> str:
+    r"""A fit's multipliers as it ended, by layer ("-" for records without them)."""
+    values = result.get("multipliers") or {}
+    if len(values) == 1:
+        return fmt(next(iter(values.values())), 1)
+    return ", ".join(f"{k}: {fmt(v, 1)}" for k, v in values.items()) or "-"
 
 
 def sections(results: Mapping[str, Any]) -> List[str]:

@@ -16,8 +16,9 @@ gates every block at once under one constraint; otherwise each block (layer k =
 block k) is fitted with the others intact. On ``eval_sentences`` dev sentences,
 per block: the heads kept (P > 0.5) per sentence, and for block-wise masks the
 share of sentences whose prediction the block's kept heads keep and the KL;
-with every block's kept heads at once too. The cost: fit seconds, attribution
-seconds per sentence, and the per-task mask refitted on one sentence.
+with every block's kept heads at once too; each fit's steps and the multiplier
+it ended at. The cost: fit seconds, attribution seconds per sentence, and the
+per-task mask refitted on one sentence.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from captum_diffmask.objective import example_kl, log_probs
 from ...progress import log_to_stderr
 from ..minilm import loading as sst_loading
 from ..sst import settings as sst_settings
-from .tracr import CONSTRUCTOR_OPTIONS, every_block_forward, PER_TASK_LR, quiet_warnings
+from .tracr import CONSTRUCTOR_OPTIONS, every_block_forward, fit_outcome, PER_TASK_LR, quiet_warnings
 
 #: The methods compared, and whether each is the per-task mask.
 MASKS = (("DiffMask", False), ("per-task mask", True))
@@ -92,9 +93,9 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
         explainer = DiffMask(bench.model, mode="heads", per_task=per_task, **init)
         start = time.perf_counter()
         with quiet_warnings():
-            explainer.fit(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), **options)
+            history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), **options)
         fit_seconds = time.perf_counter() - start
-        result = score_heads(explainer, evaluated, batch_size)
+        result = {**score_heads(explainer, evaluated, batch_size), **fit_outcome(explainer, history)}
         result["fit_seconds"] = fit_seconds
         if per_task:
             result["refit_seconds"] = refit_seconds(bench.model, evaluated, init, options,

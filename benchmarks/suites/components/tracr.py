@@ -121,6 +121,17 @@ def kept_kl(explainer: DiffMask, ids: Tensor, mask: Tensor) -> float:
     return float(example_kl(log_probs(original), log_probs(kept)).mean())
 
 
+def fit_outcome(explainer: DiffMask, history: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    r"""What a component fit ended with: ``steps`` per fitted layer (a joint
+    mask has one, layer 0), each fitted layer's ``verdict`` and the
+    ``multiplier`` it ended at (``{layer: value}``)."""
+    assert explainer.lambdas is not None
+    layers = sorted(explainer.convergence)
+    return {"steps": int(sum(row["steps"] for row in history)) // max(len(layers), 1),
+            "verdicts": {k: explainer.convergence[k]["status"] for k in layers},
+            "multipliers": {k: float(explainer.lambdas(k).detach()) for k in layers}}
+
+
 def kind_options(options: Mapping[str, Any], kind: str) -> Dict[str, Any]:
     r"""A variant's options for one kind: the shared ones, then those under the
     kind's own key (``"heads"`` or ``"units"``), which win."""
@@ -153,9 +164,7 @@ def score_mask(model: torch.nn.Module, kind: str, per_task: bool, train: List[Tu
     scores = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
     attribute_seconds = (time.perf_counter() - start) / ids.shape[0]
     return {"scores": scores, "fit_seconds": fit_seconds, "attribute_seconds": attribute_seconds,
-            # steps per fitted layer (a joint mask has one, layer 0)
-            "steps": int(sum(row["steps"] for row in history)) // max(len(explainer.convergence), 1),
-            "verdicts": {k: v["status"] for k, v in explainer.convergence.items()},
+            **fit_outcome(explainer, history),
             "kept_kl": kept_kl(explainer, ids, mask), "kept_share": float((scores > 0.5).float().mean())}
 
 
