@@ -123,8 +123,8 @@ def kept_kl(explainer: DiffMask, ids: Tensor, mask: Tensor) -> float:
 
 def fit_outcome(explainer: DiffMask, history: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     r"""What a component fit ended with: ``steps`` per fitted layer (a joint
-    mask has one, layer 0), each fitted layer's ``verdict`` and the
-    ``multiplier`` it ended at (``{layer: value}``)."""
+    mask has one, layer 0), and per fitted layer its verdict (``verdicts``) and
+    the multiplier it ended at (``multipliers``), each ``{layer: value}``."""
     assert explainer.lambdas is not None
     layers = sorted(explainer.convergence)
     return {"steps": int(sum(row["steps"] for row in history)) // max(len(layers), 1),
