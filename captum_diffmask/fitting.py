@@ -332,14 +332,12 @@ class FitOptions:
         if self.max_steps is not None:
             _check_int(self.max_steps, "max_steps")
         _check_int(self.checkpoint_every, "checkpoint_every")
-        if isinstance(self.lambda_max, bool) or not isinstance(self.lambda_max, (int, float)) or not self.lambda_max > 0:
-            raise ValueError(f"lambda_max must be a number > 0, got {self.lambda_max!r}")
+        for name in ("lr", "lambda_max"):
+            _check_positive(getattr(self, name), name)
         for name in ("eps", "lr_baseline") + (("l0_floor",) if self.l0_floor is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
-            raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
         gated = list(range(num_layers + 1)) if gated_layers is None else list(gated_layers)
         layers = gated if self.layers is None else list(self.layers)
         if not layers:
@@ -416,6 +414,11 @@ def signed_with_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def _check_int(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _check_positive(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
 
 
 class _FitLoop:
