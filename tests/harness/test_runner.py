@@ -14,13 +14,16 @@ from benchmarks.runner import load_suite
 from benchmarks.records import cache_dir, cached, median_seconds, to_jsonable, write_json
 
 # Small enough for about half a minute on one thread, large enough that the toy
-# model learns the task (97% held-out accuracy) and DiffMask's fit converges (JS
-# about 0.05; on a 12-epoch model at 94% it closes every gate instead).
+# model learns the task (97% held-out accuracy) and DiffMask's fit converges (on a
+# 12-epoch model at 94% it closes every gate instead). DiffMask runs until its fit
+# converges (epochs None: fit's budget): JS 0.004-0.008 on three CPU code paths
+# (default, MKL_CBWR=COMPATIBLE, AVX2). A cap of 20 epochs stopped it violated, at a
+# JS of 0.08-0.13 against the test's bound of 0.11.
 TINY = {
     "data": {"num_examples": 3000},
     "model": {"epochs": 20},
     "method_options": {
-        "DiffMask": {"epochs": 20},
+        "DiffMask": {"epochs": None},
         "IntegratedGradients": {"n_steps": 8},
         "PerSampleBottleneck": {"steps": 8},
         "Guan": {"steps": 8},
