@@ -100,8 +100,8 @@ def _inputs_that_need_head_0(model, sites, least, batch=4, candidates=64):
     which closing head 0 costs a KL of at least ``least`` in every block: where
     it costs less, the constrained optimum closes it on some inputs and not on
     others, and which ones is a matter of the optimiser's path."""
-    ids = torch.cat([token_batch(seed=i)[0] for i in range(candidates)])
-    mask = torch.cat([token_batch(seed=i)[1] for i in range(candidates)])
+    drawn = [token_batch(seed=i) for i in range(candidates)]
+    ids, mask = torch.cat([i for i, _ in drawn]), torch.cat([m for _, m in drawn])
     needed = _closing_cost(model, sites, ids, mask, head=0).min(0).values >= least
     ids, mask = ids[needed], mask[needed]
     return [(ids[i:i + batch], mask[i:i + batch]) for i in range(0, len(ids) - batch + 1, batch)]
