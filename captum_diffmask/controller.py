@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 from cooper.optim import nuPI
+from cooper.optim.torch_optimizers import nuPIInitType
 from torch import nn
 
 from .objective import LagrangeMultipliers, multiplier_rates
@@ -134,8 +135,11 @@ class PIMultiplierControl:
         r"""The controller's state (estimates, log-multipliers, nuPI's memory)."""
         # a copy: nuPI updates its error memory in place, and torch's
         # load_state_dict keeps tensors it need not cast
+        optimizer = copy.deepcopy(self.optimizer.state_dict())
+        for group in optimizer["param_groups"]:  # nuPI's enum as its name: a fit state holds plain values
+            group["init_type"] = group["init_type"].name
         return {"estimates": list(self.estimates), "log_values": [float(p.detach()) for p in self.log_values],
-                "optimizer": copy.deepcopy(self.optimizer.state_dict())}
+                "optimizer": optimizer}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         r"""Restores a :meth:`state_dict`."""
@@ -143,4 +147,7 @@ class PIMultiplierControl:
         with torch.no_grad():
             for p, value in zip(self.log_values, state["log_values"]):
                 p.fill_(float(value))
-        self.optimizer.load_state_dict(state["optimizer"])
+        optimizer = copy.deepcopy(dict(state["optimizer"]))
+        for group in optimizer["param_groups"]:
+            group["init_type"] = nuPIInitType[group["init_type"]]
+        self.optimizer.load_state_dict(optimizer)

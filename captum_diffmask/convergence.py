@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 #: A layer's states at the end of a fit (``collapsed``: every gate closed with the
 #: constraint violated; ``closed``: every gate closed within it).
@@ -183,6 +183,20 @@ class LayerMonitor:
         self.windows.append(self._current())
         self._sums, self._squares, self._count, self._closure = [0.0, 0.0, 0.0], [0.0, 0.0], 0, [0.0, 0]
         return True
+
+    def state_dict(self) -> Dict[str, Any]:
+        r"""The monitor's state as plain values (a fit state holds no pickled
+        objects): its windows and the running sums of the open window."""
+        return {"windows": [asdict(w) for w in self.windows], "steps": self.steps, "sums": list(self._sums),
+                "squares": list(self._squares), "count": self._count, "closure": list(self._closure)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        r"""Restores a :meth:`state_dict`."""
+        self.windows = [Window(**window) for window in state["windows"]]
+        self.steps, self._count = int(state["steps"]), int(state["count"])
+        self._sums = [float(v) for v in state["sums"]]
+        self._squares = [float(v) for v in state["squares"]]
+        self._closure = [float(state["closure"][0]), int(state["closure"][1])]
 
     def _current(self) -> Window:
         n, (total, measured) = self._count, self._closure

@@ -450,10 +450,13 @@ class _FitLoop:
     def state_dict(self) -> Dict[str, Any]:
         r"""What a resumed fit needs of the loop (the optimisers are saved apart)."""
         return {"step": self.step, "rng": self.rng.getstate(), "active": list(self.active),
-                "monitors": self.monitors, "done": self.done, "converged": self.converged}
+                "monitors": {k: m.state_dict() for k, m in self.monitors.items()}, "done": self.done,
+                "converged": self.converged}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.step, self.active, self.monitors = int(state["step"]), list(state["active"]), dict(state["monitors"])
+        self.step, self.active = int(state["step"]), list(state["active"])
+        for k, monitor in state["monitors"].items():
+            self.monitors[k].load_state_dict(monitor)
         self.rng.setstate(state["rng"])
         self.done, self.converged = bool(state["done"]), bool(state["converged"])
 

@@ -15,13 +15,17 @@ call's caps (``max_steps``, ``epochs``) are larger: then it goes on from where
 it stopped, in the same epoch, and ends as one call with those caps would.
 
 The file is written to a temporary name and then renamed, so a process killed
-while writing leaves the previous state. It holds Python objects (the monitors),
-so it is read with ``weights_only=False``: load only files this library wrote.
+while writing leaves the previous state. It holds tensors and plain values only
+(every part of the fit writes its ``state_dict``), and is read with
+``weights_only=True``: loading a state runs no code, and a state survives a move
+of the classes that wrote it. A state of format 1 (pickled objects) is refused
+by name, never unpickled.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Union
 
@@ -29,8 +33,8 @@ import torch
 
 from .rng import cuda_devices
 
-#: Bumped when the layout of a fit state changes.
-FIT_STATE_FORMAT = 1
+#: Bumped when the layout of a fit state changes (2: tensors and plain values only).
+FIT_STATE_FORMAT = 2
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -91,7 +95,15 @@ class FitCheckpoint:
         r"""The state written by a fit of the same probe (its ``config``) and
         ``layers``; ValueError naming ``checkpoint`` otherwise."""
         try:
-            state = torch.load(self.path, map_location="cpu", weights_only=False)
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:
+            if "Unsupported global" in str(error):  # a format-1 state pickled the library's objects
+                raise ValueError(
+                    f"checkpoint: {self.path} is a fit state of an earlier version (format 1: pickled objects) or "
+                    "not a fit state of this library; it is not loaded, since unpickling runs code: delete it, "
+                    "or pass a new path to start afresh"
+                ) from None
+            raise ValueError(f"checkpoint: {self.path} is not a readable fit state ({type(error).__name__})") from None
         except Exception as error:  # noqa: BLE001 - any unreadable file
             raise ValueError(f"checkpoint: {self.path} is not a readable fit state ({type(error).__name__})") from None
         if not isinstance(state, dict) or state.get("format") != FIT_STATE_FORMAT:
