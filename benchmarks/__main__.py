@@ -53,7 +53,7 @@ def _list() -> None:
         except Exception as error:  # noqa: BLE001 - one broken suite must not hide the others
             description = f"(cannot be loaded: {type(error).__name__}: {error})"
         print(f"  {name:<12} {description}")
-    print("methods (captum_diffmask.evaluation.METHODS):")
+    print("methods (captum_diffmask.methods.registry.METHODS):")
     for name, ok in available_methods().items():
         state = "available" if ok else "not available"
         print(f"  {name:<20} {state:<14} {REGISTRY[name]}")

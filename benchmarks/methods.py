@@ -1,11 +1,11 @@
 """The methods the suites compare, set up through the library's own
-:func:`captum_diffmask.evaluation.prepare_method` (the API behind
+:func:`captum_diffmask.methods.registry.prepare_method` (the API behind
 :func:`captum_diffmask.compare`): the harness adds no method code.
 
 A suite gives its model, sites and training data as a :class:`MethodContext`;
 :func:`prepare` turns a method's flat options (each routed to the constructor,
 ``fit`` / ``fit_statistics`` or ``attribute``, whichever names it) into a
-:class:`~captum_diffmask.evaluation.PreparedMethod`. ``batch_size`` is the
+:class:`~captum_diffmask.methods.registry.PreparedMethod`. ``batch_size`` is the
 harness's own option: the training batch size of a fit or of the statistics.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 from torch import nn
 
-from captum_diffmask.evaluation import METHODS, prepare_method, PreparedMethod, route_options
-from captum_diffmask.attribution import method_trait
-from captum_diffmask.evaluation.compare import LIBRARY_METHODS
+from captum_diffmask.methods.registry import METHODS, prepare_method, PreparedMethod, route_options
+from captum_diffmask.model.attribution import method_trait
+from captum_diffmask.methods.registry import LIBRARY_METHODS
 
 __all__ = ["MethodContext", "PreparedMethod", "REGISTRY", "prepare", "route_options"]
 

@@ -1,21 +1,36 @@
 """captum_diffmask: Differentiable Masking (DiffMask) and the methods it is compared
-with, as Captum attributions."""
+with, as Captum attributions.
 
-from .convergence import Convergence, DiffMaskConvergenceWarning
-from .diffmask import DiffMask
-from .forward import ModelForward
-from .generation import attribute_generation, GenerationAttribution, prefix_batches
-from .hard_concrete import HardConcrete
-from .methods import (
-    AttributionPatching, ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
-    ReadoutBottleneck, REINFORCE,
+The library is in layers, each importing only those below it
+(``docs/architecture.md``): :mod:`~captum_diffmask.model` (how any method reaches
+into a model), :mod:`~captum_diffmask.diffmask` (the explainer, its probe, fit and
+constrained optimisation), :mod:`~captum_diffmask.methods` (the methods it is
+compared with, and the registry of every method), :mod:`~captum_diffmask.evaluation`
+(scores of attributions) and :mod:`~captum_diffmask.interface` (text, pages,
+figures, generation, comparisons, the command line)."""
+
+from captum_diffmask import old_paths
+from captum_diffmask.diffmask.constrained.convergence import Convergence, DiffMaskConvergenceWarning
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
+from captum_diffmask.diffmask.explainer import DiffMask
+from captum_diffmask.diffmask.hard_concrete import HardConcrete
+from captum_diffmask.evaluation import fit_stability, seed_std
+from captum_diffmask.interface.comparison import Comparison
+from captum_diffmask.interface.explanation import explain, Explanation
+from captum_diffmask.interface.generation import attribute_generation, GenerationAttribution, prefix_batches
+from captum_diffmask.interface.side_by_side import compare
+from captum_diffmask.methods import (
+    AttributionPatching, ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck,
+    RandomAttribution, ReadoutBottleneck, REINFORCE,
 )
-from .objective import js_divergence, kl_divergence, LagrangeMultipliers
-from .sites import Site, SiteLocator
-from .evaluation import compare, Comparison, fit_stability, seed_std
-from .text import explain, Explanation, merge_into_words
+from captum_diffmask.model.divergences import js_divergence, kl_divergence
+from captum_diffmask.model.forward import ModelForward
+from captum_diffmask.model.sites import Site, SiteLocator
+from captum_diffmask.model.texts import merge_into_words
 
 __version__ = "0.1.0"
+
+old_paths.install()
 
 __all__ = [
     "AttributionPatching",

@@ -19,7 +19,7 @@ def batch():
 @pytest.fixture(scope="session")
 def toy_setup():
     """The paper's toy task: 10k sequences (10% held out) and a model trained on it."""
-    from captum_diffmask.toy import generate_toy_data, train_toy_model
+    from captum_diffmask.evaluation.toy_task import generate_toy_data, train_toy_model
 
     train, valid = generate_toy_data(10_000, seed=0).split(0.1, seed=0)
     model, accuracy = train_toy_model(train, valid, seed=0)

@@ -84,7 +84,7 @@ def tiny_causal_lm(kind: str, seed: int = 0, num_layers: int = 2):
 def left_padded(prompts):
     """Prompts of several lengths (lists of ids) as one left-padded batch (the
     library's ``left_pad``): ids (B, T) with 0 at the padding, and the attention mask."""
-    from captum_diffmask.generation import left_pad
+    from captum_diffmask.interface.generation import left_pad
 
     return left_pad([torch.tensor(p) for p in prompts])
 
@@ -148,8 +148,8 @@ def every_method(ig_options):
     attribute options. The stochastic methods draw noise of the batch's shape, so
     padding changes their draws (not their objective)."""
     from captum_diffmask.methods import (
-        ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
-        PerSampleBottleneck, RandomAttribution, ReadoutBottleneck, REINFORCE,
+        ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck,
+        RandomAttribution, ReadoutBottleneck, REINFORCE,
     )
 
     few = {"steps": 5, "verbose": False}

@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.components import gate_components
-from captum_diffmask.objective import example_kl, log_probs
+from captum_diffmask.model.components import gate_components
+from captum_diffmask.model.divergences import example_kl, log_probs
 
 from ..report import fmt, table, write_study_markdown
 from ..suites.components import tracr as suite

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from captum_diffmask import DiffMask
-from captum_diffmask.distributed import check_same, is_main_process, rank_and_world
+from captum_diffmask.diffmask.fit.distributed import check_same, is_main_process, rank_and_world
 
 
 #: Per task: the constructor's options and fit's eps (the toy suite's and the sst suite's).
@@ -38,7 +38,7 @@ TASK_OPTIONS = {"toy": ({"votes": "tied"}, 0.05), "sst": ({"l0": "mean", "votes"
 
 
 def _toy(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
-    from captum_diffmask.toy import generate_toy_data, train_toy_model, toy_sites
+    from captum_diffmask.evaluation.toy_task import generate_toy_data, train_toy_model, toy_sites
 
     train, valid = generate_toy_data(4000, seed=0).split(0.1, seed=0)
     model, _ = train_toy_model(train, valid, seed=0, epochs=10)

@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
-from captum_diffmask.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
 from ..__main__ import parse_settings
 from ..report import fmt_seconds, table

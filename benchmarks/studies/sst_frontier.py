@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from captum_diffmask.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
 from ..report import fmt, table
 from ..suites import sst as suite

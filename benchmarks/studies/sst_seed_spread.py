@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-import captum_diffmask.fitting as fitting
+import captum_diffmask.diffmask.fit.fitting as fitting
 from captum_diffmask import Convergence, DiffMask
 from benchmarks.suites import sst as suite
 from benchmarks.suites.minilm.fitting import OnDevice

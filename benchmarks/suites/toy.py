@@ -24,15 +24,10 @@ import torch
 
 from captum_diffmask import DiffMask
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
-from captum_diffmask.visualization import attribution_panels, hidden_state_scatter
-from captum_diffmask.sites import SiteLocator
-from captum_diffmask.toy import (
-    generate_toy_data,
-    ToyData,
-    ToyModel,
-    toy_ground_truth,
-    toy_sites,
-    train_toy_model,
+from captum_diffmask.interface.figures import attribution_panels, hidden_state_scatter
+from captum_diffmask.model.sites import SiteLocator
+from captum_diffmask.evaluation.toy_task import (
+    generate_toy_data, ToyData, ToyModel, toy_ground_truth, toy_sites, train_toy_model,
 )
 
 from ..methods import MethodContext, prepare, PreparedMethod, route_options

@@ -12,11 +12,11 @@ import torch
 
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
-from captum_diffmask.forward import ModelForward
-from captum_diffmask.generation import attribute_generation, greedy_continuation
+from captum_diffmask.model.forward import ModelForward
+from captum_diffmask.interface.generation import attribute_generation, greedy_continuation
 from captum_diffmask.methods import IntegratedGradients, Occlusion
-from captum_diffmask.sites import SiteLocator
-from captum_diffmask.visualization import attribution_panels
+from captum_diffmask.model.sites import SiteLocator
+from captum_diffmask.interface.figures import attribution_panels
 
 from ..methods import PreparedMethod
 from ..progress import log

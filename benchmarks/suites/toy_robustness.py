@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Mapping, Union
 import torch
 
 from captum_diffmask import DiffMask, seed_std
-from captum_diffmask.convergence import DiffMaskConvergenceWarning
-from captum_diffmask.toy import generate_toy_data, ToyData, ToyModel, toy_sites
+from captum_diffmask.diffmask.constrained.convergence import DiffMaskConvergenceWarning
+from captum_diffmask.evaluation.toy_task import generate_toy_data, ToyData, ToyModel, toy_sites
 
 from ..progress import log_to_stderr
 from ..report import fmt, table

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .squad import best_spans, span_text, squad_scores, SquadExample, SquadFeatures, window_batches
 from .sst_bert import bert_adamw, warmup_then_decay, load_minilm_as
-from captum_diffmask.forward import model_device
+from captum_diffmask.model.forward import model_device
 
 
 def load_minilm_qa(seed: Optional[int] = 0) -> Tuple[nn.Module, Any]:

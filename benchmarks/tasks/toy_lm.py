@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from captum_diffmask.forward import padded_positions
-from captum_diffmask.rng import preserved_rng
-from captum_diffmask.toy import ToyData, toy_ground_truth
+from captum_diffmask.model.forward import padded_positions
+from captum_diffmask.model.rng import preserved_rng
+from captum_diffmask.evaluation.toy_task import ToyData, toy_ground_truth
 
 #: Token ids: padding, the separator, the arrow, the answers, then the digits.
 PAD, COLON, ARROW, YES, NO = 0, 1, 2, 3, 4

@@ -1,16 +1,24 @@
-"""Evaluating attributions: divergence to a ground truth, agreement with exact
+"""Scoring attributions: divergence to a ground truth, agreement with exact
 erasure, faithfulness (comprehensiveness, sufficiency, AOPC, infidelity,
-sensitivity) and plausibility, stability across seeds, paired bootstrap intervals,
-and side-by-side comparisons of methods."""
+sensitivity) and plausibility, stability across seeds, paired bootstrap
+intervals, and the toy task whose answer is known."""
 
-from .bootstrap import paired_bootstrap
-from .compare import compare, LIBRARY_METHODS, METHODS, prepare_method, PreparedMethod, route_options
-from .comparison import Comparison, MethodResult
-from .faithfulness import eraser_scores, plausibility, token_infidelity, token_sensitivity, TokenEraser
-from .stability import fit_stability, seed_std
+from typing import Any
+
+from captum_diffmask.evaluation.bootstrap import paired_bootstrap
+from captum_diffmask.evaluation.faithfulness import (
+    eraser_scores, plausibility, token_infidelity, token_sensitivity, TokenEraser,
+)
+from captum_diffmask.evaluation.stability import fit_stability, seed_std
 
 __all__ = [
-    "compare", "Comparison", "LIBRARY_METHODS", "MethodResult", "METHODS", "prepare_method", "PreparedMethod", "route_options",
     "fit_stability", "seed_std", "eraser_scores", "plausibility", "token_infidelity", "token_sensitivity",
     "TokenEraser", "paired_bootstrap",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # compare, Comparison and the method registry left this package (old paths, one release)
+    from captum_diffmask.old_paths import moved_name
+
+    return moved_name(__name__, name)

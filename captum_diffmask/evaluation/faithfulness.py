@@ -30,12 +30,12 @@ from captum.metrics import infidelity, sensitivity_max
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from ..attribution import ForwardFunc, PaddingMaskArg, resolve_target, SitesType
-from ..batches import to_device
-from ..checks import check_choice
-from ..forward import check_token_ids, format_additional_args, frozen, model_device, ModelForward
-from ..objective import log_probs
-from ..sites import SiteLocator
+from captum_diffmask.model.attribution import ForwardFunc, PaddingMaskArg, resolve_target, SitesType
+from captum_diffmask.model.batches import to_device
+from captum_diffmask.model.checks import check_choice
+from captum_diffmask.model.forward import check_token_ids, format_additional_args, frozen, model_device, ModelForward
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.sites import SiteLocator
 
 #: The top-k fractions of the real tokens that ERASER's metrics are taken at.
 FRACTIONS = (0.01, 0.05, 0.10, 0.20, 0.50)
@@ -83,7 +83,7 @@ class TokenEraser:
                     vector, or a token id whose embedding is used (e.g. the
                     tokenizer's ``[MASK]``); zeros when None. Default: None
         sites, forward_func, padding_mask_arg, output: as in
-                    :class:`~captum_diffmask.attribution.SiteAttribution`; the
+                    :class:`~captum_diffmask.model.attribution.SiteAttribution`; the
                     output must be one distribution per example.
     """
 

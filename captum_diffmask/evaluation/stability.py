@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 from torch import nn, Tensor
 
-from ..forward import Batch, format_additional_args
+from captum_diffmask.model.forward import Batch, format_additional_args
 
 
 def seed_std(per_seed: Sequence[Tensor], mask: Optional[Tensor] = None) -> Dict[str, Any]:
@@ -91,7 +91,7 @@ def fit_stability(
         (S, B, T, L + 1) and ``convergence``, each fit's
         :attr:`DiffMask.convergence` report, in the order of ``seeds``.
     """
-    from ..diffmask import DiffMask
+    from captum_diffmask.diffmask.explainer import DiffMask
 
     seeds = [int(s) for s in seeds]
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):

@@ -9,14 +9,14 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 import torch
 from torch import nn, Tensor
 
-from ..attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target,
     SiteAttribution, SitesType,
 )
-from ..components import ComponentSite, gate_components, locate_components, read_components
-from ..forward import Batch, frozen
-from ..objective import log_probs
-from ..probes import masked_mean
+from captum_diffmask.model.components import ComponentSite, gate_components, locate_components, read_components
+from captum_diffmask.model.forward import Batch, frozen
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.diffmask.probes import masked_mean
 
 
 class AttributionPatching(SiteAttribution):
@@ -115,7 +115,7 @@ class AttributionPatching(SiteAttribution):
         Args:
 
             inputs, additional_forward_args: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target (optional): the class (per distribution) whose
                         log-probability is read; None = the predicted one.
                         Default: None

@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from ..attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
     SiteAttribution, SitesType,
 )
-from ..checks import check_choice, check_non_negative, check_positive_int
-from ..forward import Batch, frozen
-from ..objective import log_probs
-from .optimization import make_optimizer, optimize
+from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
+from captum_diffmask.model.forward import Batch, frozen
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.methods.optimization import make_optimizer, optimize
 
 _READOUTS = ("alpha", "capacity")
 
@@ -152,7 +152,7 @@ class GaussianBottleneck(SiteAttribution):
     Args:
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
     """
 
     needs_data = True
@@ -241,7 +241,7 @@ class PerSampleBottleneck(GaussianBottleneck):
     Args:
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
 
     Examples::
 
@@ -320,7 +320,7 @@ class PerSampleBottleneck(GaussianBottleneck):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`);
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`);
                         :meth:`fit_statistics` must have run for ``layer``.
             target (int, list, Tensor, optional): the class whose
                         log-probability the task loss keeps; None = the class the

@@ -21,14 +21,14 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from ..forward import frozen
-from ..objective import log_probs
-from ..attribution import (
+from captum_diffmask.model.forward import frozen
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.attribution import (
     attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, ReplacingAttribution,
     resolve_target, SitesType, TargetType,
 )
-from ..checks import check_positive_int
-from ..rng import preserved_rng
+from captum_diffmask.model.checks import check_positive_int
+from captum_diffmask.model.rng import preserved_rng
 
 
 @dataclass
@@ -147,7 +147,7 @@ class ExactErasure(ReplacingAttribution):
 
         model, sites, forward_func, padding_mask_arg, output, baselines: the analysed
                     model, how to call it and the state that replaces erased tokens,
-                    as in :class:`~captum_diffmask.attribution.ReplacingAttribution`.
+                    as in :class:`~captum_diffmask.model.attribution.ReplacingAttribution`.
                     None (zeros) erases as the authors' exact search did; a vector
                     (H,) such as a fitted DiffMask's learned baseline
                     (``dm.learned_baseline(k)``: the input's at depth k, or
@@ -195,7 +195,7 @@ class ExactErasure(ReplacingAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target (int, list or Tensor, optional): for (B, C) logits the class
                         that must stay the argmax; None = the predicted class (the
                         prediction must be unchanged). Must be None for one binary
@@ -234,7 +234,7 @@ class ExactErasure(ReplacingAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             all_solutions (bool, optional): enumerate the whole minimal size and
                         return every minimal subset in ``all_masks``. Default: False
             target (optional): as in :meth:`attribute`. Default: None

@@ -22,13 +22,13 @@ from captum.attr import IntegratedGradients as _CaptumIntegratedGradients
 from captum.attr import Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
-from ..attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, ReplacingAttribution,
     resolve_target, SiteAttribution, SitesType, TargetType,
 )
-from ..checks import check_positive_int
-from ..forward import frozen
-from ..objective import log_probs
+from captum_diffmask.model.checks import check_positive_int
+from captum_diffmask.model.forward import frozen
+from captum_diffmask.model.divergences import log_probs
 
 _REDUCTIONS = ("abs_sum", "sum", "l2")
 _IG_METHODS = ("riemann_trapezoid", "gausslegendre", "riemann_left", "riemann_right", "riemann_middle")
@@ -150,7 +150,7 @@ class IntegratedGradients(CaptumSiteAttribution):
 
         model, sites, forward_func, padding_mask_arg, output, baselines: the analysed
                     model, how to call it and the reference state, as in
-                    :class:`~captum_diffmask.attribution.ReplacingAttribution`.
+                    :class:`~captum_diffmask.model.attribution.ReplacingAttribution`.
         n_steps (int, optional): points of the path integral. Default: 50
         method (str, optional): Captum's quadrature, ``"riemann_trapezoid"`` or
                     ``"gausslegendre"`` (or another Captum Riemann rule).
@@ -209,7 +209,7 @@ class IntegratedGradients(CaptumSiteAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target (int, list or Tensor, optional): for (B, C) logits the class
                         attributed (None = the predicted class); must be None for
                         one binary logit, whose value is attributed. Default: None
@@ -287,7 +287,7 @@ class Occlusion(CaptumSiteAttribution):
 
         model, sites, forward_func, padding_mask_arg, output, baselines: the analysed
                     model, how to call it and what replaces an occluded state, as in
-                    :class:`~captum_diffmask.attribution.ReplacingAttribution`.
+                    :class:`~captum_diffmask.model.attribution.ReplacingAttribution`.
         perturbations_per_eval (int, optional): occlusions per forward pass (each
                     of batch size B). Default: 16
     """
@@ -319,7 +319,7 @@ class Occlusion(CaptumSiteAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target (int, list or Tensor, optional): for (B, C) logits the class
                         whose logit is occluded (None = the predicted class); must be
                         None for one binary logit. Default: None

@@ -15,10 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attribution import attribution_call, InputType, PreparedCall, reject_target, SiteAttribution
-from ..checks import check_choice, check_non_negative
-from ..forward import frozen
-from .optimization import make_optimizer, optimize
+from captum_diffmask.model.attribution import (
+    attribution_call, InputType, PreparedCall, reject_target, SiteAttribution,
+)
+from captum_diffmask.model.checks import check_choice, check_non_negative
+from captum_diffmask.model.forward import frozen
+from captum_diffmask.methods.optimization import make_optimizer, optimize
 
 _READOUTS = ("inverse", "neg_sigma")
 
@@ -65,7 +67,7 @@ class Guan(SiteAttribution):
     Args:
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
     """
 
     summary = "Guan et al. 2019, per-token noise scale with an entropy bonus"
@@ -89,7 +91,7 @@ class Guan(SiteAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target: must be None: the deviation covers the whole output (a
                         target is an error, not ignored). Default: None
             steps (int, optional): optimisation steps. Default: 500

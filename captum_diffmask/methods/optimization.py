@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..checks import check_choice, check_positive_int
+from captum_diffmask.model.checks import check_choice, check_positive_int
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "optimize"]
 

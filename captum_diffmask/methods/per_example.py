@@ -24,16 +24,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from ..attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
     resolve_baseline, SiteAttribution, SitesType,
 )
-from ..checks import check_choice, check_non_negative, check_positive_int
-from ..forward import frozen
-from ..hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from ..objective import example_kl, LagrangeMultipliers, log_probs, same_prediction
-from ..probes import mix_baseline
-from .optimization import make_optimizer, optimize, OPTIMIZERS
+from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
+from captum_diffmask.model.forward import frozen
+from captum_diffmask.diffmask.hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
+from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
+from captum_diffmask.diffmask.probes import mix_baseline
+from captum_diffmask.methods.optimization import make_optimizer, optimize, OPTIMIZERS
 
 _READOUTS = ("keep", "mask")
 _SELECTIONS = ("last", "feasible", "sparsest")
@@ -239,7 +240,7 @@ class _PerExampleMask(SiteAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             eps (float, optional): the margin on KL(original || masked), nats.
                         Default: 0.1
             steps (int, optional): optimisation steps. Default: 500
@@ -325,7 +326,7 @@ class _PerExampleMask(SiteAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target: must be None: the constraint covers the whole output
                         distribution (a target is an error, not ignored). Default: None
             readout (str, optional): ``"keep"``: the probability that each gate
@@ -381,7 +382,7 @@ class PerExampleDiffMask(_PerExampleMask):
     Args:
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
     """
 
     summary = "DiffMask gates optimised per example (no probe)"
@@ -449,7 +450,7 @@ class REINFORCE(_PerExampleMask):
     Args:
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
         reward (str, optional): ``"lagrangian"`` or ``"authors"``, see above.
                     Default: ``"lagrangian"``
     """

@@ -7,7 +7,7 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import nn, Tensor
 
-from ..attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, ForwardFunc, InputType, PaddingMaskArg, reject_target, SiteAttribution, SitesType,
 )
 
@@ -52,7 +52,7 @@ class RandomAttribution(SiteAttribution):
 
         model (nn.Module): the analysed model.
         sites, forward_func, padding_mask_arg, output: as every method's
-                    (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                    (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
         seed (int, optional): seeds the generator. Default: 0
     """
 
@@ -85,7 +85,7 @@ class RandomAttribution(SiteAttribution):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`);
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`);
                         only the padding mask is read, and the scores do not
                         depend on ``layer``.
             target: must be None (the scores preserve nothing). Default: None

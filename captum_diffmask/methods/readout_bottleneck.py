@@ -20,15 +20,15 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from ..attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
     SitesType,
 )
-from ..checks import check_choice, check_non_negative, check_positive_int
-from ..forward import Batch, frozen
-from ..objective import log_probs
-from ..rng import preserved_rng
-from .bottleneck import bottleneck_scores, capacity_nats, GaussianBottleneck, noisy_state
+from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
+from captum_diffmask.model.forward import Batch, frozen
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.rng import preserved_rng
+from captum_diffmask.methods.bottleneck import bottleneck_scores, capacity_nats, GaussianBottleneck, noisy_state
 
 _GRANULARITIES = ("element", "token")
 _READOUTS = ("capacity", "alpha")
@@ -149,7 +149,7 @@ class ReadoutBottleneck(GaussianBottleneck):
     Args:
 
         model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.attribution.SiteAttribution`.
+                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
 
     Examples::
 
@@ -412,7 +412,7 @@ class ReadoutBottleneck(GaussianBottleneck):
         Args:
 
             inputs, additional_forward_args, layer: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`);
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`);
                         :meth:`fit` must have run for ``layer``.
             target (int, list, Tensor, optional): the class the network is asked
                         about; None = the class the model predicts. Must be None

@@ -12,7 +12,7 @@ import transformers as hf
 
 from benchmarks.studies import model_zoo as zoo
 from captum_diffmask import DiffMask
-from captum_diffmask.sites import SiteLocator
+from captum_diffmask.model.sites import SiteLocator
 
 #: the share of all architectures that works (docs/results/model-zoo.md: 382 of 401,
 #: 95.3 %), the issue's target

@@ -14,7 +14,7 @@ from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 from tiny_models import tiny_bert, token_batch
 
-pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.convergence.DiffMaskConvergenceWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.diffmask.constrained.convergence.DiffMaskConvergenceWarning")
 
 CONFIG = {
     "diffmask": {"batch_size": 8, "l0": "mean", "eps": 0.1, "max_steps": 3, "select_checkpoint": False,

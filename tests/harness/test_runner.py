@@ -9,7 +9,7 @@ import torch
 from benchmarks import build_config, run_suite
 from benchmarks.__main__ import main
 from benchmarks.methods import REGISTRY
-from captum_diffmask.evaluation import METHODS
+from captum_diffmask.methods.registry import METHODS
 from benchmarks.runner import load_suite
 from benchmarks.records import cache_dir, cached, median_seconds, to_jsonable, write_json
 

@@ -31,7 +31,7 @@ def test_estimate_counts_a_small_shape_by_hand():
 
 
 def _small_toy(batch_size):
-    from captum_diffmask.toy import generate_toy_data, train_toy_model, toy_sites
+    from captum_diffmask.evaluation.toy_task import generate_toy_data, train_toy_model, toy_sites
 
     train, valid = generate_toy_data(300, seed=0).split(0.2, seed=0)
     model, _ = train_toy_model(train, valid, seed=0, epochs=1)

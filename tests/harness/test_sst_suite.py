@@ -11,7 +11,7 @@ import torch
 
 from benchmarks import runner
 from benchmarks.suites import sst as suite
-from captum_diffmask.convergence import STATUSES
+from captum_diffmask.diffmask.constrained.convergence import STATUSES
 from benchmarks.tasks.sst import SSTSentence
 from tiny_models import needs_sst
 

@@ -13,7 +13,7 @@ from benchmarks.suites import sst as suite
 from benchmarks.suites.minilm.fitting import changed_predictions, macro_f1_change_interval, SUITE_KEYS, top2_gap
 from benchmarks.tasks import sst_bert
 from captum_diffmask import DiffMask
-from captum_diffmask.convergence import STATUSES
+from captum_diffmask.diffmask.constrained.convergence import STATUSES
 from tiny_models import needs_sst
 
 

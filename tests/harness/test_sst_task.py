@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from captum_diffmask.methods import ExactErasure
-from captum_diffmask.sites import SiteLocator
+from captum_diffmask.model.sites import SiteLocator
 from benchmarks.tasks import sst
 from benchmarks.tasks.sst import (
     default_data_dir,

@@ -9,7 +9,7 @@ from benchmarks.runner import run_suite
 import pytest
 
 from benchmarks.tasks.toy_lm import answer_logits, ARROW, COLON, DIGIT0, encode_toy, NO, token_text, toy_decoder, YES
-from captum_diffmask.toy import ToyData
+from captum_diffmask.evaluation.toy_task import ToyData
 
 
 def test_a_prompt_is_query_colon_digits_arrow_left_padded_with_the_truth_on_the_digits():

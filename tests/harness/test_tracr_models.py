@@ -106,7 +106,7 @@ def test_hooks_on_heads_and_units_see_their_shapes(compiled):
 
 
 def test_the_librarys_component_sites_find_the_converted_heads_and_units(compiled):
-    from captum_diffmask.components import gate_components, locate_components
+    from captum_diffmask.model.components import gate_components, locate_components
 
     name, _, model, weights = compiled
     heads, units = locate_components(model, "heads"), locate_components(model, "units")

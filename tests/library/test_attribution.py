@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from captum_diffmask.attribution import check_layer, resolve_baseline, resolve_target, site_for_layer
-from captum_diffmask.objective import log_probs
+from captum_diffmask.model.attribution import check_layer, resolve_baseline, resolve_target, site_for_layer
+from captum_diffmask.model.divergences import log_probs
 
 
 def test_resolve_target_on_class_logits_and_on_log_probabilities():
@@ -58,7 +58,7 @@ def test_a_custom_model_given_a_mask_but_no_padding_mask_arg_is_warned_about_onc
     import warnings
 
     from captum_diffmask.methods import Occlusion
-    from captum_diffmask.toy import ToyModel, toy_sites
+    from captum_diffmask.evaluation.toy_task import ToyModel, toy_sites
 
     torch.manual_seed(0)
     model = ToyModel().eval()

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.batches import split_batch
-from captum_diffmask.forward import ModelForward
-from captum_diffmask.toy import generate_toy_data, ToyModel
+from captum_diffmask.model.batches import split_batch
+from captum_diffmask.model.forward import ModelForward
+from captum_diffmask.evaluation.toy_task import generate_toy_data, ToyModel
 
 from tiny_models import tiny_bert, token_batch
 

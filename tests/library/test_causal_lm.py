@@ -4,7 +4,7 @@ prompt's last real position, and left padding changes nothing."""
 import pytest
 import torch
 
-from captum_diffmask.forward import ModelForward
+from captum_diffmask.model.forward import ModelForward
 
 from tiny_models import every_method, left_padded, LM_KINDS, prepared_method, tiny_causal_lm, VOCAB
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers as hf
 
-from captum_diffmask.cli import main
+from captum_diffmask.interface.cli import main
 
 from tiny_models import tiny_wordpiece
 
@@ -130,7 +130,7 @@ def test_a_bad_argument_or_file_is_one_line_and_exit_code_2(saved, arguments, me
 
 def test_the_installed_script_runs_from_outside_the_repository(saved, probe, tmp_path):
     script = Path(sys.executable).parent / "captum-diffmask"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "captum_diffmask.cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "captum_diffmask.interface.cli"]
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(command + ["explain", str(saved / "model"), "lovely film", "--probe", str(probe),
                                      "--quiet"], capture_output=True, text=True, cwd=tmp_path, env=environment,

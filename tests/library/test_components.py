@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from captum_diffmask.components import gate_components, locate_components, read_components
+from captum_diffmask.model.components import gate_components, locate_components, read_components
 
 from tiny_models import sensitized, tiny_bert, tiny_causal_lm, token_batch
 
@@ -130,7 +130,7 @@ def test_bad_arguments_are_named():
 
 
 def test_named_components_give_the_sites_the_rule_finds():
-    from captum_diffmask.components import named_components
+    from captum_diffmask.model.components import named_components
 
     model = tiny_bert()
     for kind, spec in (("heads", lambda b: (b.attention.output.dense, 2)), ("units", lambda b: b.output.dense)):
@@ -150,7 +150,7 @@ def test_named_components_give_the_sites_the_rule_finds():
     (lambda b: {1: ("dense", 2), 2: ("dense", 2)}, r"components\[1\]: give a module"),
 ])
 def test_named_components_name_what_is_wrong(specs, match):
-    from captum_diffmask.components import named_components
+    from captum_diffmask.model.components import named_components
 
     block = tiny_bert().bert.encoder.layer[0]
     with pytest.raises(ValueError, match=match):

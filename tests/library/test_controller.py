@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-from captum_diffmask.controller import PIMultiplierControl
-from captum_diffmask.objective import LagrangeMultipliers
+from captum_diffmask.diffmask.constrained.pi_control import PIMultiplierControl
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 
 
 def _plant(lam: float, scale: float, rng: random.Random) -> float:

@@ -4,7 +4,9 @@ import warnings
 
 import pytest
 
-from captum_diffmask.convergence import Convergence, DiffMaskConvergenceWarning, LayerMonitor, warn_unconverged
+from captum_diffmask.diffmask.constrained.convergence import (
+    Convergence, DiffMaskConvergenceWarning, LayerMonitor, warn_unconverged,
+)
 
 CRITERION = Convergence(window=10, patience=2, needed_windows=4)  # 3 windows, for short tests
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.forward import model_device
+from captum_diffmask.model.forward import model_device
 
 from tiny_models import tiny_bert, token_batch
 

@@ -183,7 +183,7 @@ def test_partial_rerun_skips_the_blocks_before_the_site():
 
 # ---------------------------------------------------- evaluation, selection
 def _constant_gates(monkeypatch, dm, logit):
-    from captum_diffmask.gates import Gates
+    from captum_diffmask.diffmask.gates import Gates
 
     probe_logits = Gates.logits
     monkeypatch.setattr(Gates, "logits", lambda gates, states, layer, mask=None: torch.full_like(
@@ -367,7 +367,7 @@ def test_every_layer_per_batch_counts_max_steps_in_batches():
 def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multiplier_its_violation():
     import dataclasses
 
-    from captum_diffmask import fitting
+    from captum_diffmask.diffmask.fit import fitting
 
     dm = DiffMask(tiny_bert(), mode="hidden")
     dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.components import gate_components
-from captum_diffmask.objective import example_kl, log_probs
+from captum_diffmask.model.components import gate_components
+from captum_diffmask.model.divergences import example_kl, log_probs
 
 from tiny_models import sensitized, tiny_bert, tiny_causal_lm, token_batch
 

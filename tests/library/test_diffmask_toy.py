@@ -7,7 +7,7 @@ import torch
 
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth
-from captum_diffmask.toy import toy_ground_truth, toy_sites
+from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
 
 def test_toy_model_solves_the_task(toy_setup):

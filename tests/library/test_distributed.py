@@ -10,8 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from captum_diffmask import DiffMask
-from captum_diffmask.distributed import rank_and_world, sharded
-from captum_diffmask.toy import generate_toy_data, ToyModel, toy_sites
+from captum_diffmask.diffmask.fit.distributed import rank_and_world, sharded
+from captum_diffmask.evaluation.toy_task import generate_toy_data, ToyModel, toy_sites
 
 pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
 FIT = dict(epochs=2, seed=0, until_converged=False, verbose=False, eps=0.05)

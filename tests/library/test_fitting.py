@@ -1,6 +1,6 @@
 """DiffMask.fit's options for training what is deployed, the multiplier's
 controller, the budget that follows the convergence criterion and the model's
-precision (captum_diffmask.fitting)."""
+precision (captum_diffmask.diffmask.fit.fitting)."""
 
 import dataclasses
 import warnings
@@ -8,8 +8,9 @@ import warnings
 import pytest
 import torch
 
-from captum_diffmask import Convergence, DiffMask, DiffMaskConvergenceWarning, fitting
-from captum_diffmask.objective import example_kl, log_probs
+from captum_diffmask import Convergence, DiffMask, DiffMaskConvergenceWarning
+from captum_diffmask.diffmask.fit import fitting
+from captum_diffmask.model.divergences import example_kl, log_probs
 
 from tiny_models import tiny_bert, token_batch
 
@@ -229,7 +230,7 @@ def test_bfloat16_runs_the_models_passes_of_the_fit_only(mode):
 
 
 def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
-    from captum_diffmask.fitting import fit_options, FitOptions
+    from captum_diffmask.diffmask.fit.fitting import fit_options, FitOptions
 
     base = FitOptions(eps=0.05, max_steps=7)
     assert fit_options(base, {"max_steps": 3}) == FitOptions(eps=0.05, max_steps=3)

@@ -5,9 +5,7 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.generation import (
-    attribute_generation, greedy_continuation, left_pad, prefix_batches,
-)
+from captum_diffmask.interface.generation import attribute_generation, greedy_continuation, left_pad, prefix_batches
 from captum_diffmask.methods import IntegratedGradients, Occlusion, RandomAttribution
 
 from tiny_models import LM_KINDS, tiny_causal_lm
@@ -139,7 +137,7 @@ def test_generation_words_merge_each_steps_pieces_by_the_methods_rule():
 
 
 def test_generation_views_show_words_and_draw_probabilities_on_their_own_scale(tmp_path):
-    from captum_diffmask.generation import GenerationAttribution
+    from captum_diffmask.interface.generation import GenerationAttribution
 
     def result(probabilities, word_ids=None, words=None):
         scores = torch.tensor([[0.01, 0.02, 0.0], [0.01, 0.02, 0.02]])

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from captum_diffmask import HardConcrete
-from captum_diffmask.hard_concrete import LOUIZOS_DEFAULTS
+from captum_diffmask.diffmask.hard_concrete import LOUIZOS_DEFAULTS
 
 
 LOGITS = torch.tensor([-4.0, -1.0, 0.0, 1.5, 4.0])
@@ -77,7 +77,7 @@ def test_bad_parameters():
 
 
 def test_with_prob_nonzero_is_the_gate_with_that_keep_probability():
-    from captum_diffmask.hard_concrete import HardConcrete as HC
+    from captum_diffmask.diffmask.hard_concrete import HardConcrete as HC
 
     votes = torch.tensor([[5.0, 2.0, -1.0], [15.0, 15.0, 15.0], [0.0, 0.3, 4.0]], requires_grad=True)
     log_keep = HC(votes).log_prob_nonzero().sum(-1)  # every vote non-zero

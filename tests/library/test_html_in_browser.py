@@ -9,8 +9,8 @@ import matplotlib.image
 import pytest
 import torch
 
-from captum_diffmask.evaluation.comparison import Comparison, MethodResult
-from captum_diffmask.text import Explanation
+from captum_diffmask.interface.comparison import Comparison, MethodResult
+from captum_diffmask.interface.explanation import Explanation
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium to render the HTML views: install it "

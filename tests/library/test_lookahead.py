@@ -1,12 +1,12 @@
-"""Lookahead, and the paper's recipe that uses it (captum_diffmask.lookahead)."""
+"""Lookahead, and the paper's recipe that uses it (captum_diffmask.diffmask.constrained.lookahead)."""
 
 import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.diffmask import PAPER_FIT
-from captum_diffmask.lookahead import Lookahead
-from captum_diffmask.objective import LagrangeMultipliers
+from captum_diffmask.diffmask.explainer import PAPER_FIT
+from captum_diffmask.diffmask.constrained.lookahead import Lookahead
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 
 from tiny_models import tiny_bert, token_batch
 

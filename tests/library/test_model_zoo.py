@@ -7,7 +7,7 @@ import torch
 import transformers as hf
 
 from captum_diffmask import DiffMask
-from captum_diffmask.sites import SiteLocator
+from captum_diffmask.model.sites import SiteLocator
 
 from tiny_models import tiny_model, token_batch, VOCAB
 

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from captum_diffmask import js_divergence, kl_divergence, LagrangeMultipliers
-from captum_diffmask.hard_concrete import HardConcrete
-from captum_diffmask.objective import l0_penalty, log_probs, score_function_term
+from captum_diffmask.diffmask.hard_concrete import HardConcrete
+from captum_diffmask.diffmask.sparsity import l0_penalty, score_function_term
+from captum_diffmask.model.divergences import log_probs
 
 
 def test_kl_matches_direct_formula_and_is_zero_on_identity():

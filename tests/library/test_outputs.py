@@ -6,7 +6,7 @@ import torch
 import transformers as hf
 
 from captum_diffmask import DiffMask
-from captum_diffmask.forward import ModelForward
+from captum_diffmask.model.forward import ModelForward
 from captum_diffmask.methods import IntegratedGradients, Occlusion, PerExampleDiffMask
 
 from tiny_models import token_batch, VOCAB

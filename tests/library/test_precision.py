@@ -6,7 +6,7 @@ import torch
 
 from captum_diffmask import DiffMask
 from captum_diffmask.methods import ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, REINFORCE
-from captum_diffmask.objective import kl_divergence, log_probs
+from captum_diffmask.model.divergences import kl_divergence, log_probs
 
 from tiny_models import tiny_bert, token_batch
 

@@ -8,8 +8,8 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 from captum_diffmask import DiffMask
-from captum_diffmask.probes import GateNetworks, HiddenGateProbe, InputGateProbe
-from captum_diffmask.toy import ToyModel, toy_sites
+from captum_diffmask.diffmask.probes import GateNetworks, HiddenGateProbe, InputGateProbe
+from captum_diffmask.evaluation.toy_task import ToyModel, toy_sites
 
 EQUAL, UNEQUAL = [12, 12, 12], [66, 2, 12]  # unequal: the toy task's [input; state], state alone
 # A logit is 10 * tanh(.) + b, terms of size up to 10 and 5, where float32 numbers are
@@ -290,7 +290,7 @@ def test_networks_reading_the_same_features_are_evaluated_on_one_copy():
 @pytest.mark.parametrize("mode, votes", [("input", "per_depth"), ("input", "tied"), ("hidden", "per_depth")])
 def test_the_logits_of_several_layers_in_one_call_are_each_layers_own(mode, votes):
     # what a fit step samples from: one probe call for the layers it trains
-    from captum_diffmask.gates import Gates
+    from captum_diffmask.diffmask.gates import Gates
 
     torch.manual_seed(0)
     sizes = [64, 2, 2, 2]

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 import transformers as hf
 
 from captum_diffmask import DiffMask
-from captum_diffmask.forward import ModelForward
+from captum_diffmask.model.forward import ModelForward
 from captum_diffmask.methods import IntegratedGradients
-from captum_diffmask.objective import example_kl, log_probs
+from captum_diffmask.model.divergences import example_kl, log_probs
 
 from tiny_models import every_method, prepared_method, VOCAB
 

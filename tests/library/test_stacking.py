@@ -1,11 +1,11 @@
-"""Several masked passes of one batch as one stacked pass (captum_diffmask.stacking),
+"""Several masked passes of one batch as one stacked pass (captum_diffmask.diffmask.stacking),
 and the fit and evaluation that use it: the same numbers as one pass per layer."""
 
 import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.stacking import masked_logits, repeated_call, stacked_logits, stacked_replacements
+from captum_diffmask.diffmask.stacking import masked_logits, repeated_call, stacked_logits, stacked_replacements
 
 from tiny_models import tiny_bert, token_batch
 

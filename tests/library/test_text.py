@@ -81,7 +81,7 @@ def test_the_views_show_every_word_and_round_trip_as_json(model, tokenizer):
 
 
 def test_an_all_dropped_diffmask_row_is_drawn_empty_not_scaled_up():
-    from captum_diffmask.text import Explanation
+    from captum_diffmask.interface.explanation import Explanation
 
     result = Explanation("DiffMask", ["a b"], ["layer 0"], "max", words=[["a", "b"]],
                          word_scores=[torch.tensor([[0.01], [0.0]])])
@@ -104,7 +104,7 @@ def test_clear_errors_for_texts_and_tokenizers(model, tokenizer):
 
 def test_texts_come_as_a_string_a_list_or_a_file_and_batch_for_fit_and_compare(model, tokenizer, tmp_path):
     from captum_diffmask import compare
-    from captum_diffmask.text import read_texts, text_batches
+    from captum_diffmask.model.texts import read_texts, text_batches
 
     lines = tmp_path / "texts.txt"
     lines.write_text("\n".join(TEXTS) + "\n\n")
@@ -168,7 +168,7 @@ def _byte_level_bpe():
 
 
 def test_decoded_words_split_at_whitespace_for_byte_level_bpe():
-    from captum_diffmask.text import decoded_words
+    from captum_diffmask.model.texts import decoded_words
 
     bpe = _byte_level_bpe()
     ids = bpe("cats the cat, sat\nok<|endoftext|>the")["input_ids"]
@@ -180,7 +180,7 @@ def test_decoded_words_split_at_whitespace_for_byte_level_bpe():
 
 
 def test_decoded_words_follow_wordpiece_continuations_and_keep_unknown_words(tokenizer):
-    from captum_diffmask.text import decoded_words
+    from captum_diffmask.model.texts import decoded_words
 
     ids = tokenizer("a film with lovely performances zzz")["input_ids"]  # zzz is [UNK]
     word_ids, words = decoded_words(tokenizer, ids)

@@ -9,14 +9,8 @@ from collections import Counter
 import pytest
 import torch
 
-from captum_diffmask.toy import (
-    ToyData,
-    ToyModel,
-    accuracy,
-    generate_toy_data,
-    toy_ground_truth,
-    toy_sites,
-    train_toy_model,
+from captum_diffmask.evaluation.toy_task import (
+    ToyData, ToyModel, accuracy, generate_toy_data, toy_ground_truth, toy_sites, train_toy_model,
 )
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from captum_diffmask.visualization import attribution_panels, hidden_state_scatter, layer_heatmap, normalize_unit
+from captum_diffmask.interface.figures import attribution_panels, hidden_state_scatter, layer_heatmap, normalize_unit
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -83,7 +83,7 @@ def test_layer_heatmap(tmp_path):
 
 
 def test_normalize_per_layer_divides_each_layer_by_its_largest_absolute_score():
-    from captum_diffmask.visualization import normalize_per_layer
+    from captum_diffmask.interface.figures import normalize_per_layer
 
     scores = np.array([[1.0, -4.0, 0.0], [2.0, 2.0, 0.0]])
     out = normalize_per_layer(scores)
@@ -91,7 +91,7 @@ def test_normalize_per_layer_divides_each_layer_by_its_largest_absolute_score():
 
 
 def test_layer_heatmaps_one_panel_per_method(tmp_path):
-    from captum_diffmask.visualization import layer_heatmaps
+    from captum_diffmask.interface.figures import layer_heatmaps
 
     tokens = ["[CLS]", "a", "film", "[SEP]"]
     panels = {"DiffMask": (np.random.rand(4, 3), ["E", "1", "2"]), "attention": (np.random.rand(4, 2), None)}

@@ -6,7 +6,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from captum_diffmask.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
 from ...progress import log_to_stderr
 from ...workers import check_workers, Job, run_jobs
@@ -20,7 +20,7 @@ TARGET_AUC = 0.95
 #: The issue's targets for the whole run on 2 cores, minutes: full, and ``--quick``.
 TARGET_MINUTES = {"full": 30.0, "quick": 3.0}
 #: The verdicts under which a fit's AUC counts toward the target: settled
-#: (:data:`~captum_diffmask.convergence.SETTLED`), or every gate of the block
+#: (:data:`~captum_diffmask.diffmask.constrained.convergence.SETTLED`), or every gate of the block
 #: closed with the constraint kept (the right answer for a block whose
 #: components the program does not use). A violated, collapsed, unsettled or
 #: open block leaves the mask's scores without a verdict.

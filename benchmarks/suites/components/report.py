@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from captum_diffmask.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
 from ...report import fmt, table, write_report as write_generic
 from ...tasks.tracr_models import PROGRAMS

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.objective import example_kl, log_probs
+from captum_diffmask.model.divergences import example_kl, log_probs
 
 from ...progress import log_to_stderr
 from ..minilm import loading as sst_loading

@@ -40,9 +40,9 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.components import gate_components
+from captum_diffmask.model.components import gate_components
 from captum_diffmask.methods import AttributionPatching
-from captum_diffmask.objective import example_kl, log_probs
+from captum_diffmask.model.divergences import example_kl, log_probs
 
 from ...tasks.tracr_models import compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from captum_diffmask.visualization import save_figure
+from captum_diffmask.interface.figures import save_figure
 
 
 def shown(names: Sequence[str]) -> list:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.forward import format_additional_args
+from captum_diffmask.model.forward import format_additional_args
 from captum_diffmask.methods import RandomAttribution
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst_bert import EncodedSST

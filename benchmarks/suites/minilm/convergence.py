@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, List, Mapping, Optional, Tuple
 
-from captum_diffmask.convergence import SETTLED
-from captum_diffmask.fitting import last_rows
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.diffmask.fit.fitting import last_rows
 
 from ...report import fmt, table
 from .fitting import HELD_OUT_MARGIN

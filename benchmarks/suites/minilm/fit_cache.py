@@ -21,8 +21,8 @@ from torch import nn
 
 import captum_diffmask
 from captum_diffmask import DiffMask
-from captum_diffmask.checkpoint import weights_fingerprint
-from captum_diffmask.convergence import SETTLED
+from captum_diffmask.diffmask.saved_probe import weights_fingerprint
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 

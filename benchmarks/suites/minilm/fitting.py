@@ -13,8 +13,8 @@ import torch
 from torch import nn, Tensor
 
 from captum_diffmask import Convergence, DiffMask
-from captum_diffmask.fitting import FitOptions
-from captum_diffmask.forward import model_device
+from captum_diffmask.diffmask.fit.fitting import FitOptions
+from captum_diffmask.model.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import LABEL_NAMES
 from benchmarks.tasks.sst_bert import EncodedSST

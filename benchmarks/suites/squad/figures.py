@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from captum_diffmask.visualization import attribution_panels, layer_heatmaps, save_figure
+from captum_diffmask.interface.figures import attribution_panels, layer_heatmaps, save_figure
 
 from .analysis import GROUPS
 from .loading import Bench

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.forward import model_device
+from captum_diffmask.model.forward import model_device
 from benchmarks.tasks.squad import best_spans, span_text, squad_scores
 from benchmarks.tasks.squad import window_batches
 

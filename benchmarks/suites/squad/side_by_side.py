@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.forward import model_device
+from captum_diffmask.model.forward import model_device
 
 from ...methods import MethodContext, prepare
 from ...progress import error_text, log_to_stderr

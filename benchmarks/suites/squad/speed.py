@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 import torch
 from torch import Tensor
 
-from captum_diffmask.forward import model_device
+from captum_diffmask.model.forward import model_device
 from captum_diffmask.methods import IntegratedGradients
 
 from ...progress import bar

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from captum_diffmask.visualization import layer_heatmaps, save_figure
+from captum_diffmask.interface.figures import layer_heatmaps, save_figure
 from benchmarks.tasks.sst import LABEL_NAMES
 
 from ..minilm.attributions import attribute_at

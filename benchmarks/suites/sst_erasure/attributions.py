@@ -14,7 +14,7 @@ from torch import Tensor
 from captum_diffmask import DiffMask
 from captum_diffmask.evaluation.erasure_agreement import agreement_per_example, keeps_prediction
 from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
-from captum_diffmask.sites import SiteLocator
+from captum_diffmask.model.sites import SiteLocator
 from benchmarks.tasks.sst import SSTClassifier, SSTData, sst_sites
 
 from ...methods import MethodContext, prepare, route_options

@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from captum_diffmask.attribution import method_trait
-from captum_diffmask.evaluation.compare import METHODS
+from captum_diffmask.model.attribution import method_trait
+from captum_diffmask.methods.registry import METHODS
 from captum_diffmask.evaluation.erasure_agreement import summarize_agreement, top_k_mask
 from benchmarks.tasks.sst import SSTData, sst_sites
 

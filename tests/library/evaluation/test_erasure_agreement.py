@@ -8,15 +8,8 @@ import pytest
 import torch
 
 from captum_diffmask.evaluation.erasure_agreement import (
-    agreement,
-    agreement_per_example,
-    closest_optimal_set,
-    kept_share,
-    keeps_prediction,
-    optimality,
-    set_scores,
-    summarize_agreement,
-    top_k_mask,
+    agreement, agreement_per_example, closest_optimal_set, kept_share, keeps_prediction, optimality, set_scores,
+    summarize_agreement, top_k_mask,
 )
 
 

@@ -5,9 +5,9 @@ that writes nothing."""
 import pytest
 import torch
 
-from captum_diffmask.components import gate_components
+from captum_diffmask.model.components import gate_components
 from captum_diffmask.methods import AttributionPatching
-from captum_diffmask.objective import log_probs
+from captum_diffmask.model.divergences import log_probs
 
 from tiny_models import sensitized, tiny_bert, tiny_causal_lm, token_batch
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from captum_diffmask.methods.bottleneck import capacity_nats, PerSampleBottleneck
-from captum_diffmask.sites import SiteLocator
-from captum_diffmask.toy import toy_ground_truth, toy_sites
+from captum_diffmask.model.sites import SiteLocator
+from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
 from tiny_models import query_minus_other, tiny_bert, token_batch
 

@@ -5,8 +5,8 @@ import torch
 
 from captum_diffmask import DiffMask
 from captum_diffmask.methods import (
-    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask,
-    PerSampleBottleneck, RandomAttribution, ReadoutBottleneck, REINFORCE,
+    ExactErasure, Guan, IntegratedGradients, Occlusion, PerExampleDiffMask, PerSampleBottleneck, RandomAttribution,
+    ReadoutBottleneck, REINFORCE,
 )
 
 from tiny_models import tiny_bert, tiny_model, token_batch

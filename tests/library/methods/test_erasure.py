@@ -9,9 +9,9 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from captum_diffmask.methods.erasure import ErasureResult, ExactErasure
-from captum_diffmask.objective import log_probs
-from captum_diffmask.sites import SiteLocator
-from captum_diffmask.toy import toy_ground_truth, toy_sites
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.sites import SiteLocator
+from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
 from tiny_models import tiny_bert, VOCAB
 

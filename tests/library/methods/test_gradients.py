@@ -5,8 +5,8 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from captum_diffmask.methods.gradients import IntegratedGradients, Occlusion
-from captum_diffmask.sites import SiteLocator
-from captum_diffmask.toy import toy_sites
+from captum_diffmask.model.sites import SiteLocator
+from captum_diffmask.evaluation.toy_task import toy_sites
 
 from tiny_models import tiny_bert, token_batch, VOCAB
 

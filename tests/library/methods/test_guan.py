@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from captum_diffmask.methods.guan import Guan
-from captum_diffmask.toy import toy_ground_truth, toy_sites
+from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
 from tiny_models import query_minus_other, tiny_bert, token_batch
 

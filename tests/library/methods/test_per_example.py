@@ -5,11 +5,11 @@ import itertools
 import pytest
 import torch
 
-from captum_diffmask import objective
+from captum_diffmask.model import divergences
 from captum_diffmask.methods import per_example
 from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask, REINFORCE
-from captum_diffmask.sites import SiteLocator
-from captum_diffmask.toy import toy_ground_truth, toy_sites
+from captum_diffmask.model.sites import SiteLocator
+from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
 from tiny_models import tiny_bert, token_batch
 
@@ -151,7 +151,7 @@ def test_selection_uses_nothing_beyond_the_objective(toy_setup, cls, select, div
     plain = _toy_search(toy_setup, cls, **options)
     # the argmax check (the erasure optimum's success test) swapped for a function that raises
     monkeypatch.setattr(per_example, "same_prediction", _no_argmax)
-    monkeypatch.setattr(objective, "same_prediction", _no_argmax)
+    monkeypatch.setattr(divergences, "same_prediction", _no_argmax)
     blind = _toy_search(toy_setup, cls, **options)
     assert torch.equal(blind.mask, plain.mask) and torch.equal(blind.step, plain.step)
     assert torch.equal(blind.keep, plain.keep) and torch.equal(blind.kl, plain.kl)

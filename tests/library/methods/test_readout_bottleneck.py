@@ -9,7 +9,7 @@ import torch
 from captum_diffmask import compare
 from captum_diffmask.methods import PerSampleBottleneck, ReadoutBottleneck
 from captum_diffmask.methods.readout_bottleneck import ALPHA_BOUND, ReadoutNetwork
-from captum_diffmask.toy import toy_ground_truth, toy_sites
+from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
 from tiny_models import query_minus_other, tiny_bert, tiny_causal_lm, token_batch
 

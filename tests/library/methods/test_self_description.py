@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from captum_diffmask.attribution import method_trait, SiteAttribution
-from captum_diffmask.evaluation import LIBRARY_METHODS, METHODS, prepare_method
+from captum_diffmask.model.attribution import method_trait, SiteAttribution
+from captum_diffmask.methods.registry import LIBRARY_METHODS, METHODS, prepare_method
 from captum_diffmask.methods import RandomAttribution
 
 from tiny_models import tiny_bert, token_batch

@@ -21,14 +21,14 @@ from captum.attr import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
-from .batches import to_device
-from .forward import (
+from captum_diffmask.model.batches import to_device
+from captum_diffmask.model.forward import (
     cache_off, check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, frozen,
     hooks_and_attributes_restored, is_hf_model, model_device, ModelForward,
 )
-from .rng import preserved_rng
-from .site_finding import HOW_TO_PASS_SITES
-from .sites import repeat_batch, Replacement, SiteLocator
+from captum_diffmask.model.rng import preserved_rng
+from captum_diffmask.model.site_finding import HOW_TO_PASS_SITES
+from captum_diffmask.model.sites import repeat_batch, Replacement, SiteLocator
 
 #: Captum-style targets: a class for every example, one per example, or None.
 TargetType = Union[None, int, List[int], Tensor]
@@ -55,7 +55,7 @@ def attribution_call(method: _Method) -> _Method:
     answer at every call; its modes are restored after), and the caller's random
     number generators left as found (a stochastic method draws on a fork of the
     global RNG that continues the caller's sequence, then rewinds it; see
-    :func:`captum_diffmask.rng.preserved_rng`).
+    :func:`captum_diffmask.model.rng.preserved_rng`).
     """
     logged = log_usage()(method)
 
@@ -217,7 +217,7 @@ class SiteAttribution(Attribution):
                     models, none otherwise. Default: ``"auto"``
         output (str, optional): the distributions kept or attributed:
                     ``"classes"``, ``"last"``, ``"all"`` or ``"span"``
-                    (:class:`~captum_diffmask.forward.ModelForward`); ``"auto"``
+                    (:class:`~captum_diffmask.model.forward.ModelForward`); ``"auto"``
                     reads them from the output's form. Default: ``"auto"``
 
     Every method's ``attribute(inputs, target=None, additional_forward_args=None,
@@ -380,7 +380,7 @@ class SiteAttribution(Attribution):
                             length=length if ids.shape[1] != length else None)
 
     def prepare_batch(self, batch: Any, layer: Any, argument: str) -> PreparedCall:
-        r""":meth:`_prepare` for a data-loader batch (see :mod:`captum_diffmask.batches`)."""
+        r""":meth:`_prepare` for a data-loader batch (see :mod:`captum_diffmask.model.batches`)."""
         ids, extra = self.model_forward.split_batch(batch)
         return self._prepare(ids, extra, layer, argument)
 

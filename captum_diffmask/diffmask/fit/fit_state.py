@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
 
-from .rng import cuda_devices
+from captum_diffmask.model.rng import cuda_devices
 
 #: Bumped when the layout of a fit state changes (2: tensors and plain values only).
 FIT_STATE_FORMAT = 2

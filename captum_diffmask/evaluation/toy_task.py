@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
-from .rng import preserved_rng
+from captum_diffmask.model.rng import preserved_rng
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ for either mode.
 - **component modes** (``"heads"``, ``"units"``): the gates of block k's heads or
   MLP units, one per component and input, read from the block's input
   ``hidden.{k-1}`` pooled over the input's real positions
-  (:class:`~captum_diffmask.component_probe.ComponentGateProbe`); a closed
-  component is replaced inside the block (:func:`~captum_diffmask.components.gate_components`).
+  (:class:`~captum_diffmask.diffmask.component_probe.ComponentGateProbe`); a closed
+  component is replaced inside the block (:func:`~captum_diffmask.model.components.gate_components`).
   Layer 0, which has no components of its own, is the **joint mask**: every
   block's gates at once, concatenated (B, sum of counts), fitted against one
   constraint on the model with all of them applied (``DiffMask(joint=True)``).
@@ -29,10 +29,10 @@ from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tup
 import torch
 from torch import nn, Tensor
 
-from .checks import check_choice
-from .components import ComponentSite, gate_components
-from .hard_concrete import HardConcrete
-from .probes import mix_baseline
+from captum_diffmask.model.checks import check_choice
+from captum_diffmask.model.components import ComponentSite, gate_components
+from captum_diffmask.diffmask.hard_concrete import HardConcrete
+from captum_diffmask.diffmask.probes import mix_baseline
 
 #: How the fit samples input mode's gate from its votes: ``"joint"``, one Hard
 #: Concrete with the votes' product as its ``P(z != 0)``; ``"product"``, the
@@ -52,9 +52,9 @@ class Gates:
 
     Args:
 
-        probe (nn.Module): an :class:`~captum_diffmask.probes.InputGateProbe`
-                    (input mode), a :class:`~captum_diffmask.probes.HiddenGateProbe`
-                    or a :class:`~captum_diffmask.component_probe.ComponentGateProbe`.
+        probe (nn.Module): an :class:`~captum_diffmask.diffmask.probes.InputGateProbe`
+                    (input mode), a :class:`~captum_diffmask.diffmask.probes.HiddenGateProbe`
+                    or a :class:`~captum_diffmask.diffmask.component_probe.ComponentGateProbe`.
         mode (str): ``"input"``, ``"hidden"``, ``"heads"`` or ``"units"``.
         temperature (float): the Hard Concrete's temperature.
         stretch (tuple of float): its stretch interval ``(l, r)``.

@@ -20,14 +20,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TYPE_
 import torch
 from torch import Tensor
 
-from .attribution import PreparedCall
-from .sites import Replacement
+from captum_diffmask.model.attribution import PreparedCall
+from captum_diffmask.model.sites import Replacement
 
 if TYPE_CHECKING:  # the gates only describe the replacement; no import at run time
-    from .gates import Gates
+    from captum_diffmask.diffmask.gates import Gates
 
 #: ``replaced_logits(call, replacements) -> logits``, as
-#: :meth:`~captum_diffmask.attribution.SiteAttribution.replaced_logits`.
+#: :meth:`~captum_diffmask.model.attribution.SiteAttribution.replaced_logits`.
 ReplacedLogits = Callable[[PreparedCall, Mapping[str, Replacement]], Tensor]
 
 
@@ -36,7 +36,7 @@ def repeated_call(call: PreparedCall, times: int) -> PreparedCall:
     ``call`` with its batch repeated ``times`` along dim 0: the ids, the mask and
     every tensor of ``extra`` whose first dimension is the batch (an attention
     mask, token type ids); the capture pass's records stay, so that
-    :meth:`~captum_diffmask.attribution.SiteAttribution.replaced_logits` still
+    :meth:`~captum_diffmask.model.attribution.SiteAttribution.replaced_logits` still
     re-runs only the blocks after the first replaced site.
 
     Args:
@@ -105,7 +105,7 @@ def stacked_logits(
     Args:
 
         replaced_logits (callable): ``(call, replacements) -> logits``, the
-                    explainer's :meth:`~captum_diffmask.attribution.SiteAttribution.replaced_logits`.
+                    explainer's :meth:`~captum_diffmask.model.attribution.SiteAttribution.replaced_logits`.
         call (PreparedCall): the batch's call, (B, T) ids, after its capture pass.
         per_pass (sequence of dict): each pass's ``site -> (B, T, H)`` replacement
                     (no pass may need a context of its own: component gates do).

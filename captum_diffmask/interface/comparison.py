@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from ..html_view import page, Row, table
-from ..visualization import attribution_panels, layer_heatmaps, normalize_unit
+from captum_diffmask.interface.html import page, Row, table
+from captum_diffmask.interface.figures import attribution_panels, layer_heatmaps, normalize_unit
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -136,7 +136,7 @@ class Comparison:
         r"""
         A method's scores of ``example`` merged into its words
         (:attr:`words`): the largest piece for keep probabilities, the sum for
-        other scores (:func:`~captum_diffmask.text.merge_into_words`).
+        other scores (:func:`~captum_diffmask.model.texts.merge_into_words`).
 
         Returns:
             *Tensor* (W,) for the example's W words.
@@ -154,8 +154,8 @@ class Comparison:
 
     def _by_word(self, scores: Tensor, example: int, probabilities: bool) -> Tensor:
         r"""(T,) or (T, K) scores of ``example`` merged into its words by the
-        rule for what they are (:func:`~captum_diffmask.text.word_rule`)."""
-        from ..text import merge_into_words, word_rule
+        rule for what they are (:func:`~captum_diffmask.model.texts.word_rule`)."""
+        from captum_diffmask.model.texts import merge_into_words, word_rule
 
         assert self.word_ids is not None
         return merge_into_words(scores, self.word_ids[example], word_rule(probabilities))

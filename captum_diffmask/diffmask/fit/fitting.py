@@ -30,24 +30,23 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .attribution import check_layer, PreparedCall
-from .checks import check_choice
-from .controller import PIMultiplierControl
-from .convergence import Convergence, LayerMonitor, SETTLED, warn_unconverged
-from .distributed import (
+from captum_diffmask.model.attribution import check_layer, PreparedCall
+from captum_diffmask.model.checks import check_choice
+from captum_diffmask.diffmask.constrained.pi_control import PIMultiplierControl
+from captum_diffmask.diffmask.constrained.convergence import Convergence, LayerMonitor, SETTLED, warn_unconverged
+from captum_diffmask.diffmask.fit.distributed import (
     all_sum, any_rank, average_gradients, global_batch_sizes, is_distributed, rank_and_world, reads_its_own_shard,
     shared_seed, shared_uniform, sharded,
 )
-from .forward import Batch, frozen
-from .gates import COMPONENT_MODES, Gates, VOTE_SAMPLING
-from .lookahead import Lookahead
-from .objective import (
-    example_kl, l0_penalty, LagrangeMultipliers, log_probs, MULTIPLIER_RULES, multiplier_rates, same_prediction,
-    score_function_term,
-)
-from .resume import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
-from .rng import preserved_rng
-from .stacking import masked_logits
+from captum_diffmask.model.forward import Batch, frozen
+from captum_diffmask.diffmask.gates import COMPONENT_MODES, Gates, VOTE_SAMPLING
+from captum_diffmask.diffmask.constrained.lookahead import Lookahead
+from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
+from captum_diffmask.diffmask.sparsity import l0_penalty, score_function_term
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers, MULTIPLIER_RULES, multiplier_rates
+from captum_diffmask.diffmask.fit.fit_state import FitCheckpoint, PathLike, Position, rng_states, set_rng_states
+from captum_diffmask.model.rng import preserved_rng
+from captum_diffmask.diffmask.stacking import masked_logits
 
 #: Where the fit reports its progress: one line per trained layer and epoch, at
 #: INFO, when ``verbose`` (attach a handler, or ``logging.basicConfig(level=logging.INFO)``).
@@ -154,7 +153,7 @@ class FitOptions:
                     one layer's step per batch, and each layer gets 1 / len(layers)
                     of the steps).
         stack_layers (str): which of a step's layers share one masked pass,
-                    their batches stacked (:mod:`captum_diffmask.stacking`: the
+                    their batches stacked (:mod:`captum_diffmask.diffmask.stacking`: the
                     same arithmetic): ``"same_site"`` (default) the layers whose
                     gates replace the same site (input mode's, every depth
                     masking the input; the other modes' sites differ, so their
@@ -187,7 +186,7 @@ class FitOptions:
                     masked argmax equals the original one.
         multiplier (str): ``"pi"`` (a PI controller on each layer's
                     smoothed divergence, in log space:
-                    :mod:`captum_diffmask.controller`), ``"damped"`` (additive
+                    :mod:`captum_diffmask.diffmask.constrained.pi_control`), ``"damped"`` (additive
                     rise while violated, geometric decay while the constraint
                     holds), ``"balanced"`` (a rise that
                     mirrors the decay for small violations: the KL is held at eps,
@@ -208,7 +207,7 @@ class FitOptions:
                     intermediate keep probability) do not hold the multiplier
                     up. Default: ``"deployed"``.
         controller (dict, optional): settings of the ``"pi"`` multiplier
-                    (:class:`~captum_diffmask.controller.PIMultiplierControl`:
+                    (:class:`~captum_diffmask.diffmask.constrained.pi_control.PIMultiplierControl`:
                     ``kp``, ``ki``, ``smoothing``, ``max_error``, ``floor``).
         precision (str): the analysed model's passes during the fit:
                     ``"float32"``, or ``"bfloat16"`` (autocast: about 2.5x faster
@@ -221,7 +220,7 @@ class FitOptions:
                     ``"product"`` (the authors': the product of k + 1 relaxed
                     vote samples) or ``"joint"`` (one Hard Concrete gate whose
                     ``P(z != 0)`` is the product of the votes' probabilities,
-                    :meth:`~captum_diffmask.hard_concrete.HardConcrete.with_prob_nonzero`). Both have the
+                    :meth:`~captum_diffmask.diffmask.hard_concrete.HardConcrete.with_prob_nonzero`). Both have the
                     same keep probability, L0 and attribution; a product of
                     relaxed samples also shrinks the kept tokens (each factor a
                     little below 1), which the deterministic read-out does not.
@@ -256,11 +255,11 @@ class FitOptions:
                     fit given a file that exists resumes from it and ends with the
                     probe of an uninterrupted fit; one that ended at its cap goes
                     on when ``max_steps`` or ``epochs`` is raised
-                    (:mod:`captum_diffmask.resume`).
+                    (:mod:`captum_diffmask.diffmask.fit.fit_state`).
         checkpoint_every (int): steps between two writes of ``checkpoint``.
         l0_floor (float, optional): the least gradient of the L0 in an open
                     gate's logit (its value unchanged,
-                    :meth:`~captum_diffmask.hard_concrete.HardConcrete.log_prob_nonzero_floored`):
+                    :meth:`~captum_diffmask.diffmask.hard_concrete.HardConcrete.log_prob_nonzero_floored`):
                     the plain expected L0's vanishes as a gate saturates open, and
                     a gate the probe opened wide on some inputs then stays open
                     however little the output needs it. None: the mode's default,
@@ -269,7 +268,7 @@ class FitOptions:
         score_gradient (bool): add to the KL's pathwise gradient a
                     score-function estimate through each gate's open/closed
                     event, with the batch's mean KL as baseline
-                    (:func:`~captum_diffmask.objective.score_function_term`):
+                    (:func:`~captum_diffmask.diffmask.sparsity.score_function_term`):
                     where the output is a step function of a gate's value the
                     pathwise gradient is zero and a needed gate can close
                     unnoticed (``docs/guide/components.md``). The constraint's
@@ -814,7 +813,7 @@ def _masked_logits(
     explainer: Fittable, call: PreparedCall, states: Dict[str, Tensor], gates: Mapping[int, Tensor], precision: str,
     baseline: Optional[Callable[[int], Tensor]] = None,
 ) -> Dict[int, Tensor]:
-    r""":func:`~captum_diffmask.stacking.masked_logits` with the model's passes in ``precision``."""
+    r""":func:`~captum_diffmask.diffmask.stacking.masked_logits` with the model's passes in ``precision``."""
     with model_precision(precision, call.ids.device):
         return masked_logits(explainer.gates, explainer.replaced_logits, call, states, gates, baseline)
 
@@ -946,7 +945,7 @@ class MultiplierUpdate:
     r"""
     Moves the multipliers after a step from what the step observed.
 
-    ``"pi"``: :class:`~captum_diffmask.controller.PIMultiplierControl` on each
+    ``"pi"``: :class:`~captum_diffmask.diffmask.constrained.pi_control.PIMultiplierControl` on each
     trained layer's constraint value. The gradient rules (``"damped"``,
     ``"balanced"``, ``"ascent"``): the multipliers' optimiser on their gradient,
     the violation ``D - eps``; with ``constraint="sampled"`` that gradient is the

@@ -10,161 +10,18 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn, Tensor
 
-from .lookahead import Lookahead
-
-
-def log_probs(logits: Tensor) -> Tensor:
-    r"""
-    Log-probabilities of the model's output distribution.
-
-    Args:
-
-        logits (Tensor): (B, C) class logits, (B, K, C) for K distributions per
-                    example, or (B,) / (B, 1) for one binary logit (a Bernoulli,
-                    turned into two classes).
-
-    Returns:
-        *Tensor* (B, C) or (B, K, C) of log-probabilities in float32 (C = 2 for
-        binary logits).
-    """
-    logits = logits.float()
-    if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[-1] == 1):
-        logit = logits.reshape(logits.shape[0])
-        return torch.stack([F.logsigmoid(-logit), F.logsigmoid(logit)], dim=-1)
-    return F.log_softmax(logits, dim=-1)
-
-
-def kl_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:
-    r"""
-    KL(p || q) over the last dimension, from log-probabilities.
-
-    Terms with ``p = 0`` (``log_p = -inf``, e.g. padded positions) count 0, so
-    padding gives no NaN.
-
-    Args:
-
-        log_p (Tensor): (..., C) log-probabilities of the reference p (the original
-                    output in DiffMask's constraint).
-        log_q (Tensor): (..., C) log-probabilities of q.
-
-    Returns:
-        *Tensor* (...) of divergences in nats, >= 0.
-    """
-    p = log_p.exp()
-    terms = p * (log_p - log_q)
-    kl = torch.where(p > 0, terms, torch.zeros_like(terms)).sum(-1)
-    return kl.clamp(min=0.0)  # rounding can give -1e-8 for identical distributions
-
-
-def example_kl(log_p: Tensor, log_q: Tensor) -> Tensor:
-    r"""
-    KL(p || q) per example: over the classes, summed over an example's
-    distributions when it has several ((B, K, C) log-probabilities).
-
-    Returns:
-        *Tensor* (B,) in nats.
-    """
-    kl = kl_divergence(log_p, log_q)
-    return kl.reshape(kl.shape[0], -1).sum(-1)
-
-
-def same_prediction(log_p: Tensor, log_q: Tensor) -> Tensor:
-    r"""(B,) bool: every distribution of the example has the same argmax in p and q."""
-    same = log_p.argmax(-1) == log_q.argmax(-1)
-    return same.reshape(same.shape[0], -1).all(-1)
-
-
-def js_divergence(log_p: Tensor, log_q: Tensor) -> Tensor:
-    r"""
-    Jensen-Shannon divergence ``(KL(p || m) + KL(q || m)) / 2`` with ``m = (p + q) / 2``.
-
-    Args:
-
-        log_p (Tensor): (..., C) log-probabilities.
-        log_q (Tensor): (..., C) log-probabilities.
-
-    Returns:
-        *Tensor* (...) in nats, in ``[0, log 2]``.
-    """
-    log_m = torch.logaddexp(log_p, log_q) - torch.log(torch.tensor(2.0))
-    return 0.5 * (kl_divergence(log_p, log_m) + kl_divergence(log_q, log_m))
-
-
-#: The sparsity terms :func:`l0_penalty` knows.
-L0_KINDS = ("expected", "mean", "log")
-
-
-def l0_penalty(log_prob_nonzero: Tensor, mask: Tensor, kind: str = "expected") -> Tensor:
-    r"""
-    The sparsity term of the objective, per example.
-
-    Args:
-
-        log_prob_nonzero (Tensor): (B, T) ``log P(z != 0)`` of each gate.
-        mask (Tensor): (B, T) bool, True at real tokens; padding does not count.
-        kind (str, optional): ``"expected"``: the paper's expected L0, the sum of
-                    ``P(z != 0)`` over real tokens; ``"mean"``: the expected
-                    *share* of kept tokens, that sum divided by the number of real
-                    tokens (the same scale for every length, so one multiplier
-                    fits short and long inputs); ``"log"``: the authors' code, the
-                    mean of ``log P(z != 0)`` over real tokens.
-                    Default: ``"expected"``
-
-    Returns:
-        *Tensor* (B,) in float32.
-    """
-    mask = mask.float()
-    if kind == "expected":
-        return (log_prob_nonzero.float().exp() * mask).sum(-1)
-    if kind == "mean":
-        return (log_prob_nonzero.float().exp() * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    if kind == "log":
-        return (log_prob_nonzero.float() * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    raise ValueError(f"l0_penalty must be one of {L0_KINDS}, got {kind!r}")
+from captum_diffmask.diffmask.constrained.lookahead import Lookahead
 
 
 #: The multiplier updates :meth:`LagrangeMultipliers.optimizer` knows.
 GRADIENT_RULES = ("balanced", "damped", "ascent", "rmsprop")
 #: Every multiplier rule of a fit: those above, and ``"pi"``
-#: (:class:`~captum_diffmask.controller.PIMultiplierControl`).
+#: (:class:`~captum_diffmask.diffmask.constrained.pi_control.PIMultiplierControl`).
 MULTIPLIER_RULES = ("pi",) + GRADIENT_RULES
 #: The damped rule's largest log-decay of a multiplier a step.
 DEFAULT_DECAY = 0.05
-
-
-def score_function_term(kl: Tensor, gates: Tensor, log_keep: Tensor, mask: Tensor) -> Tensor:
-    r"""
-    A term of value 0 whose gradient is the score-function (REINFORCE) estimate
-    of the mean KL's gradient through each gate's open/closed event.
-
-    The pathwise gradient (through the relaxed sample) is the KL's slope in the
-    gate; where the output is a step function of a gate's value (flat from open
-    down to a threshold, e.g. tracr's compiled MLPs) it is zero on both sides,
-    and nothing keeps a needed gate open or reopens it. This estimate needs no
-    slope: an example whose sampled gates cost more KL than the batch's mean
-    makes its closed gates likelier to open and its open ones likelier to close.
-
-    Args:
-
-        kl (Tensor): (B,) each example's KL under the sampled gates.
-        gates (Tensor): (B, N) the sampled gates (0 where closed).
-        log_keep (Tensor): (B, N) ``log P(z != 0)`` of each gate, differentiable
-                    in the probe (the plain one, not the L0 floor's).
-        mask (Tensor): (B, N) bool, the gates that count (real positions).
-
-    Returns:
-        *Tensor* a scalar, 0 in value. With one example the baseline is the
-        example itself and the gradient 0.
-    """
-    log_keep = log_keep.float().clamp(max=-1e-7)  # log P < 0, so log(1 - P) is finite
-    log_closed = torch.log(-torch.expm1(log_keep))
-    opened = (gates.detach() > 0).float()
-    log_event = ((opened * log_keep + (1.0 - opened) * log_closed) * mask.float()).reshape(kl.shape[0], -1).sum(-1)
-    advantage = (kl - kl.mean()).detach().float()
-    return (advantage * (log_event - log_event.detach())).mean()
 
 
 class LagrangeMultipliers(nn.Module):

@@ -31,7 +31,7 @@ from cooper.optim import nuPI
 from cooper.optim.torch_optimizers import nuPIInitType
 from torch import nn
 
-from .objective import LagrangeMultipliers, multiplier_rates
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers, multiplier_rates
 
 
 class PIMultiplierControl:

@@ -154,9 +154,9 @@ def _package_model_path(name: str) -> str:
 
 
 def read_texts(path: str) -> List[str]:
-    r"""The texts of a file (:func:`captum_diffmask.text.read_texts`); a bad file
+    r"""The texts of a file (:func:`captum_diffmask.model.texts.read_texts`); a bad file
     is a :class:`UsageError`."""
-    from .text import read_texts as read
+    from captum_diffmask.model.texts import read_texts as read
 
     try:
         return read(path)
@@ -180,9 +180,9 @@ def _layer(value: str) -> Optional[int]:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from . import DiffMask
-    from .convergence import SETTLED
-    from .text import text_batches
+    from captum_diffmask.diffmask.explainer import DiffMask
+    from captum_diffmask.diffmask.constrained.convergence import SETTLED
+    from captum_diffmask.model.texts import text_batches
 
     if args.batch_size < 1 or args.max_steps < 1 or not args.eps > 0:
         raise UsageError("--batch-size and --max-steps must be >= 1 and --eps > 0")
@@ -204,8 +204,8 @@ def _fit(args: argparse.Namespace) -> int:
 def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int]) -> Tuple[Any, dict]:
     r"""The explainer and its attribute options: DiffMask from ``--probe``,
     any other method by name."""
-    from . import DiffMask
-    from .evaluation.compare import prepare_method
+    from captum_diffmask.diffmask.explainer import DiffMask
+    from captum_diffmask.methods.registry import prepare_method
 
     if name == "DiffMask":
         return DiffMask.load(args.probe, model), {}
@@ -215,7 +215,7 @@ def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int
 
 def _check_methods(args: argparse.Namespace, names: Sequence[str]) -> None:
     r"""Before any model loads: each name is a method, and DiffMask has its probe."""
-    from .evaluation.compare import METHODS
+    from captum_diffmask.methods.registry import METHODS
 
     for name in names:
         if name not in METHODS:
@@ -228,7 +228,7 @@ def _check_methods(args: argparse.Namespace, names: Sequence[str]) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .text import explain
+    from captum_diffmask.interface.explanation import explain
 
     texts, layer = _texts(args), _layer(args.layer)
     _check_methods(args, [args.method])
@@ -243,7 +243,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .evaluation import compare
+    from captum_diffmask.interface.side_by_side import compare
 
     texts, layer = _texts(args), _layer(args.layer)
     _check_methods(args, args.methods)

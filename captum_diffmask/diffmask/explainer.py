@@ -8,23 +8,27 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn, Tensor
 
-from .attribution import (
+from captum_diffmask.model.attribution import (
     attribution_call, check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
     SiteAttribution, SitesType,
 )
-from .checkpoint import check_model, read_checkpoint, save_checkpoint
-from .distributed import is_main_process
-from .fitting import fit_options, FitOptions, run_fit, signed_with_options
-from .forward import Batch, frozen, model_device
-from .component_probe import ComponentGateProbe
-from .components import ComponentSite, ComponentSpec, locate_components, named_components, read_components
-from .gates import COMPONENT_MODES, Gates, layer_sites
-from .hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from .objective import example_kl, L0_KINDS, LagrangeMultipliers, log_probs, same_prediction
-from .probes import HiddenGateProbe, InputGateProbe, Reduce, VOTES
-from .site_finding import HOW_TO_PASS_SITES
-from .stacking import masked_logits
-from .text import text_batches
+from captum_diffmask.diffmask.saved_probe import check_model, read_checkpoint, save_checkpoint
+from captum_diffmask.diffmask.fit.distributed import is_main_process
+from captum_diffmask.diffmask.fit.fitting import fit_options, FitOptions, run_fit, signed_with_options
+from captum_diffmask.model.forward import Batch, frozen, model_device
+from captum_diffmask.diffmask.component_probe import ComponentGateProbe
+from captum_diffmask.model.components import (
+    ComponentSite, ComponentSpec, locate_components, named_components, read_components,
+)
+from captum_diffmask.diffmask.gates import COMPONENT_MODES, Gates, layer_sites
+from captum_diffmask.diffmask.hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
+from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
+from captum_diffmask.diffmask.sparsity import L0_KINDS
+from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
+from captum_diffmask.diffmask.probes import HiddenGateProbe, InputGateProbe, Reduce, VOTES
+from captum_diffmask.model.site_finding import HOW_TO_PASS_SITES
+from captum_diffmask.diffmask.stacking import masked_logits
+from captum_diffmask.model.texts import text_batches
 
 _MODES = ("input", "hidden", *COMPONENT_MODES)
 
@@ -120,7 +124,7 @@ class DiffMask(SiteAttribution):
                     ``"all"`` (every real position; the KL summed over them) or
                     ``"span"`` (a question-answering head's start and end; the KL
                     summed over the two); ``"auto"`` reads them from the output's
-                    form (:mod:`captum_diffmask.outputs`). Default: ``"auto"``
+                    form (:mod:`captum_diffmask.model.outputs`). Default: ``"auto"``
         init_bias (float, optional): the gate networks' initial bias; 5 (the
                     authors') starts every gate open, ``P(z != 0) ~ 0.995``, and
                     a gate then needs many steps to close. Default: 5.0
@@ -140,7 +144,7 @@ class DiffMask(SiteAttribution):
                     the locating rule does not read: the module whose input holds
                     them side by side, alone (a linear map's input features as
                     units), ``(module, count)`` or ``(module, count, width)``
-                    (:func:`~captum_diffmask.components.named_components`); None
+                    (:func:`~captum_diffmask.model.components.named_components`); None
                     locates them (``docs/guide/components.md``). Default: None
         joint (bool, optional): component modes: fit every block's gates at
                     once, against one constraint on the model with all of them
@@ -397,7 +401,7 @@ class DiffMask(SiteAttribution):
 
     @property
     def gates(self) -> Gates:
-        r"""The fitted probe's gates (:class:`~captum_diffmask.gates.Gates`):
+        r"""The fitted probe's gates (:class:`~captum_diffmask.diffmask.gates.Gates`):
         sampled by the fit, in closed form for ``attribute``, noise-free for the
         evaluation."""
         if self.probe is None:
@@ -438,7 +442,7 @@ class DiffMask(SiteAttribution):
         layer, ``layers_per_batch="one"``): it samples the gates, replaces the
         site by ``z * h + (1 - z) * b`` and descends the Lagrangian
         ``L0 + lambda_k * (mean KL - eps)`` (``docs/guide/diffmask.md``). The fit stops
-        once every trained layer has converged (:class:`~captum_diffmask.convergence.Convergence`); ``epochs``
+        once every trained layer has converged (:class:`~captum_diffmask.diffmask.constrained.convergence.Convergence`); ``epochs``
         and ``max_steps`` are caps. A layer left unconverged (the cap reached, the
         constraint violated, every gate open with the constraint slack, or every
         gate closed) is named in a :class:`DiffMaskConvergenceWarning` with its
@@ -451,11 +455,11 @@ class DiffMask(SiteAttribution):
                         with ``input_ids``/``attention_mask``; iterated once per epoch.
                         With ``tokenizer``: texts instead, one string, a list of
                         strings or a ``pathlib.Path`` of a file of them
-                        (:func:`~captum_diffmask.text.text_batches`, 16 a batch;
+                        (:func:`~captum_diffmask.model.texts.text_batches`, 16 a batch;
                         pass a DataLoader of tokenised batches for other sizes).
             options (FitOptions or dict, optional): the options of the fit, each
                         documented once, in
-                        :class:`~captum_diffmask.fitting.FitOptions` (defaults: eps
+                        :class:`~captum_diffmask.diffmask.fit.fitting.FitOptions` (defaults: eps
                         0.1, Adam at lr 3e-3, baselines at 1e-3, the PI multiplier on
                         the deployed read-out's constraint, every layer on every
                         batch, each layer whose probe is its own frozen once
@@ -464,7 +468,7 @@ class DiffMask(SiteAttribution):
                         Default: None (the defaults)
             tokenizer (optional): tokenises ``dataloader`` when it holds texts.
                         Default: None
-            **overrides: any option of :class:`~captum_diffmask.fitting.FitOptions`
+            **overrides: any option of :class:`~captum_diffmask.diffmask.fit.fitting.FitOptions`
                         by name (``eps=0.05, max_steps=500``), over ``options``;
                         an unknown name is an error that names it.
 
@@ -474,7 +478,7 @@ class DiffMask(SiteAttribution):
             ``agreement`` (masked argmax == original argmax), the final
             ``lambda``, ``steps``, the epoch's ``seconds``, the layer's
             convergence ``status`` (one of
-            :data:`~captum_diffmask.convergence.STATUSES`) and ``converged``; with ``validation`` also
+            :data:`~captum_diffmask.diffmask.constrained.convergence.STATUSES`) and ``converged``; with ``validation`` also
             ``valid_kl``, ``valid_l0``, ``valid_agreement``, ``valid_seconds``
             and ``selected`` (True on the rows of the restored epoch).
         """
@@ -538,7 +542,7 @@ class DiffMask(SiteAttribution):
         Args:
 
             inputs, additional_forward_args: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             target: must be None: DiffMask keeps the whole output distribution,
                         not one class (a target is an error, not ignored).
                         Default: None
@@ -586,7 +590,7 @@ class DiffMask(SiteAttribution):
         Args:
 
             inputs, additional_forward_args: as for every method
-                        (:class:`~captum_diffmask.attribution.SiteAttribution`).
+                        (:class:`~captum_diffmask.model.attribution.SiteAttribution`).
             layer (int): the depth k the probe reads, 0..L (required).
             rule (str, optional): ``"threshold"`` (binary: kept where the
                         attribution exceeds 0.5) or ``"louizos"`` (the clamped
@@ -730,7 +734,7 @@ class DiffMask(SiteAttribution):
         r"""
         Saves the fitted probe, baselines and multipliers with what identifies the
         model they belong to: its sites, parameter shapes and a fingerprint of its
-        weights (:mod:`captum_diffmask.checkpoint`).
+        weights (:mod:`captum_diffmask.diffmask.saved_probe`).
 
         Args:
 

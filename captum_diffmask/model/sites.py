@@ -8,7 +8,7 @@ For a model with L blocks there are L + 2 sites, in the order the data flows:
 - ``hidden.k``, k = 1..L: the output of block k-1 (Hugging Face's
   ``hidden_states[k]`` numbering).
 
-A :class:`SiteLocator` holds them (found by :mod:`captum_diffmask.site_finding`,
+A :class:`SiteLocator` holds them (found by :mod:`captum_diffmask.model.site_finding`,
 or the modules the user names) and offers context managers built on plain torch
 hooks, always removed in ``finally``:
 :meth:`SiteLocator.capture` records activations during a forward pass and
@@ -38,7 +38,7 @@ from typing import (
 import torch
 from torch import nn, Tensor
 
-from .site_finding import find_site_specs, HOW_TO_PASS_SITES, SiteSpec
+from captum_diffmask.model.site_finding import find_site_specs, HOW_TO_PASS_SITES, SiteSpec
 
 #: A replacement: a tensor shaped like the activation, or a function of it.
 Replacement = Union[Tensor, Callable[[Tensor], Tensor]]
@@ -199,7 +199,7 @@ class SiteLocator:
                         ``{"input": spec, "hidden": [spec, ...]}``; when None the
                         architecture registry is used (BERT, RoBERTa, DistilBERT,
                         ELECTRA, GPT-2), then a generic fallback (the input
-                        embeddings and the blocks: :mod:`~captum_diffmask.site_finding`).
+                        embeddings and the blocks: :mod:`~captum_diffmask.model.site_finding`).
                         Default: None
 
         Returns:

@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 import torch
 from torch import nn, Tensor
 
-from .batches import Batch, split_batch
-from .outputs import is_causal_lm, OUTPUTS, read_output, resolve_output
+from captum_diffmask.model.batches import Batch, split_batch
+from captum_diffmask.model.outputs import is_causal_lm, OUTPUTS, read_output, resolve_output
 
 
 
@@ -138,7 +138,7 @@ class ModelForward:
                     attention mask), None otherwise (no padding).
                     Default: ``"auto"``
         output (str, optional): the distributions kept (see
-                    :mod:`captum_diffmask.outputs`): ``"classes"`` ((B, C) logits),
+                    :mod:`captum_diffmask.model.outputs`): ``"classes"`` ((B, C) logits),
                     ``"last"`` (a language model's next token at each row's last
                     real position), ``"all"`` (every real position), ``"span"``
                     (a question-answering head's start and end); ``"auto"``:
@@ -251,7 +251,7 @@ class ModelForward:
 
     def split_batch(self, batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
         r"""``(ids, additional_forward_args)`` of a batch for this model, targets
-        dropped (:func:`captum_diffmask.batches.split_batch`)."""
+        dropped (:func:`captum_diffmask.model.batches.split_batch`)."""
         if self.forward_func is not None:
             return split_batch(batch, hf_model=False, forward=self.forward_func)
         if is_hf_model(self.model):

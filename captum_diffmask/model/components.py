@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Uni
 import torch
 from torch import nn, Tensor
 
-from .sites import SiteLocator
+from captum_diffmask.model.sites import SiteLocator
 
 #: The kinds of component.
 KINDS = ("heads", "units")

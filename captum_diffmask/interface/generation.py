@@ -4,7 +4,7 @@ to the prompt and to the tokens generated before it.
 A generated token at step t is the model's next-token output after the prefix
 ``prompt + generated[:t]``. :func:`attribute_generation` builds the N prefixes as one
 left-padded batch (padding never changes a next-token output:
-:func:`~captum_diffmask.forward.padded_positions`) and asks any method of the
+:func:`~captum_diffmask.model.forward.padded_positions`) and asks any method of the
 library for its (B, T) scores, or DiffMask's (B, T, L + 1) at every layer; the
 rows are then aligned on the source tokens into a steps x sources matrix.
 
@@ -25,10 +25,10 @@ from torch import nn, Tensor
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .attribution import method_trait
-from .forward import model_device, ModelForward
-from .text import decoded_words, merge_into_words, word_rule
-from .visualization import PathLike, save_figure
+from captum_diffmask.model.attribution import method_trait
+from captum_diffmask.model.forward import model_device, ModelForward
+from captum_diffmask.model.texts import decoded_words, merge_into_words, word_rule
+from captum_diffmask.interface.figures import PathLike, save_figure
 
 __all__ = ["GenerationAttribution", "attribute_generation", "greedy_continuation", "left_pad", "prefix_batches"]
 
@@ -181,13 +181,13 @@ class GenerationAttribution:
                     None when ``scores`` is 2-D (``layer`` is then the one layer).
         layer (int or None): the layer attributed when ``scores`` is 2-D.
         word_ids (list of int or None, optional): the word of each of the
-                    S + N - 1 sources (:func:`~captum_diffmask.text.decoded_words`:
+                    S + N - 1 sources (:func:`~captum_diffmask.model.texts.decoded_words`:
                     whitespace-delimited; None for special tokens), when a
                     tokenizer was given.
         words (list of str, optional): the W source words' text.
         probabilities (bool): the scores are keep probabilities (pieces merge
                     into a word by their largest score, else by their sum:
-                    :func:`~captum_diffmask.text.word_rule`), drawn on 0..1.
+                    :func:`~captum_diffmask.model.texts.word_rule`), drawn on 0..1.
     """
 
     ids: Tensor
@@ -412,7 +412,7 @@ def attribute_generation(
                     sampling). Default: None
         tokenizer (optional): tokenises a string prompt, turns ids into token
                     strings and the sources into words (whitespace-delimited:
-                    :func:`~captum_diffmask.text.decoded_words`) for the
+                    :func:`~captum_diffmask.model.texts.decoded_words`) for the
                     result's word scores, plot and HTML. Default: None
         eos_token_id (int, optional): greedy generation stops after it. Default: None
         batch_size (int, optional): prefixes per ``attribute`` call. Default: 16

@@ -1,0 +1,13 @@
+"""DiffMask itself: the explainer (:mod:`~captum_diffmask.diffmask.explainer`),
+its Hard Concrete gates and the probe that predicts them, the fit
+(:mod:`~captum_diffmask.diffmask.fit`), the constrained optimisation it runs
+(:mod:`~captum_diffmask.diffmask.constrained`), and the saved probe
+(:mod:`~captum_diffmask.diffmask.saved_probe`). It builds on the model layer
+(:mod:`captum_diffmask.model`) and on nothing above it."""
+
+from captum_diffmask.diffmask.constrained.convergence import Convergence, DiffMaskConvergenceWarning
+from captum_diffmask.diffmask.explainer import DiffMask, DAMPED_FIT, LEGACY_FIT, PAPER_FIT
+from captum_diffmask.diffmask.fit.fitting import FitOptions
+
+__all__ = ["Convergence", "DiffMask", "DiffMaskConvergenceWarning", "FitOptions", "DAMPED_FIT", "LEGACY_FIT",
+           "PAPER_FIT"]
