@@ -37,7 +37,7 @@ MOVED_MODULES: Dict[str, Union[str, Mapping[str, str]]] = {
         "L0_KINDS": "captum_diffmask.diffmask.sparsity",
         "l0_penalty": "captum_diffmask.diffmask.sparsity",
         "LagrangeMultipliers": "captum_diffmask.diffmask.constrained.multipliers",
-        "MULTIPLIER_RULES": "captum_diffmask.diffmask.constrained.multipliers",
+        "MULTIPLIER_RULES": "captum_diffmask.diffmask.constrained.multiplier_rules",
         "multiplier_rates": "captum_diffmask.diffmask.constrained.multipliers",
     },
     "captum_diffmask.text": {
@@ -59,7 +59,7 @@ MOVED_MODULES: Dict[str, Union[str, Mapping[str, str]]] = {
     "captum_diffmask.controller": "captum_diffmask.diffmask.constrained.pi_control",
     "captum_diffmask.convergence": "captum_diffmask.diffmask.constrained.convergence",
     "captum_diffmask.lookahead": "captum_diffmask.diffmask.constrained.lookahead",
-    "captum_diffmask.fitting": "captum_diffmask.diffmask.fit.fitting",
+    "captum_diffmask.fitting": "captum_diffmask.diffmask.fit.options",
     "captum_diffmask.resume": "captum_diffmask.diffmask.fit.fit_state",
     "captum_diffmask.distributed": "captum_diffmask.diffmask.fit.distributed",
     "captum_diffmask.evaluation.compare": {

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.diffmask.probes import GateNetworks
+from captum_diffmask.diffmask.gate_networks import GateNetworks
 
 from ..report import fmt_ratio, fmt_seconds, table
 from ..suites.minilm.loading import load_bench

@@ -8,7 +8,7 @@ defaults by one rule for every family (no hand-written list of models), and
 and attributes every layer. An architecture **works** when the sites equal the
 model's own hidden states (compared here, apart from the library's own
 self-check; an encoder-decoder's encoder states fetched as the library fetches
-them, :func:`~captum_diffmask.model.attribution.own_hidden_states`), the scores are (B, T, L + 1) in [0, 1] with 0 on padding, and the
+them, :func:`~captum_diffmask.model.site_check.own_hidden_states`), the scores are (B, T, L + 1) in [0, 1] with 0 on padding, and the
 labels never reached the model; it is **refused** when DiffMask raises an error
 that names the architecture and says what to pass; anything else (another
 exception, or a check that fails) is a **failure**. An architecture whose tiny
@@ -391,8 +391,8 @@ def _sites_problem(explainer: Any, model: torch.nn.Module, batch: Dict[str, torc
     ``hidden_states[k]`` (an encoder-decoder's encoder states) for k < L, or
     ``hidden.{k + 1}`` is, for every k < L (models whose states start after
     the first block); the last state may be normalised."""
-    from captum_diffmask.model.attribution import own_hidden_states
-    from captum_diffmask.model.sites import first_tensor
+    from captum_diffmask.model.site_check import own_hidden_states
+    from captum_diffmask.model.activations import first_tensor
 
     locator = explainer.locator
     # padded as the library pads for a model that pads to its window itself

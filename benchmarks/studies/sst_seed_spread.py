@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-import captum_diffmask.diffmask.fit.fitting as fitting
+import captum_diffmask.diffmask.fit.loop as fitting
 from captum_diffmask import Convergence, DiffMask
 from benchmarks.suites import sst as suite
 from benchmarks.suites.minilm.fitting import OnDevice
@@ -49,9 +49,9 @@ EMA_DECAY = 0.998
 
 
 class _Watch:
-    r"""Patches fit's training step (to average the probe's weights) and its epoch
-    rows (to attribute the held-out sentences, raw and averaged); :meth:`close`
-    restores both."""
+    r"""Patches the fit loop's training step (to average the probe's weights) and
+    its epoch rows (to attribute the held-out sentences, raw and averaged);
+    :meth:`close` restores both."""
 
     def __init__(self, held: sst_bert.EncodedSST, beta2: Optional[float]) -> None:
         self.held, self.beta2 = held, beta2
@@ -65,8 +65,8 @@ class _Watch:
         fitting.training_step, fitting.epoch_rows = self._step, self._rows
         fitting.build_optimizers = self._build
 
-    def build(self, explainer: DiffMask, options: Any) -> Any:
-        probe_opt, lambda_opt = self._build(explainer, options)
+    def build(self, explainer: DiffMask, options: Any, constraint: Any) -> Any:
+        probe_opt, lambda_opt = self._build(explainer, options, constraint)
         if self.beta2 is not None:
             for group in probe_opt.param_groups:
                 group["betas"] = (group["betas"][0], self.beta2)

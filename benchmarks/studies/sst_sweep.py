@@ -59,8 +59,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
-from captum_diffmask.diffmask.explainer import DAMPED_FIT
-from captum_diffmask.diffmask.fit.fitting import last_rows
+from benchmarks.fit_presets import DAMPED_FIT
+from captum_diffmask.diffmask.fit.history import last_rows
 from captum_diffmask.model.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst

@@ -6,8 +6,7 @@ its Hard Concrete gates and the probe that predicts them, the fit
 (:mod:`captum_diffmask.model`) and on nothing above it."""
 
 from captum_diffmask.diffmask.constrained.convergence import Convergence, DiffMaskConvergenceWarning
-from captum_diffmask.diffmask.explainer import DiffMask, DAMPED_FIT, LEGACY_FIT, PAPER_FIT
-from captum_diffmask.diffmask.fit.fitting import FitOptions
+from captum_diffmask.diffmask.explainer import DiffMask
+from captum_diffmask.diffmask.fit.options import FitOptions
 
-__all__ = ["Convergence", "DiffMask", "DiffMaskConvergenceWarning", "FitOptions", "DAMPED_FIT", "LEGACY_FIT",
-           "PAPER_FIT"]
+__all__ = ["Convergence", "DiffMask", "DiffMaskConvergenceWarning", "FitOptions"]

@@ -5,7 +5,7 @@ Block k (whose output is ``hidden.k``) is gated from ``hidden.{k-1}``, the state
 it reads: each position's state standardised (by the fit's first batch), averaged
 over the input's real positions, and mapped by a small network
 ``[H, hidden, tanh, count]`` to one logit per component, ``xi * tanh(NN(x)) + b``
-as the token probes' gate networks (:class:`~captum_diffmask.diffmask.probes.GateNetworks`),
+as the token probes' gate networks (:class:`~captum_diffmask.diffmask.gate_networks.GateNetworks`),
 with a bias per component started at ``init_bias`` so that every component starts
 kept. A closed component is replaced by its learned baseline, started at its mean
 activation over the first batch's real positions (mean ablation).

@@ -29,10 +29,10 @@ from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tup
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.checks import check_choice
-from captum_diffmask.model.components import ComponentSite, gate_components
 from captum_diffmask.diffmask.hard_concrete import HardConcrete
 from captum_diffmask.diffmask.probes import mix_baseline
+from captum_diffmask.model.checks import check_choice
+from captum_diffmask.model.components import ComponentSite, gate_components
 
 #: How the fit samples input mode's gate from its votes: ``"joint"``, one Hard
 #: Concrete with the votes' product as its ``P(z != 0)``; ``"product"``, the

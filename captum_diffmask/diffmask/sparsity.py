@@ -7,11 +7,8 @@ from ``logsigmoid``, and the multipliers.
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
-
-
 
 #: The sparsity terms :func:`l0_penalty` knows.
 L0_KINDS = ("expected", "mean", "log")

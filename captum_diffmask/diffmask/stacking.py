@@ -13,14 +13,14 @@ stacked step, ``docs/results/stacking-speed.md``).
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from captum_diffmask.model.attribution import PreparedCall
+from captum_diffmask.model.arguments import PreparedCall
 from captum_diffmask.model.sites import Replacement
 
 if TYPE_CHECKING:  # the gates only describe the replacement; no import at run time

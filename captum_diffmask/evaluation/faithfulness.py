@@ -30,7 +30,8 @@ from captum.metrics import infidelity, sensitivity_max
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_diffmask.model.attribution import ForwardFunc, PaddingMaskArg, resolve_target, SitesType
+from captum_diffmask.model.arguments import ForwardFunc, PaddingMaskArg, resolve_target
+from captum_diffmask.model.attribution import SitesType
 from captum_diffmask.model.batches import to_device
 from captum_diffmask.model.checks import check_choice
 from captum_diffmask.model.forward import check_token_ids, format_additional_args, frozen, model_device, ModelForward

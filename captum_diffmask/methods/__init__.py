@@ -5,14 +5,16 @@ higher = more important, 0 at padding. :class:`AttributionPatching` scores model
 components instead: (B, count) per block, the gradient baseline of DiffMask's
 ``heads`` and ``units`` modes."""
 
-from captum_diffmask.model.attribution import site_for_layer, SiteAttribution
+from captum_diffmask.model.arguments import site_for_layer
+from captum_diffmask.model.attribution import SiteAttribution
 from captum_diffmask.methods.optimization import optimize
 from captum_diffmask.methods.attribution_patching import AttributionPatching
 from captum_diffmask.methods.bottleneck import PerSampleBottleneck
 from captum_diffmask.methods.erasure import ErasureResult, ExactErasure
 from captum_diffmask.methods.gradients import IntegratedGradients, Occlusion
 from captum_diffmask.methods.guan import Guan
-from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask, REINFORCE
+from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask
+from captum_diffmask.methods.reinforce import REINFORCE
 from captum_diffmask.methods.random import RandomAttribution
 from captum_diffmask.methods.readout_bottleneck import ReadoutBottleneck
 

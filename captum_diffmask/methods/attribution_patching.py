@@ -9,9 +9,9 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import (
-    attribution_call, check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target,
-    SiteAttribution, SitesType,
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
+from captum_diffmask.model.arguments import (
+    check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target,
 )
 from captum_diffmask.model.components import ComponentSite, gate_components, locate_components, read_components
 from captum_diffmask.model.forward import Batch, frozen

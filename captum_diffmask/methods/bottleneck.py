@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import (
-    attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
-    SiteAttribution, SitesType,
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
+from captum_diffmask.model.arguments import (
+    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
 )
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
 from captum_diffmask.model.forward import Batch, frozen

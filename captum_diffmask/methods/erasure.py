@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 
 from captum_diffmask.model.forward import frozen
 from captum_diffmask.model.divergences import log_probs
-from captum_diffmask.model.attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, ReplacingAttribution,
-    resolve_target, SitesType, TargetType,
+from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SitesType
+from captum_diffmask.model.arguments import (
+    BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, TargetType,
 )
 from captum_diffmask.model.checks import check_positive_int
 from captum_diffmask.model.rng import preserved_rng

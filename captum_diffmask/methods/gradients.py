@@ -22,9 +22,9 @@ from captum.attr import IntegratedGradients as _CaptumIntegratedGradients
 from captum.attr import Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, ReplacingAttribution,
-    resolve_target, SiteAttribution, SitesType, TargetType,
+from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SiteAttribution, SitesType
+from captum_diffmask.model.arguments import (
+    BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, TargetType,
 )
 from captum_diffmask.model.checks import check_positive_int
 from captum_diffmask.model.forward import frozen

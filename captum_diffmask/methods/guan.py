@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from captum_diffmask.model.attribution import (
-    attribution_call, InputType, PreparedCall, reject_target, SiteAttribution,
-)
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution
+from captum_diffmask.model.arguments import InputType, PreparedCall, reject_target
 from captum_diffmask.model.checks import check_choice, check_non_negative
 from captum_diffmask.model.forward import frozen
 from captum_diffmask.methods.optimization import make_optimizer, optimize

@@ -22,24 +22,21 @@ from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from torch import nn, Tensor
+from torch import Tensor
 
-from captum_diffmask.model.attribution import (
-    attribution_call, BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
-    resolve_baseline, SiteAttribution, SitesType,
-)
-from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
-from captum_diffmask.model.forward import frozen
-from captum_diffmask.diffmask.hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
-from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
+from captum_diffmask.diffmask.hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from captum_diffmask.diffmask.probes import mix_baseline
 from captum_diffmask.methods.optimization import make_optimizer, optimize, OPTIMIZERS
+from captum_diffmask.model.arguments import BaselineType, InputType, PreparedCall, reject_target, resolve_baseline
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution
+from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
+from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
+from captum_diffmask.model.forward import frozen
 
 _READOUTS = ("keep", "mask")
 _SELECTIONS = ("last", "feasible", "sparsest")
 _DIVERGENCES = ("kl", "prediction")
-_REWARDS = ("lagrangian", "authors")
 _LOGIT_RANGE = 10.0
 
 
@@ -85,7 +82,7 @@ class MaskResult:
 
 
 @dataclass
-class _Search:
+class MaskSearch:
     r"""One batch's search: its call, the site's states (B, T, H), the original
     log-probabilities, the baseline (B, T, H), and what is optimised: gate
     logits (B, T) and one multiplier per example. ``predicted`` holds the
@@ -134,7 +131,7 @@ class _Selection:
       comparison: only for comparing with such runs).
     """
 
-    def __init__(self, method: "_PerExampleMask", search: _Search, steps: int, check_every: int, select: str) -> None:
+    def __init__(self, method: "PerExampleMask", search: MaskSearch, steps: int, check_every: int, select: str) -> None:
         self.method, self.search, self.steps = method, search, steps
         self.check_every, self.select = check_every, select
         batch = search.logits.shape[0]
@@ -178,7 +175,7 @@ def _check_search_options(eps: Any, optimizer: Any, samples: Any, select: Any, c
     check_positive_int(check_every, "check_every")
 
 
-class _PerExampleMask(SiteAttribution):
+class PerExampleMask(SiteAttribution):
     r"""The shared search: per-example gate logits (B, T) and multipliers (B,)."""
 
     _name = "per-example mask"
@@ -187,7 +184,7 @@ class _PerExampleMask(SiteAttribution):
     scores_are_probabilities = True
     uses_baselines = True
 
-    def _masked_log_q(self, search: _Search, gates: Tensor) -> Tensor:
+    def _masked_log_q(self, search: MaskSearch, gates: Tensor) -> Tensor:
         call = search.call
         gates = torch.where(call.mask, gates, torch.ones_like(gates))  # padding is never replaced
         masked = mix_baseline(search.state, gates, search.baseline)
@@ -196,12 +193,12 @@ class _PerExampleMask(SiteAttribution):
     def _keep(self, logits: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def _loss(self, search: _Search, samples: int) -> Callable[[int], Tensor]:
+    def _loss(self, search: MaskSearch, samples: int) -> Callable[[int], Tensor]:
         r"""``loss(step)``: the summed per-example objective of one step."""
         raise NotImplementedError
 
     def _optimize(
-        self, search: _Search, steps: int, lr: float, lr_lambda: float, optimizer: str, samples: int,
+        self, search: MaskSearch, steps: int, lr: float, lr_lambda: float, optimizer: str, samples: int,
         verbose: bool, monitor: Callable[[int], None],
     ) -> None:
         r"""The gate logits descend (``optimizer``, then clamped), the multipliers
@@ -285,7 +282,7 @@ class _PerExampleMask(SiteAttribution):
             with torch.no_grad():
                 return self._result(search, selection)
 
-    def _start(self, call: PreparedCall, baselines: BaselineType, eps: float, divergence: str = "kl") -> _Search:
+    def _start(self, call: PreparedCall, baselines: BaselineType, eps: float, divergence: str = "kl") -> MaskSearch:
         states, original = self.capture(call)
         assert original is not None
         state = states[call.site]
@@ -295,9 +292,9 @@ class _PerExampleMask(SiteAttribution):
         lambdas = LagrangeMultipliers(state.shape[0]).to(state.device)
         log_p = log_probs(original)
         predicted = log_p.argmax(-1, keepdim=True) if divergence == "prediction" else None
-        return _Search(call, state, log_p, baseline, logits, lambdas, eps, predicted)
+        return MaskSearch(call, state, log_p, baseline, logits, lambdas, eps, predicted)
 
-    def _result(self, search: _Search, selection: _Selection) -> MaskResult:
+    def _result(self, search: MaskSearch, selection: _Selection) -> MaskResult:
         real = search.call.mask.float()
         keep = self._keep(selection.final_logits())
         hard = (keep > 0.5).float()
@@ -349,7 +346,7 @@ class _PerExampleMask(SiteAttribution):
         return self._finish(result.keep if readout == "keep" else result.mask, call)
 
 
-class PerExampleDiffMask(_PerExampleMask):
+class PerExampleDiffMask(PerExampleMask):
     r"""
     DiffMask without a probe ("per-sample DiffMask", De Cao et al. 2020): the
     gate logits of every token of every example are free parameters.
@@ -391,7 +388,7 @@ class PerExampleDiffMask(_PerExampleMask):
     def _keep(self, logits: Tensor) -> Tensor:
         return HardConcrete(logits, *DIFFMASK_DEFAULTS[:1], DIFFMASK_DEFAULTS[1:]).prob_nonzero()
 
-    def _loss(self, search: _Search, samples: int) -> Callable[[int], Tensor]:
+    def _loss(self, search: MaskSearch, samples: int) -> Callable[[int], Tensor]:
         real = search.call.mask.float()
 
         def loss_fn(step: int) -> Tensor:
@@ -405,98 +402,3 @@ class PerExampleDiffMask(_PerExampleMask):
         return loss_fn
 
 
-class REINFORCE(_PerExampleMask):
-    r"""
-    Per-example hard masks trained with the score-function (REINFORCE)
-    estimator and a moving-average baseline, the paper's non-differentiable
-    comparison.
-
-    **Objective.** Per example i, gate logits (T,) initialised to 5, hard gates
-    ``g_t ~ Bernoulli(sigmoid(logit_t))`` (1 = kept), the state of the site
-    replaced by ``g * h + (1 - g) * b`` with a fixed baseline ``b`` (default: the
-    mean state over the batch's real tokens). Each step minimises::
-
-        L0_i + r_i * sum_{real t} log p(g_t) + lambda_i * (KL_i - eps),
-        L0_i = sum_{real t} sigmoid(logit_t)                 (exact expected L0)
-
-    where ``KL_i = KL(p_orig || p_masked)`` (no gradient: the model is only run
-    forward) and the reward ``r_i`` (no gradient) comes with a per-example
-    moving-average baseline ``m_i``, initialised to 0. The last term only gives
-    ``lambda_i`` its gradient ``KL_i - eps`` (plain ascent, clamped to [0, 200]).
-    Two rewards (``reward=``):
-
-    - ``"lagrangian"`` (default): ``r_i = lambda_i (KL_i - eps) - m_i``, the
-      Lagrangian's own term, with ``m_i <- 0.99 m_i + 0.01 lambda_i (KL_i - eps)``
-      updated **after** the reward: the same objective as
-      :class:`PerExampleDiffMask`, only the gradient estimator differs;
-    - ``"authors"``: the authors' code: ``m_i <- 0.99 m_i + 0.01 (KL_i - eps)``
-      updated **before** the reward (each reward partly baselines itself) and
-      ``r_i = (KL_i - eps) - m_i``, not scaled by the multiplier, so lambda never
-      reaches the gates: a penalty of weight 1 on the KL (eps, a constant in the
-      reward, is absorbed by the baseline).
-
-    Logits are clamped to [-10, 10]. With ``samples > 1`` the sampled terms are
-    averaged over the draws (and the baseline follows their mean). Defaults:
-    Adam lr 0.1 for the logits, ascent lr 0.1 for the multipliers, ``eps =
-    0.1``, 500 steps, one sample per step.
-
-    **Readouts.** ``readout="keep"``: ``sigmoid(logit_t)``, the probability of
-    keeping the token; ``readout="mask"``: the deterministic mask
-    ``sigmoid(logit_t) > 0.5``. :meth:`fit_masks` returns both.
-
-    **Cost.** ``steps * samples`` forward passes per example without any
-    backward pass through the model, plus one capture and one evaluation pass.
-
-    Args:
-
-        model, sites, forward_func, padding_mask_arg, output: the analysed model and how
-                    to call it, as in :class:`~captum_diffmask.model.attribution.SiteAttribution`.
-        reward (str, optional): ``"lagrangian"`` or ``"authors"``, see above.
-                    Default: ``"lagrangian"``
-    """
-
-    summary = "hard Bernoulli gates, score-function gradient, per example"
-    _name = "REINFORCE"
-
-    def __init__(
-        self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
-        padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto", reward: str = "lagrangian",
-    ) -> None:
-        check_choice(reward, _REWARDS, "reward")
-        super().__init__(model, sites, forward_func, padding_mask_arg, output)
-        self.reward = reward
-
-    def _keep(self, logits: Tensor) -> Tensor:
-        return torch.sigmoid(logits.float())
-
-    def _loss(self, search: _Search, samples: int) -> Callable[[int], Tensor]:
-        real = search.call.mask.float()
-        logits, eps = search.logits, search.eps
-        moving = torch.zeros(logits.shape[0], device=logits.device)
-        authors = self.reward == "authors"
-
-        def loss_fn(step: int) -> Tensor:
-            nonlocal moving
-            probs = torch.sigmoid(logits)
-            lam = search.lambdas()
-            with torch.no_grad():
-                draws = [torch.bernoulli(probs.detach()) for _ in range(samples)]
-                violations = [search.divergence(self._masked_log_q(search, g)) - eps for g in draws]
-                violation = torch.stack(violations).mean(0)
-                scale = torch.ones_like(lam) if authors else lam.detach()
-                if authors:  # the authors' order: the baseline moves before the reward
-                    moving = 0.99 * moving + 0.01 * violation
-                rewards = [scale * v - moving for v in violations]
-                if not authors:  # after the rewards: no sample baselines itself
-                    moving = 0.99 * moving + 0.01 * scale * violation
-            score = sum((r * (_bernoulli_log_prob(logits, g) * real).sum(-1) for r, g in zip(rewards, draws)),
-                        torch.zeros_like(moving))
-            l0 = (probs * real).sum(-1)
-            return (l0 + score / samples + lam * violation).sum()
-
-        return loss_fn
-
-
-def _bernoulli_log_prob(logits: Tensor, gates: Tensor) -> Tensor:
-    r"""(B, T) log p(g_t) of hard gates under Bernoulli(sigmoid(logit_t))."""
-    return gates * F.logsigmoid(logits) + (1.0 - gates) * F.logsigmoid(-logits)

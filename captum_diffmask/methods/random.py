@@ -7,9 +7,8 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import (
-    attribution_call, ForwardFunc, InputType, PaddingMaskArg, reject_target, SiteAttribution, SitesType,
-)
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
+from captum_diffmask.model.arguments import ForwardFunc, InputType, PaddingMaskArg, reject_target
 
 
 def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:

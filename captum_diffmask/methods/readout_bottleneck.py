@@ -20,9 +20,9 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_diffmask.model.attribution import (
-    attribution_call, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
-    SitesType,
+from captum_diffmask.model.attribution import attribution_call, SitesType
+from captum_diffmask.model.arguments import (
+    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
 )
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
 from captum_diffmask.model.forward import Batch, frozen

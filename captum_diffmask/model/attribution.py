@@ -13,7 +13,6 @@ token embeddings), k >= 1 is ``hidden.k`` (the output of block k-1).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
@@ -21,29 +20,22 @@ from captum.attr import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
+from captum_diffmask.model.activations import repeat_batch
+from captum_diffmask.model.arguments import (
+    BaselineType, ForwardFunc, PaddingMaskArg, PreparedCall, resolve_baseline, site_for_layer,
+)
 from captum_diffmask.model.batches import to_device
 from captum_diffmask.model.forward import (
-    cache_off, check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, frozen,
-    hooks_and_attributes_restored, is_hf_model, model_device, ModelForward,
+    check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, is_hf_model, model_device,
+    ModelForward,
 )
 from captum_diffmask.model.rng import preserved_rng
-from captum_diffmask.model.site_finding import HOW_TO_PASS_SITES
-from captum_diffmask.model.sites import repeat_batch, Replacement, SiteLocator
+from captum_diffmask.model.site_check import checked_sites
+from captum_diffmask.model.sites import Replacement, SiteLocator
 
-#: Captum-style targets: a class for every example, one per example, or None.
-TargetType = Union[None, int, List[int], Tensor]
-#: What replaces a state: None (the method's default), a constant, a vector (H,)
-#: for every token, or a full (B, T, H) tensor.
-BaselineType = Union[None, float, Tensor]
-#: Token ids (B, T), or a 1-tuple of them (Captum's convention; the result follows).
-InputType = Union[Tensor, Tuple[Tensor]]
 #: Where the sites are: a :class:`SiteLocator`, a dict ``{"input": ..., "hidden": [...]}``,
 #: or None to locate them (Hugging Face models).
 SitesType = Union[None, SiteLocator, Mapping[str, Any]]
-#: ``forward_func(ids, *additional_forward_args)`` returning logits, or None for the model.
-ForwardFunc = Optional[Callable[..., Any]]
-#: The index of the padding mask in ``additional_forward_args``, ``"auto"`` or None.
-PaddingMaskArg = Union[int, str, None]
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -67,129 +59,6 @@ def attribution_call(method: _Method) -> _Method:
 
     call.attribution_call = True  # type: ignore[attr-defined]  # for the contract's tests
     return call  # type: ignore[return-value]
-
-
-def reject_target(target: Any, method: str, preserved: str = "the whole output distribution") -> None:
-    r"""For methods that preserve the whole output rather than one class: a
-    ``target`` is an error (naming it), never silently ignored."""
-    if target is not None:
-        raise ValueError(
-            f"target must be None for {method}: it preserves {preserved}, not one class; got {target!r}"
-        )
-
-
-def resolve_baseline(
-    baselines: BaselineType, state: Tensor, mask: Tensor, default: str = "zeros", argument: str = "baselines"
-) -> Tensor:
-    r"""
-    The reference state (B, T, H) that replaces ``state``.
-
-    Args:
-
-        baselines (float or Tensor, optional): a constant, a vector (H,) for every
-                    token (e.g. a fitted DiffMask's learned baseline), or a full
-                    (B, T, H) tensor; None for ``default``.
-        state (Tensor): (B, T, H) the site's states.
-        mask (Tensor): (B, T) bool, True at real tokens.
-        default (str, optional): ``"zeros"``, or ``"mean"`` (the mean state over
-                    the batch's real tokens). Default: ``"zeros"``
-        argument (str, optional): the name used in errors. Default: ``"baselines"``
-
-    Returns:
-        *Tensor* (B, T, H), detached, equal to ``state`` at padded positions
-        (padding is never moved).
-    """
-    if baselines is None:
-        if default == "mean":
-            weights = mask.to(state.device).float().unsqueeze(-1)
-            mean = (state.float() * weights).sum((0, 1)) / weights.sum().clamp(min=1.0)
-            full = mean.to(state.dtype).expand_as(state)
-        else:
-            full = torch.zeros_like(state)
-    elif isinstance(baselines, (int, float)) and not isinstance(baselines, bool):
-        full = torch.full_like(state, float(baselines))
-    elif isinstance(baselines, Tensor):
-        if baselines.shape == state.shape[-1:]:
-            full = baselines.to(state).expand_as(state)
-        elif baselines.shape == state.shape:
-            full = baselines.to(state)
-        else:
-            raise ValueError(
-                f"{argument} must be None, a float, a tensor ({state.shape[-1]},) or a tensor "
-                f"{tuple(state.shape)} shaped like the site state, got shape {tuple(baselines.shape)}"
-            )
-    else:
-        raise TypeError(f"{argument} must be None, a float or a Tensor, got {type(baselines).__name__}")
-    return torch.where(mask.to(state.device).unsqueeze(-1), full.detach(), state)
-
-
-@dataclass
-class PreparedCall:
-    r"""The validated pieces of one ``attribute`` call.
-
-    Attributes:
-        ids (Tensor): (B, T) token ids.
-        extra (tuple): ``additional_forward_args`` as a tuple.
-        mask (Tensor): (B, T) bool, True at real tokens.
-        site (str, optional): the site a method attributes to at ``layer``; None
-                    when the call spans several (DiffMask's ``layer=None``, a
-                    training batch).
-        was_tuple (bool): ``inputs`` came as a 1-tuple (the result will too).
-        module_outputs (dict, optional): the site modules' outputs recorded by
-                    the capture pass, for partial re-runs; None before it.
-        captured_ids (Tensor, optional): the ids of that capture pass.
-        input_device (torch.device, optional): where the caller's ids were; the
-                    scores go back there.
-        length (int, optional): the caller's T when the ids were padded to the
-                    model's window (:meth:`ModelForward.padded_to_window`); the
-                    scores are cut back to it. None: not padded.
-    """
-
-    ids: Tensor
-    extra: Tuple[Any, ...]
-    mask: Tensor
-    site: Optional[str]
-    was_tuple: bool
-    module_outputs: Optional[Dict[str, Any]] = None
-    captured_ids: Optional[Tensor] = None
-    input_device: Optional[torch.device] = None
-    length: Optional[int] = None
-
-    def trimmed(self, per_token: Tensor) -> Tensor:
-        r"""(B, T', ...) per-token values cut back to the caller's T."""
-        return per_token if self.length is None else per_token[:, : self.length]
-
-
-def check_layer(layer: Any, num_layers: int, allow_none: bool = False) -> Optional[int]:
-    r"""
-    Validates a layer index.
-
-    Args:
-
-        layer (int or None): the layer, 0..L.
-        num_layers (int): L.
-        allow_none (bool, optional): whether None (every layer) is accepted.
-                    Default: False
-
-    Returns:
-        *int* or None: ``layer``.
-
-    Raises:
-        TypeError or ValueError naming ``layer``.
-    """
-    if layer is None and allow_none:
-        return None
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int in 0..{num_layers}, got {layer!r}")
-    if not 0 <= layer <= num_layers:
-        raise ValueError(f"layer must be in 0..{num_layers}, got {layer}")
-    return layer
-
-
-def site_for_layer(layer: Any, num_layers: int) -> str:
-    r"""``"input"`` for layer 0, ``"hidden.k"`` for k in 1..L; errors name ``layer``."""
-    check_layer(layer, num_layers)
-    return "input" if layer == 0 else f"hidden.{layer}"
 
 
 class SiteAttribution(Attribution):
@@ -430,103 +299,12 @@ class SiteAttribution(Attribution):
         return states, logits
 
     def _check_sites(self, call: PreparedCall) -> None:
-        r"""Once per explainer, on its first batch: the captured ``hidden.k`` must be
-        the model's own ``hidden_states[k]`` at the real positions (Hugging Face
-        models called without a ``forward_func``); ``hidden.L`` may differ by the
-        final normalisation some models apply to their last hidden state. Models
-        whose ``hidden_states`` start after the first block (Mamba, RWKV: block
-        k's output is their ``hidden_states[k]``) are matched one site on. The
-        sites' layouts are learnt here: blocks run on (T, B, H) states (XLNet),
-        on (B, H, T) states (SqueezeBERT, whose encoder calls its blocks'
-        ``forward`` past their hooks: read inside them), several streams."""
-        if self.model_forward.forward_func is not None or not is_hf_model(self.model):
-            self._sites_checked = True
-            return
-        states, reference = self._own_states(call)
-        if reference is None:
-            self._sites_checked = True  # the model returns no states to compare with
-            return
-        paths = dict((n, p) for n, p, _ in self.locator.describe())
-        model = type(self.model).__name__
-        if len(reference) != self.num_layers + 1:
-            raise ValueError(
-                f"sites: {self.num_layers} blocks were found (hidden.1 read at {paths['hidden.1']}, ...), but "
-                f"{model} returns {len(reference)} hidden_states, not {self.num_layers + 1}; " + HOW_TO_PASS_SITES)
-        missing = [k for k in range(self.num_layers + 1) if f"hidden.{k}" not in states]
-        if missing:
-            raise ValueError(f"sites: hidden.{missing[0]} (read at {paths[f'hidden.{missing[0]}']}) did not run in a "
-                             f"forward pass of {model}; " + HOW_TO_PASS_SITES)
-        self.locator = self.locator.with_streams(states, tuple(call.ids.shape))
-        _check_finite(self.model, reference[: self.num_layers])
-        real = call.mask.bool()
-        states = self._on_the_ids(states, reference, real)
-        if not any(_states_match(states, reference, real, offset) for offset in (0, 1)) \
-                and not self._transposed_match(states, reference, real):
-            k = next(k for k in range(self.num_layers) if not _same_state(states[f"hidden.{k}"], reference[k], real))
-            raise ValueError(
-                f"sites: hidden.{k} (read at {paths[f'hidden.{k}']}) is not the model's own hidden_states[{k}] "
-                f"in {model}; " + HOW_TO_PASS_SITES)
+        r"""Once per explainer, on its first batch: the sites against the model's
+        own hidden states (:func:`~captum_diffmask.model.site_check.checked_sites`),
+        whose layouts are learnt there."""
+        if self.model_forward.forward_func is None and is_hf_model(self.model):
+            self.locator = checked_sites(self.model, self.locator, self.num_layers, call)
         self._sites_checked = True
-
-    def _own_states(self, call: PreparedCall) -> Tuple[Dict[str, Tensor], Optional[Sequence[Tensor]]]:
-        r"""The input and hidden sites as captured, and the model's own hidden states, from
-        one pass; where a hidden site's hook never fires but the sites inside
-        the blocks do (:meth:`SiteLocator.inside_blocks`), those from now on."""
-        names = ["input"] + [f"hidden.{k}" for k in range(self.num_layers + 1)]
-        kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        states, output = self._capture_own(self.locator, names, call.ids, kwargs)
-        inner = self.locator.inside_blocks() if len(states) < len(names) else None
-        if inner is not None:
-            inner_states, inner_output = self._capture_own(inner, names, call.ids, kwargs)
-            if len(inner_states) == len(names):
-                self.locator, states, output = inner, inner_states, inner_output
-        return states, own_hidden_states(self.model, output, call.ids, kwargs)
-
-    def _capture_own(
-        self, locator: SiteLocator, names: Sequence[str], ids: Tensor, kwargs: Mapping[str, Any]
-    ) -> Tuple[Dict[str, Tensor], Any]:
-        with torch.no_grad(), frozen(self.model), hooks_and_attributes_restored(self.model), \
-                cache_off(self.model), locator.capture(names) as states:
-            output = self.model(input_ids=ids, output_hidden_states=True, **kwargs)
-        return states, output
-
-    def _on_the_ids(self, states: Dict[str, Tensor], reference: Sequence[Tensor], real: Tensor) -> Dict[str, Tensor]:
-        r"""For a model whose blocks run on more positions than the ids (a prompt
-        before them, n-gram streams after them), the window of the ids'
-        positions under which the captured states are the model's own
-        (:meth:`SiteLocator.windowed`); the states on it, or as they were."""
-        length = real.shape[1]
-        longer = {name: state.shape[1] for name, state in states.items()
-                  if state.dim() == 3 and state.shape[0] == real.shape[0] and state.shape[1] > length}
-        if not longer or len(set(longer.values())) != 1:
-            return states
-        total = next(iter(longer.values()))
-        windows = [(total - length, 1)] + ([(0, total // length)] if total % length == 0 else [])
-        for offset, ratio in windows:
-            on_ids = {name: state[:, offset:offset + (state.shape[1] - offset) // ratio] if name in longer else state
-                      for name, state in states.items()}
-            if any(_states_match(on_ids, reference, real, shift) for shift in (0, 1)):
-                self.locator = self.locator.windowed(list(longer), offset, ratio)
-                return on_ids
-        return states
-
-    def _transposed_match(self, states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor) -> bool:
-        r"""Whether the captured states are the model's own read tokens first
-        ((T, B, H), as XLNet runs its blocks) or features first ((B, H, T), as
-        SqueezeBERT's convolutions); if so, the sites are read so from now on
-        (:meth:`SiteLocator.tokens_first`, :meth:`SiteLocator.features_first`)."""
-        flipped = {name: state.transpose(0, 1) for name, state in states.items() if state.dim() == 3}
-        if len(flipped) == len(states) and _states_match(flipped, reference, real, 0):
-            self.locator = self.locator.tokens_first()
-            return True
-        features_first = [name for name, state in states.items()
-                          if state.dim() == 3 and state.shape[1] != real.shape[1] and state.shape[2] == real.shape[1]]
-        flipped = {name: state.transpose(1, 2) if name in features_first else state for name, state in states.items()}
-        if features_first and any(_states_match(flipped, reference, real, offset) for offset in (0, 1)):
-            self.locator = self.locator.features_first(features_first)
-            return True
-        return False
 
     def replaced_logits(self, call: PreparedCall, replacements: Mapping[str, Replacement]) -> Tensor:
         r"""Logits with sites replaced; gradients flow into the replacements. After
@@ -607,128 +385,6 @@ def _repeats(captured: Tensor, ids: Tensor) -> int:
         return 0
     times = ids.shape[0] // batch
     return times if torch.equal(ids.reshape(times, *captured.shape), captured.expand(times, *captured.shape)) else 0
-
-
-def resolve_target(logits: Tensor, target: TargetType, argument: str = "target") -> Optional[Tensor]:
-    r"""
-    The class whose output is attributed, per example.
-
-    Args:
-
-        logits (Tensor): (B, C) class logits, (B, K, C) for K distributions per
-                    example (e.g. a span's start and end), or (B,) / (B, 1) for one
-                    binary logit.
-        target (int, list, Tensor or None): for (B, C) logits an int, a list of B
-                    ints or a (B,) tensor; for (B, K, C) logits a (B, K) tensor or
-                    a list of B sequences of K ints; None means the predicted
-                    class (of each distribution). For a binary logit it must be
-                    None (the logit itself is attributed).
-
-    Returns:
-        *Tensor* (B,) or (B, K) long; None for a binary logit.
-    """
-    batch = logits.shape[0]
-    if logits.dim() == 3:
-        return _resolve_targets(logits, target, argument)
-    if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[1] == 1):
-        if target is not None:
-            raise ValueError(
-                f"{argument} must be None for a model with one binary logit (the logit "
-                f"itself is attributed), got {target!r}"
-            )
-        return None
-    num_classes = logits.shape[-1]
-    if target is None:
-        return logits.argmax(-1)
-    if isinstance(target, bool):
-        raise TypeError(f"{argument} must be an int, a list of ints or a (B,) tensor, got a bool")
-    if isinstance(target, int):
-        target = torch.full((batch,), target, dtype=torch.long, device=logits.device)
-    elif isinstance(target, (list, tuple)):
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in target):
-            raise TypeError(f"{argument}: a list target must hold ints, got {target!r}")
-        target = torch.tensor(list(target), dtype=torch.long, device=logits.device)
-    elif isinstance(target, Tensor):
-        if target.dtype.is_floating_point or target.dtype == torch.bool:
-            raise TypeError(f"{argument} must hold integer class indices, got dtype {target.dtype}")
-        if target.dim() == 0:
-            target = target.expand(batch)
-        target = target.to(device=logits.device, dtype=torch.long)
-    else:
-        raise TypeError(
-            f"{argument} must be None, an int, a list of ints or a (B,) tensor, got "
-            f"{type(target).__name__}"
-        )
-    if target.shape != (batch,):
-        raise ValueError(f"{argument} must have one class per example ({batch}), got shape {tuple(target.shape)}")
-    if bool(((target < 0) | (target >= num_classes)).any()):
-        raise ValueError(f"{argument} must be in 0..{num_classes - 1}, got {target.tolist()}")
-    return target
-
-
-def _resolve_targets(logits: Tensor, target: Any, argument: str) -> Tensor:
-    r"""One class per distribution of (B, K, C) logits: (B, K) long."""
-    batch, count, classes = logits.shape
-    if target is None:
-        return logits.argmax(-1)
-    if isinstance(target, (list, tuple)):
-        target = torch.tensor([list(row) for row in target], dtype=torch.long, device=logits.device)
-    if not isinstance(target, Tensor) or target.dtype.is_floating_point or target.dtype == torch.bool:
-        raise TypeError(f"{argument} must be a ({batch}, {count}) tensor or a list of {count} ints per example")
-    target = target.to(device=logits.device, dtype=torch.long)
-    if target.shape != (batch, count):
-        raise ValueError(f"{argument} must have shape ({batch}, {count}) (one class per distribution), "
-                         f"got {tuple(target.shape)}")
-    if bool(((target < 0) | (target >= classes)).any()):
-        raise ValueError(f"{argument} must be in 0..{classes - 1}, got {target.tolist()}")
-    return target
-
-
-def own_hidden_states(model: nn.Module, output: Any, ids: Tensor, kwargs: Mapping[str, Any]) -> Optional[Sequence[Tensor]]:
-    r"""
-    The hidden states a model reports for the sites to be checked against: an
-    encoder-decoder's encoder states (``encoder_hidden_states``, or its
-    encoder's own ``hidden_states`` when the output carries only the decoder's,
-    as T5Gemma's classifier does), else ``hidden_states``; None when there
-    are none.
-    """
-    encoder_states = getattr(output, "encoder_hidden_states", None)
-    if encoder_states is not None:
-        return encoder_states
-    get_encoder = getattr(model, "get_encoder", None)
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False) and callable(get_encoder):
-        with torch.no_grad():
-            encoded = get_encoder()(input_ids=ids, output_hidden_states=True,
-                                    **{k: v for k, v in kwargs.items() if k == "attention_mask"})
-        return getattr(encoded, "hidden_states", None)
-    return getattr(output, "hidden_states", None)
-
-
-def _states_match(states: Mapping[str, Tensor], reference: Sequence[Tensor], real: Tensor, offset: int) -> bool:
-    r"""Whether ``hidden.{k + offset}`` equals ``reference[k]`` at the ``real``
-    positions for every k but the last (a model may normalise its last state)."""
-    return all(_same_state(states[f"hidden.{k + offset}"], reference[k], real) for k in range(len(reference) - 1))
-
-
-def _same_state(state: Tensor, own: Tensor, real: Tensor) -> bool:
-    r"""Whether a captured (B, T, H) state equals the model's at the real positions."""
-    state, own = state.float(), own.float()
-    if state.shape != own.shape:
-        return False
-    if state.shape[:2] == real.shape:
-        state, own = state[real], own[real]
-    return torch.allclose(state, own, atol=1e-4, rtol=1e-3)
-
-
-def _check_finite(model: nn.Module, reference: Sequence[Tensor]) -> None:
-    r"""FloatingPointError naming the parameters when a hidden state holds NaN or
-    inf: without it a broken model reads as a site mismatch (NaN != NaN)."""
-    for k, own in enumerate(reference):
-        if not bool(torch.isfinite(own).all()):
-            bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
-            raise FloatingPointError(
-                f"the model's hidden_states[{k}] are not finite (NaN or inf): "
-                + (f"its parameters {bad[:5]} hold NaN or inf" if bad else "check its inputs and weights"))
 
 
 def method_trait(method: Any, trait: str) -> Any:

@@ -3,7 +3,7 @@ models. A registry by architecture for the families whose layout is known
 (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, GPT-2, ALBERT's shared blocks), an
 encoder-decoder's encoder, and a generic rule for any Hugging Face-like model:
 the input embeddings and the outermost list of blocks (checked afterwards
-against the model's own hidden states, :meth:`SiteAttribution._check_sites`)."""
+against the model's own hidden states, :func:`~captum_diffmask.model.site_check.checked_sites`)."""
 
 from __future__ import annotations
 

@@ -22,22 +22,13 @@ import copy
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-import torch
 from torch import nn, Tensor
 
+from captum_diffmask.model.activations import (
+    copied, first_tensor, on_call, streams_layout, streams_side_by_side, transposed, windowed, with_first_tensor,
+)
 from captum_diffmask.model.site_finding import find_site_specs, HOW_TO_PASS_SITES, SiteSpec
 
 #: A replacement: a tensor shaped like the activation, or a function of it.
@@ -89,42 +80,6 @@ class Site:
     features_first: bool = False
     streams: str = ""
     window: Tuple[int, int] = (0, 1)
-
-
-def first_tensor(value: Any) -> Tensor:
-    r"""The activation inside a module's output: the tensor itself, the first
-    element of a tuple or list, or the first field of a ``ModelOutput``/mapping."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
-        return value[0]
-    if isinstance(value, Mapping) and value:
-        first = next(iter(value.values()))
-        if isinstance(first, Tensor):
-            return first
-    raise TypeError(
-        f"cannot find the activation tensor in a module output of type "
-        f"{type(value).__name__}"
-    )
-
-
-def with_first_tensor(value: Any, new: Tensor) -> Any:
-    r"""``value`` with its activation tensor swapped for ``new``, keeping the
-    container type (Tensor, tuple, list or ``ModelOutput``)."""
-    if isinstance(value, Tensor):
-        return new
-    if isinstance(value, tuple):
-        if hasattr(value, "_fields"):  # a NamedTuple (Reformer's outputs)
-            return type(value)(new, *value[1:])
-        return (new,) + tuple(value[1:])
-    if isinstance(value, list):
-        return [new] + list(value[1:])
-    if isinstance(value, Mapping):
-        fields = OrderedDict(value)
-        first_key = next(iter(fields))
-        fields[first_key] = new
-        return type(value)(**fields)
-    raise TypeError(f"cannot replace the activation in a {type(value).__name__}")
 
 
 def _resolve_module(model: nn.Module, spec: Union[nn.Module, str], what: str) -> nn.Module:
@@ -250,15 +205,15 @@ class SiteLocator:
         r"""Registers ``fn(activation) -> replacement or None`` on a site (on the
         site's run only, for a module that runs several times in a forward pass)."""
         if site.tokens_first:
-            fn = _transposed(fn, 0)
+            fn = transposed(fn, 0)
         if site.features_first:
-            fn = _transposed(fn, 2)
+            fn = transposed(fn, 2)
         if site.streams:
-            fn = _streams_side_by_side(fn, site.streams)
+            fn = streams_side_by_side(fn, site.streams)
         if site.window != (0, 1):
-            fn = _windowed(fn, *site.window)
+            fn = windowed(fn, *site.window)
         if site.call is not None:
-            fn, reset = _on_call(fn, site.call)
+            fn, reset = on_call(fn, site.call)
             return _Handles([self.model.register_forward_pre_hook(reset), self._hook(site, fn, prepend)])
         return self._hook(site, fn, prepend)
 
@@ -356,7 +311,7 @@ class SiteLocator:
         Returns:
             *SiteLocator*, this one when no site holds several streams.
         """
-        layouts = {name: _streams_layout(state, batch_tokens) for name, state in states.items()}
+        layouts = {name: streams_layout(state, batch_tokens) for name, state in states.items()}
         if not any(layouts.values()):
             return self
         return self._changed({name: {"streams": layout} for name, layout in layouts.items() if layout})
@@ -490,115 +445,11 @@ class SiteLocator:
                     module.forward = previous  # the forward someone else set is back
 
 
-def repeat_batch(output: Any, times: int) -> Any:
-    r"""
-    A recorded module output repeated ``times`` along the batch (dim 0), as Captum
-    repeats a batch (``torch.cat([x] * times)``): tensors with a batch dimension,
-    inside tuples, lists and dicts (ModelOutput included); anything else as is.
-
-    Args:
-
-        output (Any): a module output.
-        times (int): the number of copies.
-
-    Returns:
-        *Any* of the same structure.
-    """
-    return _map_tensors(output, lambda t: torch.cat([t] * times) if t.dim() > 0 else t)
-
-
-def copied(output: Any) -> Any:
-    r"""A module output with each tensor cloned (same structure): a recorded
-    activation must not change when the model later edits it in place (CTRL
-    scales its embedding lookup with ``*=``)."""
-    return _map_tensors(output, torch.Tensor.clone)
-
-
-def _map_tensors(output: Any, fn: Callable[[Tensor], Tensor]) -> Any:
-    if isinstance(output, Tensor):
-        return fn(output)
-    if isinstance(output, dict):
-        return type(output)(**{key: _map_tensors(value, fn) for key, value in output.items()})
-    if isinstance(output, tuple) and hasattr(output, "_fields"):  # a NamedTuple
-        return type(output)(*(_map_tensors(value, fn) for value in output))
-    if isinstance(output, (tuple, list)):
-        return type(output)(_map_tensors(value, fn) for value in output)
-    return output
-
-
 def _returning(output: Any) -> Callable[..., Any]:
     def forward(*args: Any, **kwargs: Any) -> Any:
         return copied(output)  # the model may edit what it gets in place
 
     return forward
-
-
-def _on_call(fn: Callable[[Tensor], Optional[Tensor]], call: int) -> Tuple[Callable[[Tensor], Optional[Tensor]], Callable[..., None]]:
-    r"""``fn`` applied on the ``call``-th run of a module in a forward pass only,
-    and the root pre-hook that starts the count again at every forward pass."""
-    count = [0]
-
-    def counted(activation: Tensor) -> Optional[Tensor]:
-        run = count[0]
-        count[0] += 1
-        return fn(activation) if run == call else None
-
-    def reset(module: nn.Module, args: Any) -> None:
-        count[0] = 0
-
-    return counted, reset
-
-
-def _transposed(fn: Callable[[Tensor], Optional[Tensor]], tokens_at: int) -> Callable[[Tensor], Optional[Tensor]]:
-    r"""``fn`` for an activation whose tokens are on axis ``tokens_at``, 0
-    ((T, B, H)) or 2 ((B, H, T)): it sees (B, T, H), and what it returns goes
-    back in the activation's own order."""
-    def swapped(activation: Tensor) -> Optional[Tensor]:
-        new = fn(activation.transpose(tokens_at, 1))
-        return None if new is None else new.transpose(tokens_at, 1)
-
-    return swapped
-
-
-def _streams_layout(state: Tensor, batch_tokens: Tuple[int, int]) -> str:
-    r"""``"after_tokens"`` for a (B, T, S, H) state, ``"first"`` for (S, B, T, H),
-    ``""`` otherwise (:attr:`Site.streams`)."""
-    if state.dim() != 4:
-        return ""
-    if tuple(state.shape[:2]) == tuple(batch_tokens):
-        return "after_tokens"
-    if tuple(state.shape[1:3]) == tuple(batch_tokens):
-        return "first"
-    return ""
-
-
-def _streams_side_by_side(fn: Callable[[Tensor], Optional[Tensor]], streams: str) -> Callable[[Tensor], Optional[Tensor]]:
-    r"""``fn`` for an activation with several residual streams: it sees each
-    token's streams side by side, (B, T, S * H), and what it returns goes back
-    in the activation's own layout."""
-    def side_by_side(activation: Tensor) -> Optional[Tensor]:
-        ordered = activation.permute(1, 2, 0, 3) if streams == "first" else activation
-        new = fn(ordered.flatten(2))
-        if new is None:
-            return None
-        new = new.reshape(ordered.shape)
-        return new.permute(2, 0, 1, 3) if streams == "first" else new
-
-    return side_by_side
-
-
-def _windowed(fn: Callable[[Tensor], Optional[Tensor]], offset: int, ratio: int) -> Callable[[Tensor], Optional[Tensor]]:
-    r"""``fn`` for an activation of T' positions of which the ids' are
-    ``offset .. offset + (T' - offset) // ratio`` (:attr:`Site.window`): it
-    sees those, and what it returns goes back among the others."""
-    def on_the_ids(activation: Tensor) -> Optional[Tensor]:
-        end = offset + (activation.shape[1] - offset) // ratio
-        new = fn(activation[:, offset:end])
-        if new is None:
-            return None
-        return torch.cat([activation[:, :offset], new, activation[:, end:]], dim=1)
-
-    return on_the_ids
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from captum_diffmask.model.attribution import check_layer, resolve_baseline, resolve_target, site_for_layer
+from captum_diffmask.model.arguments import check_layer, resolve_baseline, resolve_target, site_for_layer
 from captum_diffmask.model.divergences import log_probs
 
 

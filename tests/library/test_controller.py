@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 from captum_diffmask.diffmask.constrained.pi_control import PIMultiplierControl
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 
@@ -22,7 +23,7 @@ def _plant(lam: float, scale: float, rng: random.Random) -> float:
 def _run_pi(scale: float, eps: float, steps: int = 6000, seed: int = 0):
     rng = random.Random(seed)
     lambdas = LagrangeMultipliers(1)
-    control = PIMultiplierControl(lambdas, eps, lr=0.01, kp=50.0, max_error=3.0, floor=0.01)
+    control = PIMultiplierControl(lambdas, KLConstraint(eps), lr=0.01, kp=50.0, max_error=3.0, floor=0.01)
     observed, lams = [], []
     for _ in range(steps):
         kl = _plant(float(lambdas.values[0].detach()), scale, rng)
@@ -62,7 +63,7 @@ def test_the_damped_rule_settles_above_eps_on_the_same_plant_at_a_large_multipli
 
 def test_a_spike_is_bounded_by_max_error_and_the_smoothing():
     lambdas = LagrangeMultipliers(1, init=2.0)
-    control = PIMultiplierControl(lambdas, eps=0.01, lr=0.01, kp=0.0, max_error=3.0, smoothing=0.9)
+    control = PIMultiplierControl(lambdas, KLConstraint(0.01), lr=0.01, kp=0.0, max_error=3.0, smoothing=0.9)
     control.step({0: 0.01})  # at eps: no move
     assert float(lambdas.values[0].detach()) == pytest.approx(2.0)
     control.step({0: 10.0})  # a KL 1000x eps: the estimate moves by a tenth, the error is capped at 3
@@ -73,7 +74,7 @@ def test_a_spike_is_bounded_by_max_error_and_the_smoothing():
 
 def test_layers_not_in_a_step_do_not_move():
     lambdas = LagrangeMultipliers(3, init=1.0)
-    control = PIMultiplierControl(lambdas, eps=0.1, lr=0.1)
+    control = PIMultiplierControl(lambdas, KLConstraint(0.1), lr=0.1)
     for _ in range(5):
         control.step({1: 0.0})
     assert float(lambdas.values[0].detach()) == 1.0 and float(lambdas.values[2]) == 1.0
@@ -83,7 +84,7 @@ def test_layers_not_in_a_step_do_not_move():
 
 def test_per_layer_rates_and_the_floor_and_the_clamp():
     lambdas = LagrangeMultipliers(2, init=1.0, max_value=5.0)
-    control = PIMultiplierControl(lambdas, eps=0.1, lr=[0.5, 0.0], kp=0.0, floor=0.01)
+    control = PIMultiplierControl(lambdas, KLConstraint(0.1), lr=[0.5, 0.0], kp=0.0, floor=0.01)
     for _ in range(50):
         control.step({0: 0.0, 1: 0.0})  # slack: falls to the floor, rate 0 stays
     assert float(lambdas.values[0].detach()) == pytest.approx(0.01) and float(lambdas.values[1]) == pytest.approx(1.0)
@@ -94,10 +95,10 @@ def test_per_layer_rates_and_the_floor_and_the_clamp():
 
 def test_state_round_trip_continues_identically():
     a_lambdas, b_lambdas = LagrangeMultipliers(2), LagrangeMultipliers(2)
-    a = PIMultiplierControl(a_lambdas, eps=0.05, kp=5.0)
+    a = PIMultiplierControl(a_lambdas, KLConstraint(0.05), kp=5.0)
     for kl in (0.1, 0.02, 0.3):
         a.step({0: kl, 1: kl / 2})
-    b = PIMultiplierControl(b_lambdas, eps=0.05, kp=5.0)
+    b = PIMultiplierControl(b_lambdas, KLConstraint(0.05), kp=5.0)
     b.load_state_dict(a.state_dict())
     b_lambdas.load_state_dict(a_lambdas.state_dict())
     for kl in (0.07, 0.01):
@@ -111,5 +112,6 @@ def test_state_round_trip_continues_identically():
     ({"eps": 0.1, "lr": [0.1]}, "lr_lambda"),
 ])
 def test_errors_name_the_setting(options, name):
+    options = dict(options)
     with pytest.raises(ValueError, match=name):
-        PIMultiplierControl(LagrangeMultipliers(2), **options)
+        PIMultiplierControl(LagrangeMultipliers(2), KLConstraint(options.pop("eps")), **options)

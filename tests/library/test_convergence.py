@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 
+from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 from captum_diffmask.diffmask.constrained.convergence import (
     Convergence, DiffMaskConvergenceWarning, LayerMonitor, warn_unconverged,
 )
@@ -19,7 +20,7 @@ def _feed(monitor, windows, kl, kept, lam):
 
 
 def test_settled_layer_within_eps_converges_only_after_patience_windows():
-    monitor = LayerMonitor(3, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(3, KLConstraint(0.1), CRITERION)
     _feed(monitor, 2, kl=0.09, kept=0.4, lam=2.0)
     assert monitor.status() == "unsettled"  # two windows: one comparison < patience 2
     _feed(monitor, 1, kl=0.09, kept=0.405, lam=2.3)
@@ -35,7 +36,7 @@ def test_settled_layer_within_eps_converges_only_after_patience_windows():
     (0.9, lambda i: 20.0 - 3.0 * i),  # most gates held open while lambda falls from a spike
 ])
 def test_moving_kept_share_or_multiplier_is_unsettled(kept, lam):
-    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(0, KLConstraint(0.1), CRITERION)
     _feed(monitor, 6, kl=0.09, kept=kept, lam=lam)
     assert monitor.status() == "unsettled"
     assert "still moving" in monitor.advice() and "raise the cap" in monitor.advice()
@@ -50,13 +51,13 @@ def test_moving_kept_share_or_multiplier_is_unsettled(kept, lam):
     (0.0, 0.002, "closed"),     # every gate closed within it: not read at all
 ])
 def test_statuses_of_a_settled_layer(kl, kept, status):
-    monitor = LayerMonitor(1, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(1, KLConstraint(0.1), CRITERION)
     _feed(monitor, 4, kl=kl, kept=kept, lam=1.0)
     assert monitor.status() == status
 
 
 def test_all_closed_advice_tells_a_collapse_from_a_layer_not_needed():
-    collapsed, unneeded = LayerMonitor(1, 0.1, CRITERION), LayerMonitor(1, 0.1, CRITERION)
+    collapsed, unneeded = LayerMonitor(1, KLConstraint(0.1), CRITERION), LayerMonitor(1, KLConstraint(0.1), CRITERION)
     _feed(collapsed, 4, kl=0.8, kept=0.002, lam=5.0)
     _feed(unneeded, 4, kl=0.05, kept=0.002, lam=0.5)
     assert "collapsed" in collapsed.advice() and "lr_lambda" in collapsed.advice()
@@ -65,7 +66,7 @@ def test_all_closed_advice_tells_a_collapse_from_a_layer_not_needed():
 
 
 def test_all_open_advice_tells_slack_from_a_binding_constraint():
-    slack, binding = LayerMonitor(1, 0.1, CRITERION), LayerMonitor(1, 0.1, CRITERION)
+    slack, binding = LayerMonitor(1, KLConstraint(0.1), CRITERION), LayerMonitor(1, KLConstraint(0.1), CRITERION)
     _feed(slack, 4, kl=0.01, kept=0.99, lam=0.0)
     _feed(binding, 4, kl=0.09, kept=0.99, lam=1.1)
     assert "constraint is slack" in slack.advice() and "not started to close" in slack.advice()
@@ -74,7 +75,7 @@ def test_all_open_advice_tells_slack_from_a_binding_constraint():
 
 
 def test_warning_names_each_unconverged_layer_with_its_figures():
-    good, bad = LayerMonitor(0, 0.1, CRITERION), LayerMonitor(2, 0.1, CRITERION)
+    good, bad = LayerMonitor(0, KLConstraint(0.1), CRITERION), LayerMonitor(2, KLConstraint(0.1), CRITERION)
     _feed(good, 4, kl=0.09, kept=0.4, lam=1.0)
     _feed(bad, 4, kl=0.01, kept=0.995, lam=0.0)
     with pytest.warns(DiffMaskConvergenceWarning) as caught:
@@ -89,7 +90,7 @@ def test_warning_names_each_unconverged_layer_with_its_figures():
 
 
 def test_a_layer_with_no_step_is_unsettled_and_says_so():
-    monitor = LayerMonitor(4, 0.1, CRITERION)
+    monitor = LayerMonitor(4, KLConstraint(0.1), CRITERION)
     assert monitor.status() == "unsettled"
     assert "not trained" in monitor.advice()
 
@@ -107,7 +108,7 @@ def _feed_closure(monitor, windows, kl, kept, lam, closure):
 
 
 def test_all_open_is_needed_when_closing_the_least_needed_positions_breaks_the_constraint():
-    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(0, KLConstraint(0.1), CRITERION)
     assert not monitor.measures_closure()  # nothing measured before a window has closed
     _feed_closure(monitor, 4, kl=0.09, kept=0.99, lam=0.5, closure=0.4)
     assert monitor.windows[0].closure is None and monitor.windows[-1].closure == pytest.approx(0.4)
@@ -119,7 +120,7 @@ def test_all_open_is_needed_when_closing_the_least_needed_positions_breaks_the_c
 
 
 def test_all_open_is_stuck_open_when_the_closure_keeps_the_constraint():
-    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(0, KLConstraint(0.1), CRITERION)
     _feed_closure(monitor, 4, kl=0.02, kept=0.99, lam=0.5, closure=0.05)
     assert monitor.status() == "open" and not monitor.report()["converged"]
     assert "stuck open" in monitor.advice() and "KL 0.0500" in monitor.advice()
@@ -129,7 +130,7 @@ def test_needed_takes_needed_windows_of_all_open_gates():
     """Before, the probe's ranking may be untrained, and closing its "least
     needed" positions closes random ones."""
     criterion = Convergence(window=10, patience=2, needed_windows=8)
-    monitor = LayerMonitor(0, eps=0.1, criterion=criterion)
+    monitor = LayerMonitor(0, KLConstraint(0.1), criterion)
     _feed_closure(monitor, 7, kl=0.0, kept=0.99, lam=0.01, closure=0.4)
     assert monitor.status() == "open"
     _feed_closure(monitor, 1, kl=0.0, kept=0.99, lam=0.01, closure=0.4)
@@ -137,12 +138,12 @@ def test_needed_takes_needed_windows_of_all_open_gates():
 
 
 def test_needed_waits_for_the_layer_to_settle():
-    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(0, KLConstraint(0.1), CRITERION)
     _feed_closure(monitor, 2, kl=0.09, kept=0.99, lam=0.5, closure=0.4)
     assert monitor.status() == "open"  # two windows: not settled yet
     assert "looks to need every position" in monitor.advice()
     # a layer that is not all open does not measure the closure
-    partly = LayerMonitor(1, eps=0.1, criterion=CRITERION)
+    partly = LayerMonitor(1, KLConstraint(0.1), CRITERION)
     _feed_closure(partly, 2, kl=0.09, kept=0.5, lam=1.0, closure=0.4)
     assert not partly.measures_closure() and partly.windows[-1].closure is None
 
@@ -157,7 +158,7 @@ def test_the_batches_noise_is_not_taken_for_a_trend_but_a_drift_is():
         for i in range(400):
             monitor.record(0.05, 0.5 + drift * (i // 100) + rng.gauss(0.0, 0.1), 2.0 + rng.gauss(0.0, 1.0))
 
-    steady, strict, drifting = (LayerMonitor(0, 0.1, c) for c in (criterion, Convergence(noise=0.0), criterion))
+    steady, strict, drifting = (LayerMonitor(0, KLConstraint(0.1), c) for c in (criterion, Convergence(noise=0.0), criterion))
     feed(steady, 0.0)
     feed(strict, 0.0)
     feed(drifting, 0.03)  # 0.03 a window: well beyond the 0.01 and two standard errors (~0.028)
@@ -167,7 +168,7 @@ def test_the_batches_noise_is_not_taken_for_a_trend_but_a_drift_is():
 
 
 def test_the_constraint_is_judged_on_the_settled_span_not_one_window():
-    monitor = LayerMonitor(0, eps=0.1, criterion=CRITERION)
+    monitor = LayerMonitor(0, KLConstraint(0.1), CRITERION)
     _feed(monitor, 3, kl=0.1, kept=0.4, lam=1.0)
     _feed(monitor, 1, kl=0.14, kept=0.4, lam=1.0)  # one costly window (1.4 eps); the span's mean 1.1 eps
     assert monitor.status() == "converged"

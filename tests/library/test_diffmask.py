@@ -367,7 +367,8 @@ def test_every_layer_per_batch_counts_max_steps_in_batches():
 def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multiplier_its_violation():
     import dataclasses
 
-    from captum_diffmask.diffmask.fit import fitting
+    from captum_diffmask.diffmask.fit.options import FitOptions
+    from captum_diffmask.diffmask.fit.step import lagrangian, StepPlan
 
     dm = DiffMask(tiny_bert(), mode="hidden")
     dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)
@@ -377,12 +378,12 @@ def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multipli
     states, original = dm.capture(call, dm.locator.names)
     grads, lambda_grads = {}, {}
     for kind in ("plain", "normalized"):
-        options = dataclasses.replace(fitting.FitOptions(eps=0.01), lagrangian=kind)
-        loop = fitting._FitLoop(options, [0, 1, 2], independent_layers=dm.mode == "hidden")
+        options = dataclasses.replace(FitOptions(eps=0.01), lagrangian=kind)
+        plan = StepPlan(options, options.kl_constraint())
         dm.probe.zero_grad(set_to_none=True)
         dm.lambdas.zero_grad(set_to_none=True)
         torch.manual_seed(0)
-        loss, records = fitting._lagrangian(dm, call, states, original, [1], [call.ids.shape[0]], loop)
+        loss, records = lagrangian(dm, call, states, original, [1], [call.ids.shape[0]], plan)
         record = records[1]
         loss.backward()
         grads[kind] = torch.cat([p.grad.flatten() for p in dm.probe.parameters() if p.grad is not None])

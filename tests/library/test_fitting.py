@@ -1,6 +1,6 @@
 """DiffMask.fit's options for training what is deployed, the multiplier's
 controller, the budget that follows the convergence criterion and the model's
-precision (captum_diffmask.diffmask.fit.fitting)."""
+precision (captum_diffmask.diffmask.fit.options)."""
 
 import dataclasses
 import warnings
@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from captum_diffmask import Convergence, DiffMask, DiffMaskConvergenceWarning
-from captum_diffmask.diffmask.fit import fitting
+from captum_diffmask.diffmask.constrained.multiplier_rules import GradientRule
+from captum_diffmask.diffmask.fit.history import last_rows
+from captum_diffmask.diffmask.fit.options import FitOptions
+from captum_diffmask.diffmask.fit.step import lagrangian, StepPlan
 from captum_diffmask.model.divergences import example_kl, log_probs
 
 from tiny_models import tiny_bert, token_batch
@@ -39,9 +42,9 @@ def _midway(mode):
 def _one_step(dm, options, layer, seed=0):
     call = dm.prepare_batch(_loader(1, seed=7)[0], None, "batch")
     states, original = dm.capture(call, dm.locator.names)
-    loop = fitting._FitLoop(options, list(range(dm.num_layers + 1)), independent_layers=dm.mode == "hidden")
+    plan = StepPlan(options, options.kl_constraint())
     torch.manual_seed(seed)
-    loss, records = fitting._lagrangian(dm, call, states, original, [layer], [call.ids.shape[0]], loop)
+    loss, records = lagrangian(dm, call, states, original, [layer], [call.ids.shape[0]], plan)
     record = records[layer]
     return call, loss, record
 
@@ -49,7 +52,7 @@ def _one_step(dm, options, layer, seed=0):
 @pytest.mark.parametrize("mode", ["input", "hidden"])
 def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
     dm = _midway(mode)
-    options = fitting.FitOptions(eps=0.05, constraint="deployed")
+    options = FitOptions(eps=0.05, constraint="deployed")
     divergences = []
     for layer in range(dm.num_layers + 1):
         call, _, record = _one_step(dm, options, layer)
@@ -61,7 +64,7 @@ def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
         divergences.append(expected)
     assert max(divergences) > 1e-3  # and it shows in the output
     # the sampled constraint (the paper's) records no deployed KL
-    _, _, record = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="sampled"), 1)
+    _, _, record = _one_step(dm, FitOptions(eps=0.05, constraint="sampled"), 1)
     assert "kl_deployed" not in record and record["constraint"] == record["kl"]
 
 
@@ -70,8 +73,8 @@ def test_the_deterministic_constraint_is_the_deployed_kl_alone(mode):
     dm = _midway(mode)
     gaps = []
     for layer in range(dm.num_layers + 1):
-        _, loss_max, both = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deployed"), layer)
-        _, loss_det, alone = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deterministic"), layer)
+        _, loss_max, both = _one_step(dm, FitOptions(eps=0.05, constraint="deployed"), layer)
+        _, loss_det, alone = _one_step(dm, FitOptions(eps=0.05, constraint="deterministic"), layer)
         # the same draws: the same sampled and deployed KL, and the same loss
         assert alone["kl"] == pytest.approx(both["kl"]) and alone["kl_deployed"] == pytest.approx(both["kl_deployed"])
         assert float(loss_det) == pytest.approx(float(loss_max))
@@ -89,7 +92,7 @@ def test_the_deployed_kl_of_all_open_gates_is_zero_without_a_masked_pass(mode, m
     passes = []
     replaced = dm.replaced_logits
     monkeypatch.setattr(dm, "replaced_logits", lambda *a, **k: passes.append(1) or replaced(*a, **k))
-    _, _, record = _one_step(dm, fitting.FitOptions(eps=0.05, constraint="deployed"), dm.num_layers)
+    _, _, record = _one_step(dm, FitOptions(eps=0.05, constraint="deployed"), dm.num_layers)
     assert record["kl_deployed"] == 0.0 and record["constraint"] == record["kl"]
     assert len(passes) == 1  # the sampled gates' pass only
 
@@ -97,20 +100,20 @@ def test_the_deployed_kl_of_all_open_gates_is_zero_without_a_masked_pass(mode, m
 def test_the_deployed_constraint_drives_the_multiplier_when_it_is_the_larger(monkeypatch):
     dm = _midway("hidden")
     seen = []
-    original_step = fitting.MultiplierUpdate.step
+    original_step = GradientRule.step
 
-    def spy(self, records):
+    def spy(self, values):
         before = dm.lambdas.values.detach().clone()
-        original_step(self, records)
-        seen.append((before, dm.lambdas.values.detach().clone(), dict(records)))
+        original_step(self, values)
+        seen.append((before, dm.lambdas.values.detach().clone(), dict(values)))
 
-    monkeypatch.setattr(fitting.MultiplierUpdate, "step", spy)
+    monkeypatch.setattr(GradientRule, "step", spy)
     dm.fit(_loader(2), max_steps=2, seed=0, verbose=False, constraint="deployed", multiplier="ascent", lr_lambda=1.0,
            eps=0.05)
-    for before, after, records in seen:
-        for k, record in records.items():
+    for before, after, values in seen:
+        for k, value in values.items():
             # plain ascent: lambda moves by exactly the violation of the larger KL
-            expected = min(max(float(before[k]) + record["constraint"] - 0.05, 0.0), 200.0)
+            expected = min(max(float(before[k]) + value - 0.05, 0.0), 200.0)
             assert float(after[k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
 
@@ -131,8 +134,8 @@ def test_lambda_max_is_the_multipliers_ceiling(multiplier):
 
 
 def test_pi_multiplier_falls_while_the_constraint_is_slack_and_rises_while_violated():
-    loose = fitting.FitOptions(eps=10.0, multiplier="pi", lr_lambda=0.1)  # nothing can break a KL of 10
-    tight = fitting.FitOptions(eps=1e-6, multiplier="pi", lr_lambda=0.1)
+    loose = FitOptions(eps=10.0, multiplier="pi", lr_lambda=0.1)  # nothing can break a KL of 10
+    tight = FitOptions(eps=1e-6, multiplier="pi", lr_lambda=0.1)
     for options, direction in ((loose, -1), (tight, 1)):
         dm = DiffMask(tiny_bert(), mode="hidden")
         dm.fit(_loader(4), max_steps=8, seed=0, verbose=False, lr=0.3, **{
@@ -192,7 +195,7 @@ def test_each_layer_is_frozen_once_it_has_converged_where_its_probe_is_its_own(m
     assert all(r["converged"] for r in dm.convergence.values())
     if frozen:
         assert steps == {0: 30, 1: 30, 2: 30}
-        last = fitting.last_rows(history)
+        last = last_rows(history)
         assert min(r["epoch"] for r in last.values()) < history[-1]["epoch"]  # a layer stopped epochs before the end
     else:
         assert max(steps.values()) > 30
@@ -230,7 +233,7 @@ def test_bfloat16_runs_the_models_passes_of_the_fit_only(mode):
 
 
 def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
-    from captum_diffmask.diffmask.fit.fitting import fit_options, FitOptions
+    from captum_diffmask.diffmask.fit.options import fit_options, FitOptions
 
     base = FitOptions(eps=0.05, max_steps=7)
     assert fit_options(base, {"max_steps": 3}) == FitOptions(eps=0.05, max_steps=3)

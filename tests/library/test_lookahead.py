@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask
-from captum_diffmask.diffmask.explainer import PAPER_FIT
+from benchmarks.fit_presets import PAPER_FIT
 from captum_diffmask.diffmask.constrained.lookahead import Lookahead
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 

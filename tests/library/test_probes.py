@@ -8,7 +8,8 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 from captum_diffmask import DiffMask
-from captum_diffmask.diffmask.probes import GateNetworks, HiddenGateProbe, InputGateProbe
+from captum_diffmask.diffmask.gate_networks import GateNetworks
+from captum_diffmask.diffmask.probes import HiddenGateProbe, InputGateProbe
 from captum_diffmask.evaluation.toy_task import ToyModel, toy_sites
 
 EQUAL, UNEQUAL = [12, 12, 12], [66, 2, 12]  # unequal: the toy task's [input; state], state alone

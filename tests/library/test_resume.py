@@ -60,7 +60,7 @@ def test_a_killed_fit_resumes_and_ends_with_the_probe_of_an_uninterrupted_fit(tm
     killed = _run(tmp_path, mode, "parts", kill_at=20)
     assert killed.returncode == 3 and (tmp_path / "parts.state").exists() and not (tmp_path / "parts.pt").exists()
     state = torch.load(tmp_path / "parts.state", weights_only=True)  # tensors and plain values only
-    assert 0 < state["loop"]["step"] < 12 and state["loop"]["step"] % 3 == 0 and not state["finished"]
+    assert 0 < state["state"]["step"] < 12 and state["state"]["step"] % 3 == 0 and not state["state"]["finished"]
     resumed = _run(tmp_path, mode, "parts")
     assert resumed.returncode == 0, resumed.stderr
     expected, got = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "parts.pt")
@@ -115,7 +115,7 @@ def test_a_fit_state_holds_tensors_and_plain_values_and_an_old_pickled_one_is_re
     kinds = {type(leaf) for leaf in _leaves(state)}
     assert kinds <= {torch.Tensor, int, float, str, bool, type(None)}, kinds
     # a state of format 1 held the library's objects: refused by name, not unpickled
-    state["loop"]["monitors"] = {0: torch.nn.Identity()}
+    state["monitors"] = {0: torch.nn.Identity()}
     state["format"] = 1
     torch.save(state, tmp_path / "old.state")
     with pytest.raises(ValueError, match="old.state is a fit state of an earlier version .* not loaded"):

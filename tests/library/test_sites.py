@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from captum_diffmask import SiteLocator
-from captum_diffmask.model.sites import first_tensor, with_first_tensor
+from captum_diffmask.model.activations import first_tensor, with_first_tensor
 
 from tiny_models import HF_KINDS, tiny_model, token_batch
 

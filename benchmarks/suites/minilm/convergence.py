@@ -7,7 +7,7 @@ import math
 from typing import Any, List, Mapping, Optional, Tuple
 
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
-from captum_diffmask.diffmask.fit.fitting import last_rows
+from captum_diffmask.diffmask.fit.history import last_rows
 
 from ...report import fmt, table
 from .fitting import HELD_OUT_MARGIN

@@ -13,7 +13,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_diffmask import Convergence, DiffMask
-from captum_diffmask.diffmask.fit.fitting import FitOptions
+from captum_diffmask.diffmask.fit.options import FitOptions
 from captum_diffmask.model.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import LABEL_NAMES

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from captum_diffmask.diffmask.explainer import PAPER_FIT
+from benchmarks.fit_presets import PAPER_FIT
 
 DESCRIPTION = (
     "SQuAD v1.1 with a fine-tuned MiniLM (split by article): DiffMask input/hidden keep of question, passage, "

@@ -10,7 +10,7 @@ from typing import Any, List, Mapping
 from benchmarks.tasks.sst import LABEL_NAMES
 
 from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
-from captum_diffmask.diffmask.fit.fitting import last_rows
+from captum_diffmask.diffmask.fit.history import last_rows
 
 from ..minilm.convergence import convergence_section, probe_counts
 from ..minilm.fit_cache import fitted_where

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from captum_diffmask.diffmask.explainer import PAPER_FIT
+from benchmarks.fit_presets import PAPER_FIT
 
 DESCRIPTION = (
     "SST-5 with a fine-tuned MiniLM: DiffMask input/hidden faithfulness, stability, [CLS] share, "

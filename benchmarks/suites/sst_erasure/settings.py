@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from captum_diffmask.diffmask.explainer import LEGACY_FIT
+from benchmarks.fit_presets import LEGACY_FIT
 
 DESCRIPTION = (
     "SST (paper Sec. 5, Table 2): every method's kept words against exact erasure on sentences of <= 25 "

@@ -14,6 +14,8 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
+from captum_diffmask.diffmask.constrained.constraint import KLConstraint
+
 #: A layer's states at the end of a fit (``collapsed``: every gate closed with the
 #: constraint violated; ``closed``: every gate closed within it).
 STATUSES = ("converged", "needed", "unsettled", "violated", "open", "closed", "collapsed")
@@ -152,12 +154,12 @@ class LayerMonitor:
     Args:
 
         layer (int): the layer, for messages.
-        eps (float): the KL margin of the fit.
+        constraint (KLConstraint): the fit's constraint (its eps).
         criterion (Convergence): the thresholds.
     """
 
-    def __init__(self, layer: int, eps: float, criterion: Convergence) -> None:
-        self.layer, self.eps, self.criterion = layer, float(eps), criterion
+    def __init__(self, layer: int, constraint: KLConstraint, criterion: Convergence) -> None:
+        self.layer, self.constraint, self.criterion = layer, constraint, criterion
         self.windows: List[Window] = []
         self.steps = 0
         self._sums = [0.0, 0.0, 0.0]
@@ -244,7 +246,7 @@ class LayerMonitor:
         if last is None:
             return "unsettled"
         c = self.criterion
-        violated = self._recent_kl() > self.eps * (1 + c.tol_kl)
+        violated = self.constraint.exceeds(self._recent_kl(), c.tol_kl)
         if last.kept <= c.closed_share:
             return "collapsed" if violated else "closed"
         if violated:
@@ -268,7 +270,7 @@ class LayerMonitor:
                 and all(w.kept >= c.open_share for w in recent))
 
     def _closure_breaks(self, window: Window) -> bool:
-        return window.closure is not None and window.closure > self.eps * (1 + self.criterion.tol_kl)
+        return window.closure is not None and self.constraint.exceeds(window.closure, self.criterion.tol_kl)
 
     def _last(self) -> Optional[Window]:
         if self.windows:
@@ -292,7 +294,7 @@ class LayerMonitor:
         status, last = self.status(), self._last()
         if last is None:
             return f"layer {self.layer}: not trained (no step drawn it); raise epochs or max_steps"
-        figures = (f"kept share {last.kept:.3f}, KL {last.kl:.4f} (eps {self.eps:g}), "
+        figures = (f"kept share {last.kept:.3f}, KL {last.kl:.4f} (eps {self.constraint.eps:g}), "
                    f"lambda {last.lam:.3g}, {self.steps} steps")
         if status == "collapsed":
             what = ("every gate closed with the constraint violated: the gates collapsed (no gradient "
@@ -313,7 +315,7 @@ class LayerMonitor:
                 what = (f"the gates are all open, but closing the {share} of positions the probe ranks least "
                         f"needed keeps the constraint (KL {last.closure:.4f}): they could close and have not "
                         "(stuck open); raise the cap (epochs, max_steps), or lr, or lower init_bias")
-        elif status == "open" and last.kl < self.eps * (1 - self.criterion.tol_kl):
+        elif status == "open" and self.constraint.is_slack(last.kl, self.criterion.tol_kl):
             what = ("the gates are still all open while the constraint is slack: the fit has not "
                     "started to close them; raise the cap (epochs, max_steps), or lr, or lower init_bias")
         elif status == "open":

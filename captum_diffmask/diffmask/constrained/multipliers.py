@@ -1,8 +1,11 @@
-"""The DiffMask objective: divergences, the L0 penalty and the Lagrange multipliers.
+"""The Lagrange multipliers, one per layer, and the gradient rules that move them.
 
-Everything here runs in float32: divergences from ``log_softmax`` (never from
-probabilities, which underflow to 0 and give ``0 * log 0 = NaN``), the L0 penalty
-from ``logsigmoid``, and the multipliers.
+The multipliers are float32 and clamped to ``[0, ceiling]``. A gradient rule
+moves each by its gradient, the layer's violation ``D - eps`` (ascent, the
+damped and balanced rules, the authors' RMSprop); the PI controller of
+:mod:`~captum_diffmask.diffmask.constrained.pi_control` sets them instead, and
+:mod:`~captum_diffmask.diffmask.constrained.multiplier_rules` builds the rule a
+fit uses.
 """
 
 from __future__ import annotations
@@ -14,12 +17,8 @@ from torch import nn, Tensor
 
 from captum_diffmask.diffmask.constrained.lookahead import Lookahead
 
-
 #: The multiplier updates :meth:`LagrangeMultipliers.optimizer` knows.
 GRADIENT_RULES = ("balanced", "damped", "ascent", "rmsprop")
-#: Every multiplier rule of a fit: those above, and ``"pi"``
-#: (:class:`~captum_diffmask.diffmask.constrained.pi_control.PIMultiplierControl`).
-MULTIPLIER_RULES = ("pi",) + GRADIENT_RULES
 #: The damped rule's largest log-decay of a multiplier a step.
 DEFAULT_DECAY = 0.05
 

@@ -31,8 +31,11 @@ from cooper.optim import nuPI
 from cooper.optim.torch_optimizers import nuPIInitType
 from torch import nn
 
+from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers, multiplier_rates
 
+#: The controller's step on log lambda when a fit gives no rate.
+DEFAULT_PI_RATE = 0.01
 
 class PIMultiplierControl:
     r"""
@@ -42,7 +45,7 @@ class PIMultiplierControl:
     Args:
 
         multipliers (LagrangeMultipliers): the multipliers it sets.
-        eps (float): the constraint's margin (> 0).
+        constraint (KLConstraint): the constraint they hold (its eps > 0).
         lr (float or sequence of float, optional): nuPI's step on ``log
                     lambda`` per unit of error; one for every layer or one per
                     layer. Default: 0.01
@@ -62,16 +65,16 @@ class PIMultiplierControl:
     def __init__(
         self,
         multipliers: LagrangeMultipliers,
-        eps: float,
-        lr: Union[float, Sequence[float]] = 0.01,
+        constraint: KLConstraint,
+        lr: Union[float, Sequence[float]] = DEFAULT_PI_RATE,
         kp: float = 50.0,
         ki: float = 1.0,
         smoothing: float = 0.9,
         max_error: float = 3.0,
         floor: float = 0.01,
     ) -> None:
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0 for the 'pi' multiplier, got {eps!r}")
+        if not constraint.eps > 0:
+            raise ValueError(f"eps must be > 0 for the 'pi' multiplier, got {constraint.eps!r}")
         if not 0 <= smoothing < 1:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
         rates = multiplier_rates(lr, multipliers.values.numel())
@@ -79,7 +82,7 @@ class PIMultiplierControl:
             if not value >= 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
         self.multipliers = multipliers
-        self.eps, self.smoothing = float(eps), float(smoothing)
+        self.constraint, self.smoothing = constraint, float(smoothing)
         self.max_error, self.floor = float(max_error), float(floor)
         values = multipliers.values.detach()
         # One log-multiplier parameter per layer: a layer a step does not train
@@ -107,7 +110,12 @@ class PIMultiplierControl:
         estimate = self.estimates[layer]
         if estimate is None:
             raise ValueError(f"layer {layer} has no observed divergence yet")
-        return min(max(estimate / self.eps - 1.0, -1.0), self.max_error)
+        return min(max(self.constraint.relative_error(estimate), -1.0), self.max_error)
+
+    def zero_grad(self) -> None:
+        r"""Clears the gradient a step's backward left on the multipliers (the
+        controller sets them from the constraint values, not from it)."""
+        self.multipliers.zero_grad(set_to_none=True)
 
     def step(self, divergences: Mapping[int, float]) -> None:
         r"""
@@ -130,6 +138,7 @@ class PIMultiplierControl:
             for layer in divergences:
                 self.log_values[layer].clamp_(low, high)
                 self.multipliers.values[layer] = self.log_values[layer].exp()[0].to(self.multipliers.values)
+        self.multipliers.clamp_()
 
     def state_dict(self) -> Dict[str, Any]:
         r"""The controller's state (estimates, log-multipliers, nuPI's memory)."""

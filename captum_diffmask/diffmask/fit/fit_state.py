@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 import torch
@@ -51,18 +51,70 @@ def set_rng_states(states: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state, device)
 
 
+#: What ended a fit's loop (:attr:`FitState.ended`).
+ENDINGS = ("converged", "max_steps", "epochs")
+
+
 @dataclass
-class Position:
+class FitState:
     r"""
-    Where a fit stands: in ``epoch`` (1-based), after ``batches`` of its batches
-    and ``seconds`` of training in it, with the RNG as it was when the epoch's
-    batches were first drawn.
+    Where a fit stands: everything of its loop that a resumed fit needs, as
+    plain values and tensors.
+
+    Attributes:
+        step (int): the optimiser steps taken.
+        epoch (int): the epoch it is in, from 1.
+        batches (int): the batches of that epoch trained.
+        seconds (float): the seconds of training in that epoch.
+        epoch_rng (dict, optional): torch's RNG as it was when that epoch's
+                    batches were first drawn (a resumed epoch draws them again).
+        active (list of int): the layers still trained (a settled layer whose
+                    probe is its own is frozen).
+        ended (str, optional): None while the loop trains; then what ended it
+                    (:data:`ENDINGS`): ``"converged"`` (every trained layer
+                    settled), ``"max_steps"`` (the step cap, or the criterion's
+                    budget), ``"epochs"`` (the epochs ran out).
+        finished (bool): the call wrapped up after its loop ended (the epoch's
+                    history rows, the checkpoint selection, the verdicts): a
+                    fit resumed from a finished state is not trained again.
+        sums (dict): per layer, the running sums of the epoch's step records.
+        history (list of dict): the history rows of the epochs done.
+        rng_to_restore (dict, optional): torch's RNG as a state left it when it
+                    was written; a resumed fit sets it once the batches of the
+                    epoch it resumes in that were trained are skipped, so that
+                    it goes on as the uninterrupted fit would. None otherwise.
     """
 
+    step: int = 0
     epoch: int = 1
     batches: int = 0
-    epoch_rng: Optional[Dict[str, Any]] = None
     seconds: float = 0.0
+    epoch_rng: Optional[Dict[str, Any]] = None
+    active: List[int] = field(default_factory=list)
+    ended: Optional[str] = None
+    finished: bool = False
+    sums: Dict[int, Dict[str, float]] = field(default_factory=dict)
+    history: List[Dict[str, Any]] = field(default_factory=list)
+    rng_to_restore: Optional[Dict[str, Any]] = None
+
+    @property
+    def stopped_by_cap(self) -> bool:
+        r"""Whether a cap ended the loop (the steps inside an epoch, or the epochs)."""
+        return self.ended in ("max_steps", "epochs")
+
+    def state_dict(self) -> Dict[str, Any]:
+        r"""The fields as a dict (the resume marker is not written: a state read
+        back gets the RNG of its writing instead)."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state.pop("rng_to_restore")
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any], rng: Optional[Dict[str, Any]] = None) -> "FitState":
+        r"""A state from :meth:`state_dict`; ``rng``: torch's RNG as it was when
+        the state was written (:attr:`rng_to_restore`)."""
+        return cls(**{**state, "active": list(state["active"]), "sums": dict(state["sums"]),
+                      "history": list(state["history"]), "rng_to_restore": rng})
 
 
 class FitCheckpoint:

@@ -7,7 +7,8 @@ import torch
 
 from captum_diffmask.model import divergences
 from captum_diffmask.methods import per_example
-from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask, REINFORCE
+from captum_diffmask.methods.per_example import MaskResult, PerExampleDiffMask
+from captum_diffmask.methods.reinforce import REINFORCE
 from captum_diffmask.model.sites import SiteLocator
 from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
