@@ -177,7 +177,7 @@ def prepared_method(methods, name, model, batch, layers):
     factory, options, _ = methods[name]
     if name == "DiffMask":
         method = DiffMask(model, mode="hidden")
-        method.fit([batch] * 2, max_steps=4, seed=0, until_converged=False, verbose=False)
+        method.fit([batch] * 2, max_steps=4, seed=0, convergence={"until_converged": False}, verbose=False)
         return method, options
     method = factory(model)
     if name == "PerSampleBottleneck":

@@ -62,7 +62,7 @@ def built_explainer(model: torch.nn.Module, train: Any, config: Mapping[str, Any
     with warnings.catch_warnings():  # a fit of two steps has no verdict, and says so
         warnings.simplefilter("ignore")
         explainer.fit(batches, max_steps=2, eps=float(settings.get("eps", 0.1)), seed=0, verbose=False,
-                      until_converged=False)
+                      convergence={"until_converged": False})
     return explainer
 
 

@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from captum_diffmask import DiffMask
+from captum_diffmask.diffmask import grouped_options
 
 from ..records import to_jsonable
 from ..report import fmt, table
@@ -74,7 +75,7 @@ def run(spec: Mapping[str, Any], bench: Any, config: Mapping[str, Any], seed: in
     start = time.perf_counter()
     with quiet_warnings():
         history = explainer.fit(train.loader(int(config.get("batch_size", 16)), shuffle=True, seed=seed,
-                                             sort_by_length=True), **options)
+                                             sort_by_length=True), **grouped_options(options))
     seconds = time.perf_counter() - start
     last_epoch = max(h["epoch"] for h in history)
     last = next(h for h in history if h["epoch"] == last_epoch)

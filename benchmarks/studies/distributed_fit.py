@@ -31,14 +31,13 @@ from torch import nn
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask.fit.distributed import check_same, is_main_process, rank_and_world
 
-
 #: Per task: the constructor's options and fit's eps (the toy suite's and the sst suite's).
 # (input mode's votes tied across depths, as the committed report fitted them)
 TASK_OPTIONS = {"toy": ({"votes": "tied"}, 0.05), "sst": ({"l0": "mean", "votes": "tied"}, 0.02)}
 
 
 def _toy(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
-    from captum_diffmask.evaluation.toy_task import generate_toy_data, train_toy_model, toy_sites
+    from captum_diffmask.evaluation.toy_task import generate_toy_data, toy_sites, train_toy_model
 
     train, valid = generate_toy_data(4000, seed=0).split(0.1, seed=0)
     model, _ = train_toy_model(train, valid, seed=0, epochs=10)
@@ -76,7 +75,7 @@ def run(task: str, steps: int, batch_size: int, mode: str, device: str) -> Dict[
         # one layer drawn per step, as the committed scaling report ran: a step
         # is then one batch through one masked pass (the unit the report times)
         history = explainer.fit(batches, max_steps=steps, epochs=1000, seed=0, eps=eps, verbose=False,
-                                until_converged=False, layers_per_batch="one")
+                                convergence={"until_converged": False}, compute={"layers_per_batch": "one"})
     seconds = time.perf_counter() - start
     done = sum(row["steps"] for row in history)
     # within one epoch the fit reads the batches in order, each rank one of every

@@ -333,7 +333,7 @@ def check_architecture(task: str, model_type: str, architecture: str,
         explainer = DiffMask(model, mode="hidden")
         with warnings.catch_warnings(), _labels_seen(model) as seen:
             warnings.simplefilter("ignore")
-            explainer.fit([batch], max_steps=1, seed=0, until_converged=False, verbose=False)
+            explainer.fit([batch], max_steps=1, seed=0, convergence={"until_converged": False}, verbose=False)
             scores = explainer.attribute(batch["input_ids"], additional_forward_args=(batch["attention_mask"],),
                                          layer=None)
         result.layers, result.rung = explainer.num_layers, model.zoo_rung
@@ -391,8 +391,8 @@ def _sites_problem(explainer: Any, model: torch.nn.Module, batch: Dict[str, torc
     ``hidden_states[k]`` (an encoder-decoder's encoder states) for k < L, or
     ``hidden.{k + 1}`` is, for every k < L (models whose states start after
     the first block); the last state may be normalised."""
-    from captum_diffmask.model.site_check import own_hidden_states
     from captum_diffmask.model.activations import first_tensor
+    from captum_diffmask.model.site_check import own_hidden_states
 
     locator = explainer.locator
     # padded as the library pads for a model that pads to its window itself

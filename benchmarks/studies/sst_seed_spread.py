@@ -38,11 +38,12 @@ from typing import Any, Dict, List, Optional
 import torch
 
 import captum_diffmask.diffmask.fit.loop as fitting
-from captum_diffmask import Convergence, DiffMask
 from benchmarks.suites import sst as suite
 from benchmarks.suites.minilm.fitting import OnDevice
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
+from captum_diffmask import Convergence, DiffMask
+from captum_diffmask.diffmask import grouped_options
 
 #: The decay of the probe's weight average.
 EMA_DECAY = 0.998
@@ -133,7 +134,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             batches = OnDevice(fit_on.loader(32, shuffle=True, seed=seed, sort_by_length=True), torch.device("cpu"))
             options = {"eps": eps, "epochs": args.epochs, "until_converged": False,
                        "convergence": Convergence(window=50), "layers_per_batch": "one", **args.fit}
-            explainer.fit(batches, seed=seed, verbose=False, **options)
+            explainer.fit(batches, seed=seed, verbose=False, **grouped_options(options))
         finally:
             watch.close()
         print(f"seed {seed}: fit {time.perf_counter() - start:.0f} s", flush=True)

@@ -44,7 +44,8 @@ def fit_seconds(model: torch.nn.Module, batches: List, mode: str, stack: str, st
     device = next(model.parameters()).device
     synchronize(device)
     start = time.perf_counter()
-    explainer.fit(batches, eps=1.0, precision="bfloat16", max_steps=steps, verbose=False, seed=0, stack_layers=stack)
+    explainer.fit(batches, eps=1.0, compute={"precision": "bfloat16", "stack_layers": stack}, max_steps=steps,
+                  verbose=False, seed=0)
     synchronize(device)
     return time.perf_counter() - start
 

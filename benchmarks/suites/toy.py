@@ -23,12 +23,18 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 import torch
 
 from captum_diffmask import DiffMask
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
+from captum_diffmask.evaluation.toy_task import (
+    generate_toy_data,
+    toy_ground_truth,
+    toy_sites,
+    ToyData,
+    ToyModel,
+    train_toy_model,
+)
 from captum_diffmask.interface.figures import attribution_panels, hidden_state_scatter
 from captum_diffmask.model.sites import SiteLocator
-from captum_diffmask.evaluation.toy_task import (
-    generate_toy_data, ToyData, ToyModel, toy_ground_truth, toy_sites, train_toy_model,
-)
 
 from ..methods import MethodContext, prepare, PreparedMethod, route_options
 from ..progress import bar, error_text, log
@@ -246,7 +252,7 @@ def _fit_input_diffmask(
         if ignored:
             raise ValueError(f"diffmask_input: unknown options in stage {number}: {ignored}")
         loader = train.loader(batch_size, shuffle=True, seed=seed + number)
-        history += dm.fit(loader, **fit_options["fit"])
+        history += dm.fit(loader, **grouped_options(fit_options["fit"]))
     return dm, time.perf_counter() - start, {"fit_last": [h for h in history if h["epoch"] == history[-1]["epoch"]]}
 
 

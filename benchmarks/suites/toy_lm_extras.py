@@ -11,16 +11,17 @@ from typing import Any, Dict, List, Mapping, Tuple
 import torch
 
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
-from captum_diffmask.model.forward import ModelForward
+from captum_diffmask.interface.figures import attribution_panels
 from captum_diffmask.interface.generation import attribute_generation, greedy_continuation
 from captum_diffmask.methods import IntegratedGradients, Occlusion
+from captum_diffmask.model.forward import ModelForward
 from captum_diffmask.model.sites import SiteLocator
-from captum_diffmask.interface.figures import attribution_panels
 
 from ..methods import PreparedMethod
 from ..progress import log
-from ..tasks.toy_lm import ToyText, token_text
+from ..tasks.toy_lm import token_text, ToyText
 
 
 def score(scores: torch.Tensor, data: ToyText) -> Dict[str, Any]:
@@ -52,7 +53,8 @@ def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: To
     dm = DiffMask(model, mode="hidden", output="last")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the status is reported per layer
-        dm.fit(list(train.batches(batch_size, shuffle=True, seed=0)), seed=0, verbose=verbose, **options)
+        dm.fit(list(train.batches(batch_size, shuffle=True, seed=0)), seed=0, verbose=verbose,
+               **grouped_options(options))
     every = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)
     real = valid.mask.bool()
     groups = position_groups(valid)

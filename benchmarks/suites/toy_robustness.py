@@ -21,8 +21,9 @@ from typing import Any, Dict, List, Mapping, Union
 import torch
 
 from captum_diffmask import DiffMask, seed_std
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.diffmask.constrained.convergence import DiffMaskConvergenceWarning
-from captum_diffmask.evaluation.toy_task import generate_toy_data, ToyData, ToyModel, toy_sites
+from captum_diffmask.evaluation.toy_task import generate_toy_data, toy_sites, ToyData, ToyModel
 
 from ..progress import log_to_stderr
 from ..report import fmt, table
@@ -79,7 +80,7 @@ def fit_cell(model: ToyModel, train: ToyData, valid: ToyData, mode: str, seed: i
         warnings.simplefilter("always", DiffMaskConvergenceWarning)
         options = {**config["fit"], **(config.get("input_fit", {}) if mode == "input" else {})}
         history = explainer.fit(train.loader(int(config["batch_size"]), shuffle=True, seed=seed),
-                                layers=[1], seed=seed, verbose=False, **options)
+                                layers=[1], seed=seed, verbose=False, **grouped_options(options))
     seconds = time.perf_counter() - start
     with torch.no_grad():
         scores = explainer.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask), layer=1)

@@ -7,6 +7,8 @@ its Hard Concrete gates and the probe that predicts them, the fit
 
 from captum_diffmask.diffmask.constrained.convergence import Convergence, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask.explainer import DiffMask
-from captum_diffmask.diffmask.fit.options import FitOptions
+from captum_diffmask.diffmask.fit.option_groups import Compute, Optimization, Validation
+from captum_diffmask.diffmask.fit.options import FitOptions, grouped_options
 
-__all__ = ["Convergence", "DiffMask", "DiffMaskConvergenceWarning", "FitOptions"]
+__all__ = ["Compute", "Convergence", "DiffMask", "DiffMaskConvergenceWarning", "FitOptions", "grouped_options",
+           "Optimization", "Validation"]

@@ -10,7 +10,7 @@ from torch import nn, Tensor
 
 from captum_diffmask.diffmask.fit.distributed import is_main_process
 from captum_diffmask.diffmask.fit.loop import run_fit
-from captum_diffmask.diffmask.fit.options import fit_options, FitOptions, signed_with_options
+from captum_diffmask.diffmask.fit.options import fit_options, FitOptions, grouped_options, signed_with_options
 from captum_diffmask.diffmask.gated_model import GatedModel
 from captum_diffmask.diffmask.gates import layer_sites
 from captum_diffmask.diffmask.saved_probe import check_model, read_checkpoint, save_checkpoint
@@ -147,7 +147,7 @@ class DiffMask(GatedModel):
         trained layer has converged, or a cap is reached.
 
         Each step trains every layer k of ``layers`` on the batch (or one drawn
-        layer, ``layers_per_batch="one"``): it samples the gates, replaces the
+        layer, ``compute={"layers_per_batch": "one"}``): it samples the gates, replaces the
         site by ``z * h + (1 - z) * b`` and descends the Lagrangian
         ``L0 + lambda_k * (mean KL - eps)`` (``docs/guide/diffmask.md``). The fit stops
         once every trained layer has converged (:class:`~captum_diffmask.diffmask.constrained.convergence.Convergence`); ``epochs``
@@ -165,20 +165,26 @@ class DiffMask(GatedModel):
                         strings or a ``pathlib.Path`` of a file of them
                         (:func:`~captum_diffmask.model.texts.text_batches`, 16 a batch;
                         pass a DataLoader of tokenised batches for other sizes).
-            options (FitOptions or dict, optional): the options of the fit, each
-                        documented once, in
-                        :class:`~captum_diffmask.diffmask.fit.options.FitOptions` (defaults: eps
-                        0.1, Adam at lr 3e-3, baselines at 1e-3, the PI multiplier on
-                        the deployed read-out's constraint, every layer on every
-                        batch, each layer whose probe is its own frozen once
-                        converged, run to convergence within the criterion's
-                        budget; with ``checkpoint`` a file to resume from).
+            options (FitOptions or dict, optional): the options of the fit,
+                        twelve, each documented once, in
+                        :class:`~captum_diffmask.diffmask.fit.options.FitOptions`:
+                        ``eps`` (0.1), ``layers``, ``max_steps``, ``epochs``, ``lr``
+                        (3e-3), ``seed``, ``verbose``, ``validation``,
+                        ``checkpoint`` (a file to resume from), and the groups
+                        ``convergence``, ``compute`` and ``optimization``
+                        (defaults: Adam, the PI multiplier on the deployed
+                        read-out's constraint, every layer on every batch, each
+                        layer whose probe is its own frozen once converged, run to
+                        convergence within the criterion's budget).
                         Default: None (the defaults)
             tokenizer (optional): tokenises ``dataloader`` when it holds texts.
                         Default: None
             **overrides: any option of :class:`~captum_diffmask.diffmask.fit.options.FitOptions`
-                        by name (``eps=0.05, max_steps=500``), over ``options``;
-                        an unknown name is an error that names it.
+                        by name (``eps=0.05, max_steps=500``, a group as an object
+                        or a dict: ``compute={"precision": "bfloat16"}``), over
+                        ``options``; an unknown name is an error that names it.
+                        Release 0.1's flat names of grouped options
+                        (``precision=...``) still work, with a ``DeprecationWarning``.
 
         Returns:
             *list* of dicts, one per (epoch, layer) trained in it: the means of
@@ -223,7 +229,7 @@ class DiffMask(GatedModel):
         chosen = {"layers": None if layer is None else [layer], "seed": seed, "verbose": verbose, **options}
         if max_steps is not None:
             chosen.setdefault("max_steps", max_steps)
-        history = self.fit(train_data, **chosen)
+        history = self.fit(train_data, **grouped_options(chosen))  # compare's flat dict: no warning
         return {"fit_steps": int(sum(row["steps"] for row in history)), "fit_last": history[-1],
                 "convergence": dict(self.convergence),
                 "fit_options": {k: v for k, v in chosen.items()

@@ -3,7 +3,7 @@ file of texts, explain texts with any method, compare methods.
 
 ::
 
-    captum-diffmask fit MODEL EXAMPLES --out probe.pt [--mode input] [--eps 0.1] [--max-steps 1000] [--checkpoint STATE]
+    captum-diffmask fit MODEL EXAMPLES --out probe.pt [--mode input] [--eps 0.1] [--max-steps N] [--checkpoint STATE]
     captum-diffmask explain MODEL [TEXT ...] [--file F] [--method DiffMask --probe probe.pt] [--format html]
     captum-diffmask compare MODEL [TEXT ...] [--file F] --methods IntegratedGradients Occlusion [--format table]
 
@@ -76,32 +76,71 @@ def _log_lines(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
+#: The defaults of fit's options as the command line shows them (a test keeps
+#: them equal to :class:`~captum_diffmask.diffmask.fit.options.FitOptions`'s and
+#: to :func:`~captum_diffmask.model.texts.text_batches`').
+FIT_DEFAULTS = {"eps": 0.1, "lr": 3e-3, "max_steps": None, "epochs": None, "seed": None, "batch_size": 16}
+#: DiffMask's modes, as ``fit --mode`` takes them.
+MODES = ("input", "hidden", "heads", "units")
+
+
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    r"""Every flag's default in its help, unless the help says it already, or
+    the flag has none to show (a switch, a required flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.required or isinstance(action, argparse._StoreTrueAction) \
+                or action.default in (None, [], argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="captum-diffmask", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    fit = commands.add_parser("fit", help="fit a DiffMask probe and save it")
+    formatter = _DefaultsShown
+    fit = commands.add_parser("fit", help="fit a DiffMask probe and save it", formatter_class=formatter)
     _model_arguments(fit)
     fit.add_argument("examples", help="a text file (one text per line) or JSON lines with a 'text' field")
     fit.add_argument("--out", required=True, help="the probe file to write")
-    fit.add_argument("--mode", choices=("input", "hidden"), default="input")
-    fit.add_argument("--eps", type=float, default=0.1, help="the KL the masked output may differ by")
-    fit.add_argument("--max-steps", type=int, default=1000)
-    fit.add_argument("--batch-size", type=int, default=16)
-    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--mode", choices=MODES, default="input",
+                     help="what is gated: input tokens, hidden states, attention heads or MLP units")
+    fit.add_argument("--eps", type=float, default=FIT_DEFAULTS["eps"],
+                     help="the KL (nats) the masked output may differ from the original by")
+    fit.add_argument("--layers", type=int, nargs="+", default=None, metavar="K",
+                     help="the layers to fit (default: every layer)")
+    fit.add_argument("--max-steps", type=int, default=FIT_DEFAULTS["max_steps"],
+                     help="the most optimiser steps (default: none: the fit runs until every layer has its "
+                          "verdict, within the convergence criterion's budget of 4000 steps a layer)")
+    fit.add_argument("--epochs", type=int, default=FIT_DEFAULTS["epochs"],
+                     help="the most passes over EXAMPLES (default: as many as the steps need)")
+    fit.add_argument("--lr", type=float, default=FIT_DEFAULTS["lr"], help="the gate networks' learning rate")
+    fit.add_argument("--seed", type=int, default=FIT_DEFAULTS["seed"],
+                     help="seeds the probe's start and the gate noise (default: unseeded)")
+    fit.add_argument("--batch-size", type=int, default=FIT_DEFAULTS["batch_size"], help="texts per batch")
     fit.add_argument("--checkpoint", help="write the fit's state here as it goes; a state there is resumed "
-                                          "(a killed fit), or gone on with when --max-steps is larger")
+                                          "(a killed fit), or gone on with when --max-steps is larger "
+                                          "(default: none written)")
+    fit.add_argument("--option", action="append", default=[], metavar="NAME=JSON", dest="options",
+                     help="any other option of DiffMask.fit, e.g. 'compute={\"precision\": \"bfloat16\"}' or "
+                          "'convergence={\"window\": 50}'; repeatable")
     for name, help_text in (("explain", "scores of texts, per word"), ("compare", "methods side by side")):
-        command = commands.add_parser(name, help=help_text)
+        command = commands.add_parser(name, help=help_text, formatter_class=formatter)
         _model_arguments(command)
         command.add_argument("texts", nargs="*", help="texts to explain (or --file)")
-        command.add_argument("--file", help="a text file or JSON lines of texts")
-        command.add_argument("--probe", help="a probe file written by 'fit' (DiffMask)")
+        command.add_argument("--file", help="a text file or JSON lines of texts (default: the texts given)")
+        command.add_argument("--probe", help="a probe file written by 'fit' (DiffMask; default: none)")
         command.add_argument("--layer", default="0", help="the layer to attribute at, or 'all' (DiffMask)")
-        command.add_argument("--out", help="write the result here instead of stdout")
-    commands.choices["explain"].add_argument("--method", default="DiffMask")
-    commands.choices["explain"].add_argument("--format", choices=("terminal", "html", "json"), default="terminal")
-    commands.choices["compare"].add_argument("--methods", nargs="+", required=True)
-    commands.choices["compare"].add_argument("--format", choices=("table", "html", "json"), default="table")
+        command.add_argument("--out", help="write the result here (default: stdout)")
+    commands.choices["explain"].add_argument("--method", default="DiffMask",
+                                             help="the method, by its registered name (DiffMask needs --probe)")
+    commands.choices["explain"].add_argument("--format", choices=("terminal", "html", "json"), default="terminal",
+                                             help="words with their scores on the terminal, an HTML page, or JSON")
+    commands.choices["compare"].add_argument("--methods", nargs="+", required=True, metavar="NAME",
+                                             help="the methods, by their registered names (DiffMask needs --probe)")
+    commands.choices["compare"].add_argument("--format", choices=("table", "html", "json"), default="table",
+                                             help="a table of scores, times and metrics; an HTML page; or JSON")
     commands.choices["compare"].add_argument("--metrics", nargs="+", default=[],
                                              choices=("comprehensiveness", "sufficiency"),
                                              help="ERASER's faithfulness scores per method (AOPC)")
@@ -110,9 +149,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("model", help="a model directory, or a package that ships one (get_model_path())")
-    command.add_argument("--head", choices=tuple(HEADS), default="classification")
+    command.add_argument("--head", choices=tuple(HEADS), default="classification",
+                         help="the head the model is loaded with")
     command.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens")
-    command.add_argument("--quiet", action="store_true", help="no progress bars")
+    command.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
 
 
 def load_model(name: str, head: str = "classification") -> Tuple[Any, Any]:
@@ -180,18 +220,30 @@ def _layer(value: str) -> Optional[int]:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from captum_diffmask.diffmask.explainer import DiffMask
     from captum_diffmask.diffmask.constrained.convergence import SETTLED
+    from captum_diffmask.diffmask.explainer import DiffMask
+    from captum_diffmask.diffmask.fit.options import fit_options
     from captum_diffmask.model.texts import text_batches
 
-    if args.batch_size < 1 or args.max_steps < 1 or not args.eps > 0:
+    if args.batch_size < 1 or (args.max_steps is not None and args.max_steps < 1) or not args.eps > 0:
         raise UsageError("--batch-size and --max-steps must be >= 1 and --eps > 0")
+    options = {"eps": args.eps, "layers": args.layers, "max_steps": args.max_steps, "epochs": args.epochs,
+               "lr": args.lr, "seed": args.seed, "verbose": not args.quiet, **_options(args.options)}
+    if args.checkpoint is not None:
+        options["checkpoint"] = args.checkpoint
+    try:
+        fit_options(None, options)  # every name known, before any model loads
+    except TypeError as error:
+        raise UsageError(str(error)) from None
     texts = read_texts(args.examples)
     model, tokenizer = load_model(args.model, args.head)
     explainer = DiffMask(model, mode=args.mode)
-    explainer.fit(text_batches(texts, tokenizer, args.batch_size, args.max_length), eps=args.eps,
-                  max_steps=args.max_steps, seed=args.seed, verbose=not args.quiet,
-                  **({} if args.checkpoint is None else {"checkpoint": args.checkpoint}))
+    try:
+        explainer.fit(text_batches(texts, tokenizer, args.batch_size, args.max_length), **options)
+    except ValueError as error:
+        if "must be" in str(error):  # a bad value of an option, refused before any pass
+            raise UsageError(str(error).splitlines()[0]) from None
+        raise
     explainer.save(args.out)
     statuses = [report["status"] for report in explainer.convergence.values()]
     settled = sum(status in SETTLED for status in statuses)
@@ -199,6 +251,20 @@ def _fit(args: argparse.Namespace) -> int:
           f"settled ({statuses.count('converged')} converged, {statuses.count('needed')} needed: every gate kept "
           f"because the output needs it); probe written to {args.out}")
     return 0
+
+
+def _options(settings: Sequence[str]) -> dict:
+    r"""``--option NAME=JSON`` settings as a dict of fit options."""
+    options = {}
+    for setting in settings:
+        name, sep, text = setting.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--option takes NAME=JSON, got {setting!r}")
+        try:
+            options[name.strip()] = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--option {name}: the value is not JSON ({error}); quote strings, e.g. '\"adam\"'")
+    return options
 
 
 def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int]) -> Tuple[Any, dict]:

@@ -83,6 +83,7 @@ def _parameters(fn: Optional[Callable[..., Any]]) -> Tuple[set, bool]:
         return set(), False
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     names = {p.name for p in signature.parameters.values() if p.kind in kinds}
+    names |= set(getattr(fn, "also_accepts", ()))  # what it takes beyond its signature (DiffMask.fit's flat names)
     return names, any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
 
 

@@ -43,7 +43,8 @@ def test_the_reference_attributes_the_same_with_one_copy_per_vote():
     explainer = DiffMask(model, mode="input", l0="mean")
     with warnings.catch_warnings():  # three steps have no verdict, and say so
         warnings.simplefilter("ignore")
-        explainer.fit([(ids, mask)] * 2, max_steps=3, lr=0.1, seed=0, verbose=False, until_converged=False)
+        explainer.fit([(ids, mask)] * 2, max_steps=3, lr=0.1, seed=0, verbose=False,
+                      convergence={"until_converged": False})
     shared = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
     with attribution_speed.one_copy_per_network():
         apart = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)

@@ -83,7 +83,7 @@ def _fitted(model, task, mode="hidden"):
     explainer = DiffMask(model, mode=mode)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        explainer.fit([batch], max_steps=2, seed=0, until_converged=False, verbose=False)
+        explainer.fit([batch], max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     return explainer, batch
 
 

@@ -67,11 +67,11 @@ def test_fit_and_attribute_read_collator_dicts_and_labelled_tuples_the_same_way(
     for name, batch in {"tuple": (ids, mask), "labelled": (ids, mask, labels),
                         "dict": {"input_ids": ids, "attention_mask": mask, "labels": labels}}.items():
         dm = DiffMask(model, mode="hidden")
-        dm.fit([batch] * 3, max_steps=6, seed=0, until_converged=False, verbose=False)
+        dm.fit([batch] * 3, max_steps=6, seed=0, convergence={"until_converged": False}, verbose=False)
         fits[name] = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert torch.equal(fits["tuple"], fits["labelled"]) and torch.equal(fits["tuple"], fits["dict"])
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 3, max_steps=6, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 3, max_steps=6, seed=0, convergence={"until_converged": False}, verbose=False)
     from_dict = dm.attribute({"input_ids": ids, "attention_mask": mask, "labels": labels}, layer=2)
     assert torch.equal(from_dict, dm.attribute(ids, additional_forward_args=(mask,), layer=2))
     with pytest.raises(ValueError, match="additional_forward_args must be None"):

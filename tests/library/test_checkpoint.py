@@ -13,7 +13,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConverg
 def _fitted(model):
     ids, mask = token_batch()
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     return dm
 
 
@@ -55,7 +55,7 @@ def test_an_input_mode_checkpoint_from_before_per_depth_votes_loads_as_shared_vo
     ids, mask = token_batch()
     model = tiny_bert()
     dm = DiffMask(model, mode="input", votes="tied")
-    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     path = tmp_path / "old.pt"
     dm.save(path)
     checkpoint = torch.load(path, weights_only=False)

@@ -80,7 +80,7 @@ def test_off_a_terminal_fit_writes_log_lines_and_leaves_the_logger_as_it_was(sav
 def test_a_fit_with_a_checkpoint_goes_on_with_a_larger_max_steps(saved, capsys, tmp_path):
     def fit(out, steps, *options):
         assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / out),
-                     "--max-steps", str(steps), "--batch-size", "2", *options]) == 0
+                     "--max-steps", str(steps), "--batch-size", "2", "--seed", "0", *options]) == 0
         return torch.load(tmp_path / out, weights_only=False)["probe"]
 
     state = str(tmp_path / "fit.state")
@@ -137,3 +137,40 @@ def test_the_installed_script_runs_from_outside_the_repository(saved, probe, tmp
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert "DiffMask (max over word pieces): lovely film" in done.stdout
+
+
+def test_every_flag_has_help_and_fit_has_the_librarys_defaults_and_modes():
+    import argparse
+    import dataclasses
+    import inspect
+
+    from captum_diffmask.diffmask.fit.options import FitOptions
+    from captum_diffmask.interface import cli
+    from captum_diffmask.model.texts import text_batches
+
+    parser = cli._parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for verb, command in verbs.items():
+        for action in command._actions:
+            assert action.help, f"{verb} {action.option_strings or action.dest} has no help"
+    fit = verbs["fit"].parse_args(["MODEL", "EXAMPLES", "--out", "p.pt"])
+    defaults = {f.name: f.default for f in dataclasses.fields(FitOptions)}
+    for name in ("eps", "lr", "max_steps", "epochs", "seed", "layers"):
+        assert getattr(fit, name) == defaults[name], name
+    assert fit.batch_size == inspect.signature(text_batches).parameters["batch_size"].default
+    mode = next(a for a in verbs["fit"]._actions if a.dest == "mode")
+    assert set(mode.choices) == {"input", "hidden", "heads", "units"}
+
+
+def test_fit_takes_any_option_and_refuses_a_bad_one_in_one_line(saved, capsys, tmp_path):
+    path = tmp_path / "heads.pt"
+    assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(path), "--mode", "heads",
+                 "--max-steps", "2", "--batch-size", "2", "--quiet", "--option", 'compute={"stack_layers": "none"}',
+                 "--option", 'convergence={"until_converged": false}']) == 0
+    assert "heads mode" in capsys.readouterr().out and path.exists()
+    assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(path), "--quiet",
+                 "--option", 'compute={"precison": "bfloat16"}']) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "did you mean 'precision'" in error and "Traceback" not in error
+    assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(path), "--option", "x"]) == 2
+    assert "--option takes NAME=JSON" in capsys.readouterr().err

@@ -41,7 +41,7 @@ def test_partial_and_full_reruns_agree_and_accelerates_hooks_survive():
         partial = dm.replaced_logits(call, {site: 0.5 * states[site]})
         full = dm.replaced_logits(dm._prepare(ids, (mask,), None), {site: 0.5 * states[site]})
         assert torch.allclose(partial, full, atol=1e-5), site
-    dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, convergence={"until_converged": False}, verbose=False)
     assert dm.attribute(ids, additional_forward_args=(mask,), layer=1).shape == ids.shape
     assert _accelerate_state(model) == before  # the same hooks, the same wrapped forwards
     assert torch.allclose(model(input_ids=ids, attention_mask=mask).logits, reference, atol=1e-6)

@@ -1,9 +1,12 @@
+import dataclasses
+
 import pytest
 import torch
 from captum.attr import Attribution
 from captum.metrics import sensitivity_max
 
 from captum_diffmask import DiffMask
+from captum_diffmask.diffmask.fit.option_groups import Validation
 
 from tiny_models import tiny_bert, tiny_model, token_batch, VOCAB
 
@@ -227,7 +230,7 @@ def test_fit_with_validation_restores_the_sparsest_feasible_epoch(mode):
     model = tiny_bert()
     dm = DiffMask(model, mode=mode)
     valid = _loader(2, seed=50)
-    history = dm.fit(_loader(6), epochs=4, eps=0.5, eps_valid=1.0, seed=0, verbose=False, validation=valid)
+    history = dm.fit(_loader(6), epochs=4, eps=0.5, seed=0, verbose=False, validation=Validation(valid, eps=1.0))
     assert {"valid_kl", "valid_l0", "valid_agreement", "selected"} <= set(history[0])
     chosen = {h["epoch"] for h in history if h["selected"]}
     assert len(chosen) == 1
@@ -251,20 +254,20 @@ def test_fit_with_validation_warns_when_no_epoch_keeps_the_constraint(monkeypatc
     with pytest.warns(UserWarning, match="no epoch kept"):
         history = dm.fit(_loader(2), epochs=2, seed=0, verbose=False, validation=_loader(1))
     assert all(h["selected"] == (h["epoch"] == 2) for h in history)
-    with pytest.raises(ValueError, match="eps_valid"):
-        dm.fit(_loader(1), epochs=1, verbose=False, eps_valid=-1.0)
+    with pytest.raises(ValueError, match="validation.eps must be >= 0"):
+        dm.fit(_loader(1), epochs=1, verbose=False, validation={"batches": _loader(1), "eps": -1.0})
 
 
 def test_fit_takes_one_multiplier_rate_per_layer():
     dm = DiffMask(tiny_bert(), mode="hidden")
     rates = [0.0] * dm.num_layers + [5.0]  # only the last layer's multiplier may move
-    history = dm.fit(_loader(3), epochs=2, seed=0, verbose=False, lr_lambda=rates)
+    history = dm.fit(_loader(3), epochs=2, seed=0, verbose=False, optimization={"lr_lambda": rates})
     assert {h["layer"] for h in history} - {dm.num_layers}  # other layers were trained too
     values = dm.lambdas().tolist()
     assert values[:-1] == [1.0] * dm.num_layers  # rate 0: unchanged whatever the violation
     assert values[-1] != 1.0
     with pytest.raises(ValueError, match=f"lr_lambda must be a float or {dm.num_layers + 1} rates"):
-        dm.fit(_loader(1), epochs=1, verbose=False, lr_lambda=[1.0, 2.0])
+        dm.fit(_loader(1), epochs=1, verbose=False, optimization={"lr_lambda": [1.0, 2.0]})
 
 
 @pytest.mark.parametrize("mode", ["input", "hidden"])
@@ -276,7 +279,7 @@ def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_b
     # votes in input mode
     model = tiny_bert()
     dm = DiffMask(model, mode=mode, init_bias=init_bias)
-    dm.fit(_loader(1), epochs=1, lr=1e-9, lr_baseline=0.0, seed=0, verbose=False)
+    dm.fit(_loader(1), epochs=1, lr=1e-9, optimization={"lr_baseline": 0.0}, seed=0, verbose=False)
     low, high = dm.stretch
     p_open = torch.sigmoid(torch.tensor(init_bias - dm.temperature * torch.log(torch.tensor(-low / high)).item()))
     ids, mask = token_batch(seed=3)
@@ -293,11 +296,13 @@ def test_init_bias_sets_the_keep_probability_at_the_start(tmp_path, mode, init_b
 def test_fit_refuses_unknown_optimisation_settings_before_any_forward_pass():
     dm = DiffMask(tiny_bert(), mode="hidden")
     with pytest.raises(ValueError, match="multiplier must be one of"):
-        dm.fit(_loader(1), multiplier="pid")
+        dm.fit(_loader(1), optimization={"multiplier": "pid"})
     with pytest.raises(ValueError, match="optimizer must be one of"):
-        dm.fit(_loader(1), optimizer="sgd")
-    with pytest.raises(TypeError, match="convergence must be a Convergence"):
-        dm.fit(_loader(1), convergence={"window": 10})
+        dm.fit(_loader(1), optimization={"optimizer": "sgd"})
+    with pytest.raises(TypeError, match="convergence must be a Convergence or a dict of its fields"):
+        dm.fit(_loader(1), convergence=10)
+    with pytest.raises(TypeError, match="convergence: unknown field 'windw'; did you mean 'window'"):
+        dm.fit(_loader(1), convergence={"windw": 10})
     with pytest.raises(ValueError, match="dataloader: no batches"):
         dm.fit([])
     assert not dm.is_fitted
@@ -318,7 +323,8 @@ def test_fit_stops_once_every_layer_has_converged_and_reports_each(monkeypatch):
     # until_converged=False runs every epoch: 3 epochs of 6 batches, each
     # training the 3 layers (every layer on every batch, the default)
     dm2 = DiffMask(tiny_bert(), mode="hidden")
-    history2 = dm2.fit(_loader(6), epochs=3, eps=0.1, seed=0, verbose=False, convergence=loose, until_converged=False)
+    history2 = dm2.fit(_loader(6), epochs=3, eps=0.1, seed=0, verbose=False,
+                       convergence=dataclasses.replace(loose, until_converged=False))
     assert sum(h["steps"] for h in history2) == 18 * 3
 
 
@@ -332,8 +338,8 @@ def test_keeping_only_the_needed_activations_fits_the_same_probe(mode, monkeypat
         capture = dm.capture
         monkeypatch.setattr(dm, "capture", lambda call, names=None, **kw: (seen.append(len(list(names))), capture(call, names, **kw))[1])
         # one layer drawn per batch: a step at a shallow layer needs fewer sites
-        dm.fit(_loader(6), epochs=1, seed=0, until_converged=False, verbose=False, activations=activations,
-               layers_per_batch="one")
+        dm.fit(_loader(6), epochs=1, seed=0, convergence={"until_converged": False},
+               compute={"activations": activations, "layers_per_batch": "one"}, verbose=False)
         probes[activations], kept[activations] = dm.probe.state_dict(), seen
     for name, value in probes["all"].items():
         assert torch.equal(value, probes["needed"][name]), name
@@ -347,8 +353,8 @@ def test_every_layer_per_batch_trains_each_layer_once_a_step_on_one_capture(mode
     captures = []
     capture = dm.capture
     monkeypatch.setattr(dm, "capture", lambda call, names=None, **kw: (captures.append(1), capture(call, names, **kw))[1])
-    history = dm.fit(_loader(5), epochs=2, eps=0.05, seed=0, verbose=False, until_converged=False,
-                     layers_per_batch="all", layers=[0, 2])
+    history = dm.fit(_loader(5), epochs=2, eps=0.05, seed=0, verbose=False, convergence={"until_converged": False},
+                     compute={"layers_per_batch": "all"}, layers=[0, 2])
     assert len(captures) == 10  # one capture pass a batch, shared by the layers
     assert {(h["epoch"], h["layer"]): h["steps"] for h in history} == {(e, k): 5 for e in (1, 2) for k in (0, 2)}
     assert {k: r["steps"] for k, r in dm.convergence.items()} == {0: 10, 2: 10}
@@ -358,41 +364,10 @@ def test_every_layer_per_batch_trains_each_layer_once_a_step_on_one_capture(mode
 
 def test_every_layer_per_batch_counts_max_steps_in_batches():
     dm = DiffMask(tiny_bert(), mode="hidden")
-    history = dm.fit(_loader(6), epochs=5, seed=0, verbose=False, layers_per_batch="all", max_steps=4)
+    history = dm.fit(_loader(6), epochs=5, seed=0, verbose=False, compute={"layers_per_batch": "all"}, max_steps=4)
     assert {h["layer"]: h["steps"] for h in history} == {0: 4, 1: 4, 2: 4}
     with pytest.raises(ValueError, match="layers_per_batch"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), layers_per_batch="every")
-
-
-def test_normalized_lagrangian_scales_the_probe_gradient_and_leaves_the_multiplier_its_violation():
-    import dataclasses
-
-    from captum_diffmask.diffmask.fit.options import FitOptions
-    from captum_diffmask.diffmask.fit.step import lagrangian, StepPlan
-
-    dm = DiffMask(tiny_bert(), mode="hidden")
-    dm.fit(_loader(1), max_steps=1, seed=0, verbose=False)
-    with torch.no_grad():
-        dm.lambdas.values.fill_(3.0)
-    call = dm.prepare_batch(_loader(1, seed=5)[0], None, "batch")
-    states, original = dm.capture(call, dm.locator.names)
-    grads, lambda_grads = {}, {}
-    for kind in ("plain", "normalized"):
-        options = dataclasses.replace(FitOptions(eps=0.01), lagrangian=kind)
-        plan = StepPlan(options, options.kl_constraint())
-        dm.probe.zero_grad(set_to_none=True)
-        dm.lambdas.zero_grad(set_to_none=True)
-        torch.manual_seed(0)
-        loss, records = lagrangian(dm, call, states, original, [1], [call.ids.shape[0]], plan)
-        record = records[1]
-        loss.backward()
-        grads[kind] = torch.cat([p.grad.flatten() for p in dm.probe.parameters() if p.grad is not None])
-        lambda_grads[kind] = dm.lambdas.values.grad.clone()
-    assert torch.allclose(grads["normalized"], grads["plain"] / 4.0, atol=1e-7)  # 1 + lambda = 4
-    assert torch.equal(lambda_grads["normalized"], lambda_grads["plain"])
-    assert abs(float(lambda_grads["plain"][1]) - (record["kl"] - 0.01)) < 1e-6
-    with pytest.raises(ValueError, match="lagrangian"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), lagrangian="scaled")
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), compute={"layers_per_batch": "every"})
 
 
 
@@ -418,7 +393,7 @@ def test_a_layer_the_fit_did_not_train_is_refused_also_after_a_save_and_load(tmp
     ids, mask = token_batch()
     model = tiny_bert()
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 2, layers=[1], max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, layers=[1], max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     assert dm.fitted_layers == [1]
     assert dm.attribute(ids, additional_forward_args=(mask,), layer=1).shape == ids.shape
     for layer in (0, None):
@@ -434,6 +409,6 @@ def test_a_layer_the_fit_did_not_train_is_refused_also_after_a_save_and_load(tmp
     with pytest.raises(ValueError, match="not at \\[0\\]"):
         loaded.attribute(ids, additional_forward_args=(mask,), layer=0)
     # a second fit adds its layers
-    dm.fit([(ids, mask)] * 2, layers=[0], max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, layers=[0], max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     assert dm.fitted_layers == [0, 1]
     assert dm.attribute(ids, additional_forward_args=(mask,), layer=0).shape == ids.shape

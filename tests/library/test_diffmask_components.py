@@ -68,7 +68,7 @@ def test_the_baselines_start_at_the_mean_component_and_a_closed_gate_puts_it_in(
     model = sensitized(tiny_causal_lm("gpt2"))
     ids, mask = token_batch(seed=1)
     explainer = DiffMask(model, mode="units")
-    explainer.fit([(ids, mask)], max_steps=1, lr=1e-12, lr_baseline=0.0, verbose=False)
+    explainer.fit([(ids, mask)], max_steps=1, lr=1e-12, optimization={"lr_baseline": 0.0}, verbose=False)
     site = explainer.components[0]
     seen = {}
     hook = site.module.register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0].detach()))
@@ -122,7 +122,8 @@ def test_a_head_that_writes_nothing_is_closed_and_a_needed_one_kept():
     # is open and the constraint slack, the L0 term then closes head 0 until the KL returns, and the fit
     # cycles; whether a cap finds it settled depended on the CPU's floating-point path (measured: converged
     # on an Intel Xeon, unsettled or violated on an AMD EPYC).
-    explainer.fit(batches, eps=0.05, init_baseline=zeros, lr_baseline=0.0, controller={"floor": 5.0}, seed=0,
+    explainer.fit(batches, eps=0.05,
+                  optimization={"init_baseline": zeros, "lr_baseline": 0.0, "controller": {"floor": 5.0}}, seed=0,
                   verbose=False)
     assert {k: v["status"] for k, v in explainer.convergence.items()} == {1: "converged", 2: "converged"}
     keep = torch.cat([explainer.attribute(i, additional_forward_args=(m,), layer=None) for i, m in batches])
@@ -154,8 +155,8 @@ def test_the_per_task_mask_is_one_mask_for_every_input_and_finds_the_dead_heads(
     zeros = {k: torch.zeros(2, 16) for k in (1, 2)}
     # Adam moves a bias by about lr a step: at fit's lr (3e-3) a gate that starts at 5 needs over 2 000
     # steps to close, hence a larger lr for the biases alone
-    explainer.fit(batches, eps=0.05, lr=0.03, init_baseline=zeros, lr_baseline=0.0, max_steps=800, seed=0,
-                  verbose=False)
+    explainer.fit(batches, eps=0.05, lr=0.03, optimization={"init_baseline": zeros, "lr_baseline": 0.0},
+                  max_steps=800, seed=0, verbose=False)
     keep = torch.cat([explainer.attribute(i, additional_forward_args=(m,), layer=None) for i, m in batches])
     assert torch.equal(keep, keep[:1].expand_as(keep))  # no input changes the mask
     # head 0 is needed on most inputs (zero ablation: KL 0.25 and 0.18), so one mask keeps it everywhere
@@ -230,6 +231,6 @@ def test_the_joint_mask_is_one_layer_that_gates_every_block_at_once(tmp_path):
     with pytest.raises(ValueError, match="layers: 1 has no gates here"):
         explainer.fit(batches, layers=[1], max_steps=2, verbose=False)
     with pytest.raises(ValueError, match="init_baseline: layer 0"):
-        explainer.fit(batches, init_baseline={0: torch.zeros(4, 16)}, max_steps=2, verbose=False)
+        explainer.fit(batches, optimization={"init_baseline": {0: torch.zeros(4, 16)}}, max_steps=2, verbose=False)
     with pytest.raises(ValueError, match="joint: one mask over every block"):
         DiffMask(model, mode="hidden", joint=True)

@@ -28,7 +28,7 @@ def test_non_finite_states_are_refused_by_attribute():
     model = tiny_bert()
     ids, mask = token_batch()
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     with torch.no_grad():
         model.bert.embeddings.word_embeddings.weight.fill_(float("inf"))
     with pytest.raises(FloatingPointError, match="not finite"):
@@ -82,7 +82,7 @@ def test_attribute_runs_a_model_left_in_train_mode_in_eval_mode_and_restores_it(
     second = ig.attribute(ids, additional_forward_args=(mask,), layer=0, n_steps=4)
     assert torch.equal(first, second) and model.training
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     assert torch.equal(dm.attribute(ids, additional_forward_args=(mask,), layer=None),
                        dm.attribute(ids, additional_forward_args=(mask,), layer=None))
     assert model.training
@@ -92,13 +92,13 @@ def test_fit_logs_each_epochs_figures_when_verbose_and_nothing_when_not(caplog):
     ids, mask = token_batch()
     dm = DiffMask(tiny_bert(), mode="hidden")
     with caplog.at_level(logging.INFO, logger="captum_diffmask"):
-        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, until_converged=False, verbose=True)
+        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, convergence={"until_converged": False}, verbose=True)
     lines = [r.getMessage() for r in caplog.records if r.name == "captum_diffmask"]
     assert any(line.startswith("DiffMask fit epoch 2/2, layer") for line in lines)
     assert all("KL" in line and "kept share" in line and "lambda" in line and "agreement" in line for line in lines)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="captum_diffmask"):
-        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, until_converged=False, verbose=False)
+        dm.fit([(ids, mask)] * 3, epochs=2, seed=0, convergence={"until_converged": False}, verbose=False)
     assert not [r for r in caplog.records if r.name == "captum_diffmask"]
 
 
@@ -134,5 +134,6 @@ def test_fit_restores_each_modules_own_mode():
     model = tiny_bert().train()
     model.classifier.eval()  # a submodule in a mode other than its parent's
     ids, mask = token_batch()
-    DiffMask(model, mode="hidden").fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    DiffMask(model, mode="hidden").fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False},
+                                       verbose=False)
     assert model.training and model.bert.training and not model.classifier.training

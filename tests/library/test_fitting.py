@@ -52,7 +52,7 @@ def _one_step(dm, options, layer, seed=0):
 @pytest.mark.parametrize("mode", ["input", "hidden"])
 def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
     dm = _midway(mode)
-    options = FitOptions(eps=0.05, constraint="deployed")
+    options = FitOptions(eps=0.05, optimization={"constraint": "deployed"})
     divergences = []
     for layer in range(dm.num_layers + 1):
         call, _, record = _one_step(dm, options, layer)
@@ -64,7 +64,7 @@ def test_the_deployed_kl_is_that_of_the_gates_masked_forward_applies(mode):
         divergences.append(expected)
     assert max(divergences) > 1e-3  # and it shows in the output
     # the sampled constraint (the paper's) records no deployed KL
-    _, _, record = _one_step(dm, FitOptions(eps=0.05, constraint="sampled"), 1)
+    _, _, record = _one_step(dm, FitOptions(eps=0.05, optimization={"constraint": "sampled"}), 1)
     assert "kl_deployed" not in record and record["constraint"] == record["kl"]
 
 
@@ -73,8 +73,8 @@ def test_the_deterministic_constraint_is_the_deployed_kl_alone(mode):
     dm = _midway(mode)
     gaps = []
     for layer in range(dm.num_layers + 1):
-        _, loss_max, both = _one_step(dm, FitOptions(eps=0.05, constraint="deployed"), layer)
-        _, loss_det, alone = _one_step(dm, FitOptions(eps=0.05, constraint="deterministic"), layer)
+        _, loss_max, both = _one_step(dm, FitOptions(eps=0.05, optimization={"constraint": "deployed"}), layer)
+        _, loss_det, alone = _one_step(dm, FitOptions(eps=0.05, optimization={"constraint": "deterministic"}), layer)
         # the same draws: the same sampled and deployed KL, and the same loss
         assert alone["kl"] == pytest.approx(both["kl"]) and alone["kl_deployed"] == pytest.approx(both["kl_deployed"])
         assert float(loss_det) == pytest.approx(float(loss_max))
@@ -92,7 +92,7 @@ def test_the_deployed_kl_of_all_open_gates_is_zero_without_a_masked_pass(mode, m
     passes = []
     replaced = dm.replaced_logits
     monkeypatch.setattr(dm, "replaced_logits", lambda *a, **k: passes.append(1) or replaced(*a, **k))
-    _, _, record = _one_step(dm, FitOptions(eps=0.05, constraint="deployed"), dm.num_layers)
+    _, _, record = _one_step(dm, FitOptions(eps=0.05, optimization={"constraint": "deployed"}), dm.num_layers)
     assert record["kl_deployed"] == 0.0 and record["constraint"] == record["kl"]
     assert len(passes) == 1  # the sampled gates' pass only
 
@@ -108,8 +108,8 @@ def test_the_deployed_constraint_drives_the_multiplier_when_it_is_the_larger(mon
         seen.append((before, dm.lambdas.values.detach().clone(), dict(values)))
 
     monkeypatch.setattr(GradientRule, "step", spy)
-    dm.fit(_loader(2), max_steps=2, seed=0, verbose=False, constraint="deployed", multiplier="ascent", lr_lambda=1.0,
-           eps=0.05)
+    dm.fit(_loader(2), max_steps=2, seed=0, verbose=False,
+           optimization={"constraint": "deployed", "multiplier": "ascent", "lr_lambda": 1.0}, eps=0.05)
     for before, after, values in seen:
         for k, value in values.items():
             # plain ascent: lambda moves by exactly the violation of the larger KL
@@ -125,27 +125,26 @@ def test_lambda_max_is_the_multipliers_ceiling(multiplier):
         dm = _midway("hidden")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dm.fit(_loader(2), max_steps=60, seed=0, verbose=False, eps=1e-6, multiplier=multiplier,
-                   lr_lambda=500.0 if multiplier == "ascent" else 1.0, lambda_max=ceiling)
+            rate = 500.0 if multiplier == "ascent" else 1.0
+            dm.fit(_loader(2), max_steps=60, seed=0, verbose=False, eps=1e-6,
+                   optimization={"multiplier": multiplier, "lr_lambda": rate, "lambda_max": ceiling})
         tops[ceiling] = float(dm.lambdas.values.detach().max())
     assert tops[200.0] == pytest.approx(200.0) and 200.0 < tops[1000.0] <= 1000.0 + 1e-3
     with pytest.raises(ValueError, match="lambda_max"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), lambda_max=0.0)
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), optimization={"lambda_max": 0.0})
 
 
 def test_pi_multiplier_falls_while_the_constraint_is_slack_and_rises_while_violated():
-    loose = FitOptions(eps=10.0, multiplier="pi", lr_lambda=0.1)  # nothing can break a KL of 10
-    tight = FitOptions(eps=1e-6, multiplier="pi", lr_lambda=0.1)
-    for options, direction in ((loose, -1), (tight, 1)):
+    pi = {"multiplier": "pi", "lr_lambda": 0.1}
+    for eps, direction in ((10.0, -1), (1e-6, 1)):  # nothing can break a KL of 10
         dm = DiffMask(tiny_bert(), mode="hidden")
-        dm.fit(_loader(4), max_steps=8, seed=0, verbose=False, lr=0.3, **{
-            f.name: getattr(options, f.name) for f in dataclasses.fields(options)
-            if f.name in ("eps", "multiplier", "lr_lambda")})
+        dm.fit(_loader(4), max_steps=8, seed=0, verbose=False, lr=0.3, eps=eps, optimization=pi)
         assert all((float(v) - 1.0) * direction > 0 for v in dm.lambdas.values.detach()), dm.lambdas.values
     with pytest.raises(ValueError, match="controller"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), multiplier="pi", controller={"gain": 1.0})
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1),
+                                                 optimization={"multiplier": "pi", "controller": {"gain": 1.0}})
     with pytest.raises(ValueError, match="constraint"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), constraint="both")
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(1), optimization={"constraint": "both"})
 
 
 def test_a_fit_without_caps_stops_at_the_criterions_budget_and_says_so():
@@ -154,15 +153,15 @@ def test_a_fit_without_caps_stops_at_the_criterions_budget_and_says_so():
     dm = DiffMask(tiny_bert(), mode="hidden")
     with pytest.warns(DiffMaskConvergenceWarning, match="budget of 12 steps"):
         # not frozen: with 2-step windows a collapsing layer can pass for settled on the way
-        history = dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, lr=0.3,
-                         freeze_converged=False)
+        history = dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, lr=0.3,
+                         convergence=dataclasses.replace(strict, freeze_converged=False))
     assert {k: r["steps"] for k, r in dm.convergence.items()} == {0: 12, 1: 12, 2: 12}
     assert history[-1]["epoch"] == 4  # 3 batches an epoch: the budget, not an epoch count, ended it
     # one layer drawn per batch: each layer's share of the budget
     dm = DiffMask(tiny_bert(), mode="hidden")
     with pytest.warns(DiffMaskConvergenceWarning, match="budget of 36 steps"):
-        dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, convergence=strict, layers_per_batch="one",
-               freeze_converged=False)
+        dm.fit(_loader(3), eps=0.1, seed=0, verbose=False, compute={"layers_per_batch": "one"},
+               convergence=dataclasses.replace(strict, freeze_converged=False))
     with pytest.raises(ValueError, match="max_windows"):
         Convergence(patience=3, max_windows=3)
 
@@ -189,8 +188,8 @@ def test_each_layer_is_frozen_once_it_has_converged_where_its_probe_is_its_own(m
     run past 30."""
     loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1)
     dm = DiffMask(tiny_bert(), mode=mode, votes=votes)
-    history = dm.fit(_loader(3), seed=0, verbose=False, convergence=loose, layers_per_batch="one",
-                     freeze_converged=freeze)
+    history = dm.fit(_loader(3), seed=0, verbose=False, compute={"layers_per_batch": "one"},
+                     convergence=dataclasses.replace(loose, freeze_converged=freeze))
     steps = {k: r["steps"] for k, r in dm.convergence.items()}
     assert all(r["converged"] for r in dm.convergence.values())
     if frozen:
@@ -203,7 +202,8 @@ def test_each_layer_is_frozen_once_it_has_converged_where_its_probe_is_its_own(m
 
 def test_freeze_converged_must_be_a_bool():
     with pytest.raises(TypeError, match="freeze_converged"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(2), max_steps=1, verbose=False, freeze_converged="yes")
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(2), max_steps=1, verbose=False,
+                                                 convergence={"freeze_converged": "yes"})
 
 
 def test_one_shot_iterators_are_refused_without_an_epoch_cap():
@@ -218,7 +218,7 @@ def test_bfloat16_runs_the_models_passes_of_the_fit_only(mode):
     hook = model.bert.encoder.layer[1].output.dense.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
     try:
         dm = DiffMask(model, mode=mode)
-        dm.fit(_loader(2), max_steps=2, seed=0, verbose=False, precision="bfloat16")
+        dm.fit(_loader(2), max_steps=2, seed=0, verbose=False, compute={"precision": "bfloat16"})
         assert dtypes and set(dtypes) == {torch.bfloat16}
         dtypes.clear()
         ids, mask = token_batch(seed=3)
@@ -229,7 +229,7 @@ def test_bfloat16_runs_the_models_passes_of_the_fit_only(mode):
     assert set(dtypes) == {torch.float32} and attributions.dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in dm.probe.parameters())
     with pytest.raises(ValueError, match="precision"):
-        DiffMask(tiny_bert(), mode=mode).fit(_loader(1), precision="half")
+        DiffMask(tiny_bert(), mode=mode).fit(_loader(1), compute={"precision": "half"})
 
 
 def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
@@ -239,7 +239,7 @@ def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
     assert fit_options(base, {"max_steps": 3}) == FitOptions(eps=0.05, max_steps=3)
     assert fit_options({"eps": 0.05}, {"seed": 1}) == FitOptions(eps=0.05, seed=1)
     assert fit_options(None, {}) == FitOptions()
-    with pytest.raises(TypeError, match="unknown option 'stepz'. The options are FitOptions' fields: epochs, eps"):
+    with pytest.raises(TypeError, match="unknown option 'stepz'. The options are FitOptions' fields: eps, layers"):
         fit_options(None, {"stepz": 5})
     with pytest.raises(TypeError, match="unknown option 'max_step'; did you mean 'max_steps'"):
         fit_options(None, {"max_step": 5})
@@ -249,26 +249,51 @@ def test_fit_takes_its_options_once_as_fit_options_a_dict_or_overrides():
     with pytest.raises(TypeError, match="unknown option 'epoch'; did you mean 'epochs'"):
         dm.fit(_loader(2), epoch=1)
     assert dm.probe is None  # refused before any pass
-    history = dm.fit(_loader(2), FitOptions(max_steps=2, verbose=False), seed=0, until_converged=False)
+    history = dm.fit(_loader(2), FitOptions(max_steps=2, verbose=False), seed=0, convergence={"until_converged": False})
     assert [row["steps"] for row in history] == [2] * (dm.num_layers + 1)
+
+
+def test_fit_has_twelve_options_and_puts_release_0_1_flat_names_in_their_groups_with_a_warning():
+    import inspect
+
+    from captum_diffmask.diffmask.fit.option_groups import Compute, Validation
+    from captum_diffmask.diffmask.fit.options import fit_options, FitOptions, grouped_options
+
+    names = [f.name for f in dataclasses.fields(FitOptions)]
+    assert len(names) <= 12 and set(names) <= set(inspect.signature(DiffMask.fit).parameters)
+    with pytest.warns(DeprecationWarning, match=r"fit\(precision=..., until_converged=...\): the option is now in its "
+                                                r"group, compute=\{'precision': ...\}, convergence="):
+        options = fit_options(FitOptions(compute=Compute(stack_layers="none")),
+                              {"precision": "bfloat16", "until_converged": False})
+    assert options.compute == Compute(precision="bfloat16", stack_layers="none")  # merged into the given group
+    assert options.convergence.until_converged is False and options.convergence.window == 100
+    batches = _loader(1)
+    assert grouped_options({"validation": batches, "eps_valid": 0.2}) == {"validation": Validation(batches, eps=0.2)}
+    assert grouped_options({"eps_valid": 0.2}) == {}  # bounds without held-out batches select nothing
+    assert FitOptions(validation=batches).validation == Validation(batches)
+    with pytest.raises(TypeError, match="compute: unknown field 'precison'; did you mean 'precision'"):
+        FitOptions(compute={"precison": "bfloat16"})
+    with pytest.raises(TypeError, match="unknown option 'lagrangian'"):  # removed: no report or default used it
+        fit_options(None, {"lagrangian": "normalized"})
 
 
 def test_the_score_gradient_changes_the_probe_but_not_the_constraint_it_records():
     runs = {}
     for score in (False, True):
         dm = DiffMask(tiny_bert(), mode="hidden")
-        dm.fit(_loader(2), seed=0, verbose=False, max_steps=6, score_gradient=score)
+        dm.fit(_loader(2), seed=0, verbose=False, max_steps=6, optimization={"score_gradient": score})
         runs[score] = dm.probe.state_dict()
     plain, scored = runs[False], runs[True]
     assert any(not torch.equal(plain[name], scored[name]) for name in plain)
     with pytest.raises(TypeError, match="score_gradient"):
-        DiffMask(tiny_bert(), mode="hidden").fit(_loader(2), max_steps=1, verbose=False, score_gradient="yes")
+        DiffMask(tiny_bert(), mode="hidden").fit(_loader(2), max_steps=1, verbose=False,
+                                                 optimization={"score_gradient": "yes"})
 
 
 def test_the_score_gradient_leaves_the_first_step_s_kl_as_it_was():
     kls = []
     for score in (False, True):
         dm = DiffMask(tiny_bert(), mode="hidden")
-        history = dm.fit(_loader(1), seed=0, verbose=False, max_steps=1, score_gradient=score)
+        history = dm.fit(_loader(1), seed=0, verbose=False, max_steps=1, optimization={"score_gradient": score})
         kls.append([row["kl"] for row in history])
     assert kls[0] == kls[1]  # the same sampled gates, the same KL: the term is 0 in value

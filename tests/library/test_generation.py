@@ -68,7 +68,8 @@ def test_diffmask_every_layer_plot_and_html(tmp_path):
     model = tiny_causal_lm("llama")
     sequences = [torch.tensor(PROMPT + [9, 11, 40]), torch.tensor([7, 7, 21, 30, 2])]
     dm = DiffMask(model, mode="hidden")
-    dm.fit(prefix_batches(sequences, prompt_lengths=2), max_steps=3, seed=0, until_converged=False, verbose=False)
+    dm.fit(prefix_batches(sequences, prompt_lengths=2), max_steps=3, seed=0, convergence={"until_converged": False},
+           verbose=False)
     result = attribute_generation(model, dm, PROMPT, max_new_tokens=3, layer=None)
     assert result.scores.shape == (3, len(PROMPT) + 2, dm.num_layers + 1) and result.layers == [0, 1, 2]
     assert ((result.scores >= 0) & (result.scores <= 1)).all()
@@ -130,7 +131,7 @@ def test_generation_words_merge_each_steps_pieces_by_the_methods_rule():
     dm = DiffMask(model, mode="input")
     sequence = tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist() + continuation
     dm.fit(prefix_batches([torch.tensor(sequence)], prompt_lengths=2), max_steps=2, seed=0,
-           until_converged=False, verbose=False)
+           convergence={"until_converged": False}, verbose=False)
     masks = attribute_generation(model, dm, prompt, continuation=continuation, tokenizer=tokenizer)
     assert masks.probabilities and not occlusion.probabilities
     assert torch.allclose(masks.word_scores[:, 1], masks.scores[:, 2:4].max(1).values)  # a keep is not additive

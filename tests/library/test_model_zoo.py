@@ -77,7 +77,7 @@ def test_fit_and_attribute_on_every_family(name, mode):
     model = _model(name)
     ids, mask = _batch(name)
     dm = DiffMask(model, mode=mode)
-    dm.fit([(ids, mask)] * 2, max_steps=4, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=4, seed=0, convergence={"until_converged": False}, verbose=False)
     assert dm._sites_checked  # the self-check ran on the first batch and passed
     scores = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert scores.shape == (*ids.shape, dm.num_layers + 1)
@@ -165,7 +165,7 @@ def test_pytorchs_own_transformer_encoder_works_given_its_layers(mode):
     ids, mask = token_batch()
     sites = {"input": model.embed, "hidden": [(model.encoder.layers[0], "input")] + list(model.encoder.layers)}
     dm = DiffMask(model, mode=mode, sites=sites, padding_mask_arg=0)
-    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     scores = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert scores.shape == (*ids.shape, 3) and (scores[mask == 0] == 0).all()
     assert ((scores > 0) & (scores <= 1))[mask == 1].all()

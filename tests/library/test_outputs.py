@@ -35,7 +35,7 @@ def test_a_causal_lm_keeps_the_next_token_at_each_rows_last_real_position():
     last = mask.sum(1) - 1
     assert torch.allclose(logits, full[torch.arange(len(ids)), last])
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, convergence={"until_converged": False}, verbose=False)
     assert dm.attribute(ids, additional_forward_args=(mask,), layer=1).shape == ids.shape
     scores = IntegratedGradients(model).attribute(ids, target=5, additional_forward_args=(mask,), n_steps=4)
     assert scores.shape == ids.shape and (scores[mask == 0] == 0).all()
@@ -50,7 +50,7 @@ def test_per_position_logits_of_another_model_must_be_declared():
     logits = forward(ids, (mask,))
     assert logits.shape == (*ids.shape, VOCAB) and (logits[mask == 0] == 0).all()
     dm = DiffMask(model, mode="input", output="all")
-    history = dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, until_converged=False, verbose=False)
+    history = dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, convergence={"until_converged": False}, verbose=False)
     assert all(row["kl"] == row["kl"] for row in history)
     masks = PerExampleDiffMask(model, output="all").fit_masks(ids, (mask,), layer=0, steps=2, verbose=False)
     assert masks.kl.shape == (ids.shape[0],)
@@ -64,7 +64,7 @@ def test_a_question_answering_head_keeps_its_start_and_end_over_real_positions()
     assert forward.output == "span" and logits.shape == (ids.shape[0], 2, ids.shape[1])
     assert (logits[0, :, mask[0] == 0] == torch.finfo(logits.dtype).min).all()  # padding is never a start or end
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 2, max_steps=3, seed=0, convergence={"until_converged": False}, verbose=False)
     assert dm.attribute(ids, additional_forward_args=(mask,), layer=2).shape == ids.shape
     ig = IntegratedGradients(model)
     predicted = ig.attribute(ids, additional_forward_args=(mask,), layer=0, n_steps=4)

@@ -25,7 +25,7 @@ def test_diffmask_fits_a_bfloat16_model(mode):
     model = tiny_bert().to(torch.bfloat16)
     ids, mask = token_batch()
     dm = DiffMask(model, mode=mode)
-    history = dm.fit([(ids, mask)] * 3, max_steps=6, seed=0, until_converged=False, verbose=False)
+    history = dm.fit([(ids, mask)] * 3, max_steps=6, seed=0, convergence={"until_converged": False}, verbose=False)
     assert all(isinstance(row["kl"], float) and row["kl"] == row["kl"] for row in history)  # no NaN
     scores = dm.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert scores.dtype == torch.float32 and torch.isfinite(scores).all() and (scores[mask == 0] == 0).all()

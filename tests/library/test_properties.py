@@ -21,7 +21,7 @@ MODEL = tiny_bert()
 def _fitted(mode):
     ids, mask = token_batch()
     dm = DiffMask(MODEL, mode=mode)
-    dm.fit([(ids, mask)] * 3, max_steps=6, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask)] * 3, max_steps=6, seed=0, convergence={"until_converged": False}, verbose=False)
     return dm
 
 

@@ -60,7 +60,7 @@ def test_the_span_kl_is_the_sum_of_the_start_and_end_kls_over_real_positions():
     model = _qa_model()
     ids, mask, types = _qa_batch()
     dm = DiffMask(model, mode="hidden", init_bias=-2.0)  # gates start closed: the masked output differs
-    dm.fit([(ids, mask, types)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+    dm.fit([(ids, mask, types)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     with torch.no_grad():
         _, masked, original = dm.masked_forward(ids, (mask, types), layer=1)
         plain = model(input_ids=ids, attention_mask=mask, token_type_ids=types)

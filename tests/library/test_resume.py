@@ -37,8 +37,8 @@ SCRIPT = textwrap.dedent("""
             os._exit(3)
     model.bert.embeddings.register_forward_hook(count)
     dm = DiffMask(model, mode=sys.argv[1])
-    history = dm.fit(loader, epochs=3, seed=0, verbose=False, layers_per_batch="one", lr=0.05,
-                     checkpoint=sys.argv[2], checkpoint_every=3)
+    history = dm.fit(loader, epochs=3, seed=0, verbose=False, lr=0.05, checkpoint=sys.argv[2],
+                     compute={{"layers_per_batch": "one", "checkpoint_every": 3}})
     torch.save({{"probe": dm.probe.state_dict(), "lambdas": dm.lambdas.state_dict(),
                 "history": [{{k: v for k, v in row.items() if k != "seconds"}} for row in history]}}, sys.argv[3])
 """)
@@ -86,7 +86,8 @@ def test_a_finished_fit_is_restored_not_trained_again_and_another_probe_is_refus
     with pytest.raises(ValueError, match="checkpoint: .* another probe or other layers"):
         DiffMask(tiny_bert(), mode="input").fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path)
     with pytest.raises(ValueError, match="checkpoint_every must be an int >= 1"):
-        DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path, checkpoint_every=0)
+        DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path,
+                                  compute={"checkpoint_every": 0})
     (tmp_path / "garbage.state").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="garbage.state is not a readable fit state"):
         DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=tmp_path / "garbage.state")
@@ -105,7 +106,8 @@ def _leaves(value):
         yield value
 
 
-@pytest.mark.parametrize("options", [{}, {"optimizer": "lookahead-rmsprop", "multiplier": "damped", "lr_lambda": 0.1}])
+@pytest.mark.parametrize("options", [{}, {"optimization": {"optimizer": "lookahead-rmsprop", "multiplier": "damped",
+                                                             "lr_lambda": 0.1}}])
 def test_a_fit_state_holds_tensors_and_plain_values_and_an_old_pickled_one_is_refused_by_name(tmp_path, options):
     ids, mask = token_batch()
     path = tmp_path / "fit.state"
@@ -119,14 +121,16 @@ def test_a_fit_state_holds_tensors_and_plain_values_and_an_old_pickled_one_is_re
     state["format"] = 1
     torch.save(state, tmp_path / "old.state")
     with pytest.raises(ValueError, match="old.state is a fit state of an earlier version .* not loaded"):
-        DiffMask(tiny_bert(), mode="input").fit([(ids, mask)], epochs=1, verbose=False, checkpoint=tmp_path / "old.state")
+        DiffMask(tiny_bert(), mode="input").fit([(ids, mask)], epochs=1, verbose=False,
+                                                checkpoint=tmp_path / "old.state")
 
 
 def _hidden_fit(path, **cap):
     ids, mask = token_batch(batch=8)
     batches = [(ids[:4], mask[:4]), (ids[4:], mask[4:]), (ids, mask)]
     explainer = DiffMask(tiny_bert(), mode="hidden")
-    history = explainer.fit(batches, seed=0, verbose=False, lr=0.05, checkpoint=path, checkpoint_every=2, **cap)
+    history = explainer.fit(batches, seed=0, verbose=False, lr=0.05, checkpoint=path, compute={"checkpoint_every": 2},
+                            **cap)
     return explainer, history
 
 

@@ -174,7 +174,7 @@ def test_diffmask_on_a_model_that_pads_to_its_window_fits_and_answers_on_the_ids
     ids, mask = token_batch()  # T = 9, padded to 12 inside the library
     explainer = DiffMask(model, mode="hidden")
     batch = {"input_ids": ids, "attention_mask": mask, "labels": torch.zeros(len(ids), dtype=torch.long)}
-    explainer.fit([batch], max_steps=2, seed=0, until_converged=False, verbose=False)
+    explainer.fit([batch], max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
     scores = explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
     assert scores.shape == (*ids.shape, explainer.num_layers + 1) and bool((scores[mask == 0] == 0).all())
     gates, masked, original = explainer.masked_forward(ids, additional_forward_args=(mask,), layer=1)

@@ -104,8 +104,8 @@ def _fit(mode, stack, passes=None):
     if passes is not None:
         replaced_logits = dm.replaced_logits
         dm.replaced_logits = lambda *args: passes.append(args[0].ids.shape[0]) or replaced_logits(*args)
-    history = dm.fit(_loader(), max_steps=12, seed=0, verbose=False, lr=0.3, eps=0.02, stack_layers=stack,
-                     until_converged=False)
+    history = dm.fit(_loader(), max_steps=12, seed=0, verbose=False, lr=0.3, eps=0.02,
+                     compute={"stack_layers": stack}, convergence={"until_converged": False})
     return dm, history
 
 
@@ -127,7 +127,7 @@ def test_a_stacked_fit_is_the_fit_of_one_pass_per_layer(mode, stack):
     # deployed gates of those layers whose gates are not all open in one more
     assert passes.count(16) >= 12 and all(size % 4 == 0 and size <= 16 for size in passes)
     with pytest.raises(ValueError, match="stack_layers"):
-        DiffMask(tiny_bert(), mode=mode).fit(_loader(1), stack_layers="rows")
+        DiffMask(tiny_bert(), mode=mode).fit(_loader(1), compute={"stack_layers": "rows"})
 
 
 def test_evaluation_stacks_the_depths_and_scores_as_each_depth_alone():

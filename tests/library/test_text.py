@@ -61,7 +61,7 @@ def test_integrated_gradients_on_text_sums_a_words_pieces(model, tokenizer):
 def test_diffmask_on_text_keeps_a_column_per_depth_and_takes_the_largest_piece(model, tokenizer):
     batch = tokenizer(TEXTS * 4, padding=True, return_tensors="pt")
     dm = DiffMask(model, mode="input")
-    dm.fit([batch] * 2, max_steps=3, seed=0, verbose=False, until_converged=False)
+    dm.fit([batch] * 2, max_steps=3, seed=0, verbose=False, convergence={"until_converged": False})
     result = explain(dm, TEXTS, tokenizer, layer=None)
     assert result.rule == "max" and result.columns == ["layer 0", "layer 1", "layer 2"]
     word, pieces = result.word_scores[0][4], result.token_scores[0][5:7]
@@ -114,7 +114,7 @@ def test_texts_come_as_a_string_a_list_or_a_file_and_batch_for_fit_and_compare(m
     batches = text_batches(lines, tokenizer, batch_size=1)
     assert len(batches) == 2 and batches[1]["input_ids"].shape == (1, 5)
     dm = DiffMask(model, mode="hidden")
-    dm.fit(records, tokenizer=tokenizer, max_steps=2, seed=0, verbose=False, until_converged=False)
+    dm.fit(records, tokenizer=tokenizer, max_steps=2, seed=0, verbose=False, convergence={"until_converged": False})
     assert dm.is_fitted
     from_text = compare(model, TEXTS, ["Occlusion"], tokenizer=tokenizer)
     encoded = tokenizer(TEXTS, padding=True, return_tensors="pt")

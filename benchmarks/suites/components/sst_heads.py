@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.model.divergences import example_kl, log_probs
 
 from ...progress import log_to_stderr
@@ -93,7 +94,8 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
         explainer = DiffMask(bench.model, mode="heads", per_task=per_task, **init)
         start = time.perf_counter()
         with quiet_warnings():
-            history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True), **options)
+            history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed, sort_by_length=True),
+                                    **grouped_options(options))
         fit_seconds = time.perf_counter() - start
         result = {**score_heads(explainer, evaluated, batch_size), **fit_outcome(explainer, history)}
         result["fit_seconds"] = fit_seconds
@@ -202,6 +204,6 @@ def refit_seconds(model: torch.nn.Module, data: Any, init: Mapping[str, Any], op
         explainer = DiffMask(model, mode="heads", per_task=True, **init)
         start = time.perf_counter()
         with quiet_warnings():
-            explainer.fit(one.loader(1, shuffle=False), **copy.deepcopy(dict(options)))
+            explainer.fit(one.loader(1, shuffle=False), **grouped_options(copy.deepcopy(dict(options))))
         seconds.append(time.perf_counter() - start)
     return statistics.fmean(seconds) if seconds else float("nan")

@@ -40,8 +40,9 @@ import torch
 from torch import Tensor
 
 from captum_diffmask import DiffMask
-from captum_diffmask.model.components import gate_components
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.methods import AttributionPatching
+from captum_diffmask.model.components import gate_components
 from captum_diffmask.model.divergences import example_kl, log_probs
 
 from ...tasks.tracr_models import compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of
@@ -157,7 +158,7 @@ def score_mask(model: torch.nn.Module, kind: str, per_task: bool, train: List[Tu
     options.update(changed)
     start = time.perf_counter()
     with quiet_warnings():
-        history = explainer.fit(train, **options)
+        history = explainer.fit(train, **grouped_options(options))
     fit_seconds = time.perf_counter() - start
     ids, mask = held
     start = time.perf_counter()

@@ -12,12 +12,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask import Convergence, DiffMask
-from captum_diffmask.diffmask.fit.options import FitOptions
-from captum_diffmask.model.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import LABEL_NAMES
 from benchmarks.tasks.sst_bert import EncodedSST
+from captum_diffmask import Convergence, DiffMask
+from captum_diffmask.diffmask import Compute, grouped_options
+from captum_diffmask.model.forward import model_device
 
 from ...progress import bar
 
@@ -89,7 +89,7 @@ def fit_diffmask(
     history = explainer.fit(
         OnDevice(train.loader(batch_size, shuffle=True, seed=None, sort_by_length=True), device),
         validation=held_out if select else None, seed=seed, verbose=verbose,
-        **options, **({} if checkpoint is None else {"checkpoint": checkpoint}),
+        **grouped_options(options), **({} if checkpoint is None else {"checkpoint": checkpoint}),
     )
     seconds = time.perf_counter() - start
     heldout = None if select else {str(k): v for k, v in explainer.evaluate(held_out).items()}
@@ -105,7 +105,7 @@ def fit_diffmask(
         else all(v["kl"] <= HELD_OUT_MARGIN * float(options.get("eps", 0.1)) for v in heldout.values()),
         "options": {**init, **options, "batch_size": batch_size, "convergence": criterion},
         "convergence": {str(k): report for k, report in explainer.convergence.items()},
-        "layers_per_batch": len(explainer.convergence) if options.get("layers_per_batch", FitOptions.layers_per_batch) == "all" else 1,
+        "layers_per_batch": len(explainer.convergence) if options.get("layers_per_batch", Compute.layers_per_batch) == "all" else 1,
     }
 
 

@@ -14,8 +14,9 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask import DiffMask
 from benchmarks.tasks.sst_bert import EncodedSST
+from captum_diffmask import DiffMask
+from captum_diffmask.diffmask import grouped_options
 
 from ...progress import bar
 from ...records import median_seconds
@@ -121,7 +122,7 @@ def fit_step_seconds(
         start = time.perf_counter()
         with warnings.catch_warnings():  # a fit of a few steps has no verdict, and says so
             warnings.simplefilter("ignore")
-            explainer.fit(batches[:count], max_steps=count, stack_layers=stack, **options)
+            explainer.fit(batches[:count], max_steps=count, **grouped_options({**options, "stack_layers": stack}))
         return time.perf_counter() - start
 
     choices = STACK_CHOICES[mode]

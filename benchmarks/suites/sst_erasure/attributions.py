@@ -11,11 +11,12 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from benchmarks.tasks.sst import sst_sites, SSTClassifier, SSTData
 from captum_diffmask import DiffMask
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.evaluation.erasure_agreement import agreement_per_example, keeps_prediction
 from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
 from captum_diffmask.model.sites import SiteLocator
-from benchmarks.tasks.sst import SSTClassifier, SSTData, sst_sites
 
 from ...methods import MethodContext, prepare, route_options
 from ...progress import bar
@@ -106,7 +107,8 @@ def fit_amortised_diffmask(
     explainer = DiffMask(model, sites=sst_sites(model), padding_mask_arg=0, **routed["init"])
     # the input baseline pinned to the erasure's (input mode; lr_baseline 0 keeps it there)
     pinned = baseline if explainer.mode == "input" else None
-    history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed), init_baseline=pinned, **routed["fit"])
+    history = explainer.fit(train.loader(batch_size, shuffle=True, seed=seed),
+                            **grouped_options({**routed["fit"], "init_baseline": pinned}))
     return explainer, layer, {"fit_last": history[-1] if history else {}, "fit_steps": int(sum(h["steps"] for h in history))}
 
 

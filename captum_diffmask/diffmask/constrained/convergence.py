@@ -67,7 +67,9 @@ class Convergence:
 
     A fit stops at the latest after ``max_windows`` windows of steps at each
     layer (``budget``), so that a fit that cannot converge ends in bounded time
-    and says so.
+    and says so. What the fit does with the verdicts: it stops once every
+    trained layer has one (``until_converged``), and a layer whose probe is its
+    own stops training once it has its own (``freeze_converged``).
 
     Args:
 
@@ -99,6 +101,18 @@ class Convergence:
                     window) a change may add to ``tol_kept`` and to the
                     multiplier's tolerance; 0 compares the means alone.
                     Default: 2.0
+        until_converged (bool, optional): stop the fit once every trained
+                    layer has its verdict; False: run to the caps
+                    (``max_steps``, ``epochs``). Default: True
+        freeze_converged (bool, optional): where each layer's gate networks,
+                    baselines and multiplier are its own (hidden and component
+                    modes; input mode with ``votes="per_depth"``), stop training
+                    a layer once it has its verdict, keeping the probe the
+                    verdict was judged on, while the others go on (with
+                    ``until_converged``). Without it a settled layer keeps
+                    training until every layer has settled at once, and its
+                    window means can drift out of the criterion again.
+                    Default: True
     """
 
     window: int = 100
@@ -112,6 +126,8 @@ class Convergence:
     max_windows: int = 40
     noise: float = 2.0
     needed_windows: int = 20
+    until_converged: bool = True
+    freeze_converged: bool = True
 
     @property
     def budget(self) -> int:
@@ -129,6 +145,9 @@ class Convergence:
         for name in ("tol_kept", "tol_lambda", "lambda_floor", "tol_kl", "open_share", "closed_share", "noise"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"convergence.{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("until_converged", "freeze_converged"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The multipliers are float32 and clamped to ``[0, ceiling]``. A gradient rule
 moves each by its gradient, the layer's violation ``D - eps`` (ascent, the
-damped and balanced rules, the authors' RMSprop); the PI controller of
+damped rule, the authors' RMSprop); the PI controller of
 :mod:`~captum_diffmask.diffmask.constrained.pi_control` sets them instead, and
 :mod:`~captum_diffmask.diffmask.constrained.multiplier_rules` builds the rule a
 fit uses.
@@ -18,7 +18,7 @@ from torch import nn, Tensor
 from captum_diffmask.diffmask.constrained.lookahead import Lookahead
 
 #: The multiplier updates :meth:`LagrangeMultipliers.optimizer` knows.
-GRADIENT_RULES = ("balanced", "damped", "ascent", "rmsprop")
+GRADIENT_RULES = ("damped", "ascent", "rmsprop")
 #: The damped rule's largest log-decay of a multiplier a step.
 DEFAULT_DECAY = 0.05
 
@@ -76,11 +76,6 @@ class LagrangeMultipliers(nn.Module):
         - ``"rmsprop"``: the DiffMask authors' (their appendix tables): RMSprop
           ascent wrapped in Lookahead (k 6, alpha 0.5); it moves lambda by
           about ``lr`` a step whatever the violation. One rate only.
-        - ``"balanced"``: as ``"damped"``, but a violated step raises lambda by
-          at least the factor that the same slack would lower it by
-          (``lambda *= exp(decay * min(c / eps, 1))``), so small violations and
-          small slack balance at any lambda and the KL settles at eps; a large
-          violation still rises additively.
 
         Args:
 
@@ -89,8 +84,8 @@ class LagrangeMultipliers(nn.Module):
                         e.g. a smaller one where a rare large violation (a sample
                         that masks the only state the output reads) would otherwise
                         hold the gates open for many steps. Default: 0.3
-            rule (str, optional): ``"ascent"``, ``"damped"``, ``"balanced"`` or
-                        ``"rmsprop"`` (see above).
+            rule (str, optional): ``"ascent"``, ``"damped"`` or ``"rmsprop"``
+                        (see above).
                         Default: ``"ascent"``
             eps (float, optional): the constraint's margin, the scale of the
                         damped rule's decay. Default: 0.0
@@ -118,7 +113,7 @@ class LagrangeMultipliers(nn.Module):
         rate = torch.tensor(per_layer, dtype=self.values.dtype, device=self.values.device)
         if rule == "ascent":
             return _ElementwiseAscent(self.values, rate)
-        return _DampedAscent(self.values, rate, eps, decay, balanced=rule == "balanced")
+        return _DampedAscent(self.values, rate, eps, decay)
 
     @torch.no_grad()
     def clamp_(self) -> None:
@@ -150,19 +145,16 @@ def multiplier_rates(lr: Union[float, Sequence[float]], num_layers: int) -> Opti
 
 
 class _DampedAscent(torch.optim.Optimizer):
-    r"""The ``"damped"`` and ``"balanced"`` rules of
-    :meth:`LagrangeMultipliers.optimizer`: a geometric decay (at most
-    ``exp(-decay)`` a step) while the constraint holds; while it is violated,
-    additive ascent (``"damped"``), or the larger of that and the geometric rise
-    that mirrors the decay (``"balanced"``). Elements with a zero gradient (the
+    r"""The ``"damped"`` rule of :meth:`LagrangeMultipliers.optimizer`: a
+    geometric decay (at most ``exp(-decay)`` a step) while the constraint holds,
+    additive ascent while it is violated. Elements with a zero gradient (the
     layers not trained in the step) or a zero rate do not move."""
 
-    def __init__(self, param: nn.Parameter, lr: Tensor, eps: float, decay: float, balanced: bool) -> None:
+    def __init__(self, param: nn.Parameter, lr: Tensor, eps: float, decay: float) -> None:
         super().__init__([param], {"lr": lr})
         # eps = 0 leaves no slack to decay in: any c < 0 is impossible then
         self.scale = max(float(eps), 1e-12)
         self.decay = float(decay)
-        self.balanced = bool(balanced)
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> None:  # type: ignore[override]
@@ -173,10 +165,6 @@ class _DampedAscent(torch.optim.Optimizer):
                 violation = p.grad
                 relative = violation / self.scale
                 rise = group["lr"] * violation
-                if self.balanced:
-                    # the mirror image of the decay: small violations move lambda
-                    # by the same factor as small slack, whatever lambda's size
-                    rise = torch.maximum(rise, p * torch.expm1(self.decay * relative.clamp(max=1.0)))
                 fall = p * torch.exp(self.decay * relative.clamp(min=-1.0))
                 new = torch.where(violation > 0, p + rise, fall)
                 p.copy_(torch.where(group["lr"] > 0, new, p))  # rate 0: a fixed multiplier

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 from tqdm.auto import tqdm
 
-from captum_diffmask.diffmask.constrained.convergence import Convergence, LayerMonitor, SETTLED, warn_unconverged
+from captum_diffmask.diffmask.constrained.convergence import LayerMonitor, SETTLED, warn_unconverged
 from captum_diffmask.diffmask.constrained.multiplier_rules import MultiplierRule
 from captum_diffmask.diffmask.fit.distributed import (
     all_sum,
@@ -90,21 +90,23 @@ class FitLoop:
         self.explainer, self.options, self.layers = explainer, options, layers
         self.constraint = options.kl_constraint()
         self.layer_draw = random.Random(options.seed)
-        criterion = options.convergence or Convergence()
+        criterion = options.convergence
         self.trained = sorted(set(layers))
-        self.freezes = options.freeze_converged and options.until_converged and explainer.independent_layers
+        self.freezes = criterion.freeze_converged and criterion.until_converged and explainer.independent_layers
         self.monitors = {k: LayerMonitor(k, self.constraint, criterion) for k in self.trained}
         self.open_share = criterion.open_share
         self.max_steps = options.max_steps
         if options.max_steps is None and options.epochs is None:
             # the criterion's budget at each layer; a layer drawn one batch in
             # len(trained) gets that share of the steps
-            self.max_steps = criterion.budget * (1 if options.layers_per_batch == "all" else len(self.trained))
+            self.max_steps = criterion.budget * (1 if options.compute.layers_per_batch == "all" else len(self.trained))
         self.optimizers: Optional[Tuple[torch.optim.Optimizer, MultiplierRule]] = None
-        bound = self.constraint.eps if options.eps_valid is None else float(options.eps_valid)
-        self.selection = (None if options.validation is None
-                          else CheckpointSelection(options.validation, layers, bound, options.agreement_valid))
-        self.saver = None if options.checkpoint is None else FitCheckpoint(options.checkpoint, options.checkpoint_every)
+        validation = options.validation
+        self.selection = None if validation is None else CheckpointSelection(
+            validation.batches, layers, self.constraint.eps if validation.eps is None else float(validation.eps),
+            validation.agreement)
+        self.saver = (None if options.checkpoint is None
+                      else FitCheckpoint(options.checkpoint, options.compute.checkpoint_every))
         self.state = FitState(active=list(self.trained))
         self.began = time.perf_counter()  # the current epoch's start, less a resumed epoch's earlier part
 
@@ -170,13 +172,13 @@ class FitLoop:
                 break
             call = explainer.prepare_batch(batch, None, "dataloader batch")
             layers = self._draw()
-            with model_precision(self.options.precision, call.ids.device):
+            with model_precision(self.options.compute.precision, call.ids.device):
                 states, original = explainer.capture(call, self._sites_to_keep(max(layers)))
             assert original is not None
             if self.optimizers is None:
                 if explainer.probe is None:
                     explainer.build_probe(states, call.mask, all_sum if is_distributed() else None, call)
-                pin_baselines(explainer, self.options.init_baseline)
+                pin_baselines(explainer, self.options.optimization.init_baseline)
                 self.optimizers = build_optimizers(explainer, self.options, self.constraint)
             plan = StepPlan(self.options, self.constraint, *self.optimizers, state.step + 1, self.open_share,
                             {k for k in layers if self.monitors[k].measures_closure()})
@@ -203,7 +205,7 @@ class FitLoop:
 
     def _draw(self) -> List[int]:
         r"""The layers trained on the next batch: one drawn uniformly, or all."""
-        if self.options.layers_per_batch == "all":
+        if self.options.compute.layers_per_batch == "all":
             return self.state.active
         return [self.layer_draw.choice([k for k in self.layers if k in self.state.active])]
 
@@ -212,7 +214,7 @@ class FitLoop:
         and the first batch, which builds the probe), or those up to ``hidden.k``, the
         ones a step whose deepest layer is k reads or re-uses (``"needed"``)."""
         names = self.explainer.site_names
-        if self.options.activations == "all" or self.explainer.probe is None or self.optimizers is None:
+        if self.options.compute.activations == "all" or self.explainer.probe is None or self.optimizers is None:
             return names
         if layer == 0 and self.explainer.mode in COMPONENT_MODES:  # the joint mask reads every block's input
             return names
@@ -230,7 +232,7 @@ class FitLoop:
             self._freeze_settled(closed)
         if self.max_steps is not None and state.step >= self.max_steps:
             state.ended = "max_steps"
-        elif closed and self.options.until_converged and all(m.status() in SETTLED for m in self.monitors.values()):
+        elif closed and self.options.convergence.until_converged and all(m.status() in SETTLED for m in self.monitors.values()):
             state.ended = "converged"
         return closed
 
@@ -262,7 +264,7 @@ class FitLoop:
             if options.max_steps is None:
                 return f"the criterion's budget of {self.max_steps} steps (convergence.max_windows)"
             return f"the cap max_steps={options.max_steps}"
-        if not options.until_converged:
+        if not options.convergence.until_converged:
             return f"epochs={options.epochs} with until_converged=False"
         return f"the cap epochs={options.epochs} ({state.step} steps)"
 

@@ -13,7 +13,8 @@ from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 from captum_diffmask.diffmask.constrained.lookahead import Lookahead
 from captum_diffmask.diffmask.constrained.multiplier_rules import multiplier_rule, MultiplierRule
 from captum_diffmask.diffmask.fit.fittable import Fittable
-from captum_diffmask.diffmask.fit.options import FitOptions, InitBaseline
+from captum_diffmask.diffmask.fit.option_groups import InitBaseline
+from captum_diffmask.diffmask.fit.options import FitOptions
 from captum_diffmask.diffmask.gates import COMPONENT_MODES
 from captum_diffmask.model.arguments import check_layer
 
@@ -22,26 +23,27 @@ def build_optimizers(
     explainer: Fittable, options: FitOptions, constraint: KLConstraint
 ) -> Tuple[torch.optim.Optimizer, MultiplierRule]:
     r"""The probe's optimiser (gate networks at ``lr``, baselines at
-    ``lr_baseline``) and the rule that moves the multipliers."""
+    ``optimization.lr_baseline``) and the rule that moves the multipliers."""
     assert explainer.probe is not None and explainer.lambdas is not None
+    recipe = options.optimization
     baselines = {id(p) for n, p in explainer.probe.named_parameters() if n.startswith("baseline")}
     gates = [p for p in explainer.probe.parameters() if id(p) not in baselines]
     base = [p for p in explainer.probe.parameters() if id(p) in baselines]
-    groups = [{"params": gates, "lr": options.lr}, {"params": base, "lr": options.lr_baseline}]
-    if options.optimizer in ("rmsprop", "lookahead-rmsprop"):
+    groups = [{"params": gates, "lr": options.lr}, {"params": base, "lr": recipe.lr_baseline}]
+    if recipe.optimizer in ("rmsprop", "lookahead-rmsprop"):
         # The authors' choice (wrapped in Lookahead in their code). Centred: it
         # divides by the gradient's spread, which vanishes once the multiplier is
         # ~0 and the L0 term alone drives the gates, and they then close all
         # together within a few dozen steps (docs/reproduction/fit-defaults.md, "The damped rule").
         probe_opt: torch.optim.Optimizer = torch.optim.RMSprop(groups, centered=True)
-        if options.optimizer == "lookahead-rmsprop":
+        if recipe.optimizer == "lookahead-rmsprop":
             probe_opt = Lookahead(probe_opt)
     else:
         # beta2 0.99, not 0.999: after the multiplier has pushed gates open, the
         # small L0 gradient regains its scale within ~100 steps.
         probe_opt = torch.optim.Adam(groups, betas=(0.9, 0.99))
-    rule = multiplier_rule(explainer.lambdas, constraint, options.multiplier, options.lr_lambda, options.lambda_max,
-                           options.controller)
+    rule = multiplier_rule(explainer.lambdas, constraint, recipe.multiplier, recipe.lr_lambda, recipe.lambda_max,
+                           recipe.controller)
     return probe_opt, rule
 
 

@@ -101,7 +101,7 @@ def training_step(
     rank, world = rank_and_world()
     sizes = global_batch_sizes(call.ids.shape[0], call.ids.device)
     records: Dict[int, Dict[str, float]] = {}
-    for group in explainer.gates.pass_groups(layers, plan.options.stack_layers):
+    for group in explainer.gates.pass_groups(layers, plan.options.compute.stack_layers):
         # one backward per masked pass: only that pass's graph is held in memory
         loss, group_records = lagrangian(explainer, call, states, original, group, sizes, plan)
         loss.backward()
@@ -122,12 +122,12 @@ def lagrangian(
     batch size), and each layer's record of the step."""
     assert explainer.probe is not None and explainer.lambdas is not None
     rank, world = rank_and_world()
-    options = plan.options
+    recipe, precision = plan.options.optimization, plan.options.compute.precision
     noise = (lambda shape: shared_uniform(shape, sizes, rank, call.ids.device)) if world > 1 else None
     logits = explainer.gates.logits_of_layers(states, layers, call.mask)  # one probe call for the group
-    samples = {k: explainer.gates.sample_with_plain(states, k, options.vote_sampling, noise, call.mask,
-                                                   options.l0_floor_for(explainer.mode), logits[k]) for k in layers}
-    masked = _masked_logits(explainer, call, states, {k: sample[0] for k, sample in samples.items()}, options.precision)
+    samples = {k: explainer.gates.sample_with_plain(states, k, recipe.vote_sampling, noise, call.mask,
+                                                   float(recipe.l0_floor), logits[k]) for k in layers}
+    masked = _masked_logits(explainer, call, states, {k: sample[0] for k, sample in samples.items()}, precision)
     log_p = log_probs(original)
     total, records = torch.zeros((), device=original.device), {}
     for k, (gates, log_keep, plain) in samples.items():
@@ -138,10 +138,10 @@ def lagrangian(
     for k in layers:
         if k in plan.closure_layers:
             records[k]["closure"] = _closure_kl(explainer, call, states, log_p, samples[k][1], k, plan.open_share,
-                                                options.precision)
+                                                precision)
     if plan.constraint.needs_deployed_kl:
         deployed = _mean_kls_with_gates(
-            explainer, call, states, log_p, {k: samples[k][1].detach() > math.log(0.5) for k in layers}, options.precision)
+            explainer, call, states, log_p, {k: samples[k][1].detach() > math.log(0.5) for k in layers}, precision)
         for k in layers:
             records[k]["kl_deployed"] = deployed[k]
             records[k]["constraint"] = plan.constraint.value(records[k]["kl"], deployed[k])
@@ -164,24 +164,14 @@ def _layer_loss(
     r"""``L0 + lambda_k * (mean KL - eps)`` of one layer from its masked logits,
     and the step's record of that layer."""
     assert explainer.lambdas is not None
-    options = plan.options
     log_q = log_probs(masked)
     kl = example_kl(log_p, log_q)
     real = explainer.gates.positions(call.mask, layer)
     penalty = l0_penalty(log_keep, real, explainer.l0)
     lam, violation = explainer.lambdas(layer), plan.constraint.violation(kl.mean())
-    if options.score_gradient:  # 0 in value: the multiplier sees the same violation
+    if plan.options.optimization.score_gradient:  # 0 in value: the multiplier sees the same violation
         violation = violation + score_function_term(kl, gates, plain, real)
-    if options.lagrangian == "normalized":
-        # the probe descends (L0 + lambda * c) / (1 + lambda): the same stationary
-        # points, but a gradient whose scale does not grow with lambda, so that a
-        # spike of lambda does not leave Adam's second moment hundreds of times
-        # larger than the L0 gradient that must close the gates afterwards; the
-        # multiplier still receives the violation c itself
-        weight = lam.detach()
-        loss = (penalty.mean() + weight * violation) / (1 + weight) + lam * violation.detach()
-    else:
-        loss = penalty.mean() + lam * violation
+    loss = penalty.mean() + lam * violation
     record = _step_record(kl, log_keep, log_p, log_q, real)
     record["constraint"] = record["kl"]
     return loss, record

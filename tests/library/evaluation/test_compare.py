@@ -27,7 +27,7 @@ def test_names_and_fitted_explainers_side_by_side(tmp_path):
     model = tiny_bert()
     ids, mask = token_batch()
     dm = DiffMask(model, mode="input")
-    dm.fit(_train(), max_steps=4, until_converged=False, seed=0, verbose=False)
+    dm.fit(_train(), max_steps=4, convergence={"until_converged": False}, seed=0, verbose=False)
     result = compare(
         model, ids, [dm, "IntegratedGradients", ("Occlusion", {}), ("PerSampleBottleneck", FEW), ("Guan", FEW)],
         layer=1, additional_forward_args=(mask,), train_data=_train(),

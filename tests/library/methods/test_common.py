@@ -149,7 +149,7 @@ def test_partial_rerun_skips_the_blocks_before_the_site():
 # ------------------------------------------------------------ the contract
 def _fitted_diffmask(model, ids, mask):
     dm = DiffMask(model, mode="hidden")
-    dm.fit([(ids, mask)], max_steps=2, seed=0, verbose=False, until_converged=False)
+    dm.fit([(ids, mask)], max_steps=2, seed=0, verbose=False, convergence={"until_converged": False})
     return dm
 
 
@@ -303,7 +303,7 @@ def test_a_model_left_in_train_mode_is_attributed_in_eval_mode_and_left_in_its_m
     ids, mask = token_batch()
     if name == "DiffMask":
         method = DiffMask(model, mode="hidden")
-        method.fit([(ids, mask)] * 2, max_steps=2, seed=0, until_converged=False, verbose=False)
+        method.fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False}, verbose=False)
         options = {}
     else:
         method, options = _make(name, model, ids, mask)
