@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _list() -> None:
-    from .methods import available_methods, REGISTRY
+    from .methods import methods_listed
     from .runner import load_suite, SUITES
 
     print("suites:")
@@ -53,10 +53,9 @@ def _list() -> None:
         except Exception as error:  # noqa: BLE001 - one broken suite must not hide the others
             description = f"(cannot be loaded: {type(error).__name__}: {error})"
         print(f"  {name:<12} {description}")
-    print("methods (captum_diffmask.methods.registry.METHODS):")
-    for name, ok in available_methods().items():
-        state = "available" if ok else "not available"
-        print(f"  {name:<20} {state:<14} {REGISTRY[name]}")
+    print("methods (captum_diffmask.methods.registered_methods()):")
+    for name, summary in methods_listed().items():
+        print(f"  {name:<20} {summary}")
 
 
 def parse_settings(settings: List[str]) -> Dict[str, Any]:

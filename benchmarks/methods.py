@@ -1,11 +1,13 @@
 """The methods the suites compare, set up through the library's own
-:func:`captum_diffmask.methods.registry.prepare_method` (the API behind
-:func:`captum_diffmask.compare`): the harness adds no method code.
+:func:`captum_diffmask.methods.prepare_method` (the API behind
+:func:`captum_diffmask.compare`) by the names of the library's registry
+(:func:`captum_diffmask.methods.registered_methods`): the harness adds no method
+code, and a method registered anywhere is one a suite can run.
 
 A suite gives its model, sites and training data as a :class:`MethodContext`;
 :func:`prepare` turns a method's flat options (each routed to the constructor,
 ``fit`` / ``fit_statistics`` or ``attribute``, whichever names it) into a
-:class:`~captum_diffmask.methods.registry.PreparedMethod`. ``batch_size`` is the
+:class:`~captum_diffmask.methods.PreparedMethod`. ``batch_size`` is the
 harness's own option: the training batch size of a fit or of the statistics.
 """
 
@@ -17,17 +19,16 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 from torch import nn
 
-from captum_diffmask.methods.registry import METHODS, prepare_method, PreparedMethod, route_options
+from captum_diffmask.methods import method_class, prepare_method, PreparedMethod, registered_methods, route_options
 from captum_diffmask.model.attribution import method_trait
-from captum_diffmask.methods.registry import LIBRARY_METHODS
 
-__all__ = ["MethodContext", "PreparedMethod", "REGISTRY", "prepare", "route_options"]
+__all__ = ["MethodContext", "PreparedMethod", "methods_listed", "prepare", "route_options"]
 
-#: One line per method, for ``python -m benchmarks list`` and the reports: each
-#: method's own ``name()`` and ``summary``, in the library's order.
-REGISTRY: Dict[str, str] = {cls.name(): cls.summary for cls in LIBRARY_METHODS}
-#: Registry names that differ from the library's class names (a method's ``label``).
-ALIASES: Dict[str, str] = {cls.name(): cls.__name__ for cls in LIBRARY_METHODS if cls.name() != cls.__name__}
+
+def methods_listed() -> Dict[str, str]:
+    r"""One line per registered method, for ``python -m benchmarks list`` and
+    the reports: each method's own name and ``summary``."""
+    return {name: method_trait(cls, "summary") for name, cls in registered_methods().items()}
 
 
 @dataclass
@@ -59,25 +60,16 @@ class MethodContext:
 
 def prepare(name: str, ctx: MethodContext, options: Mapping[str, Any]) -> PreparedMethod:
     r"""Sets one method up; errors propagate (the suite records them)."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown method {name!r}; known: {', '.join(REGISTRY)}")
-    library_name = ALIASES.get(name, name)
-    if library_name not in METHODS:
-        raise ImportError(f"{name} is not a method of captum_diffmask")
+    cls = method_class(name)
     options = dict(options)
     batch_size = int(options.pop("batch_size", 128))
     if name == "Random":
         options.setdefault("seed", ctx.seed + 7919)  # its own stream, apart from the other methods'
-    train = ctx.train_loader(batch_size, ctx.seed) if method_trait(METHODS[library_name], "needs_data") else None
+    train = ctx.train_loader(batch_size, ctx.seed) if method_trait(cls, "needs_data") else None
     torch.manual_seed(ctx.seed)
     prepared = prepare_method(
-        (library_name, options), ctx.model, train_data=train, layer=ctx.layer, sites=ctx.sites(),
+        (name, options), ctx.model, train_data=train, layer=ctx.layer, sites=ctx.sites(),
         padding_mask_arg=ctx.padding_mask_arg, fit_steps=None, seed=ctx.seed, verbose=ctx.verbose,
     )
     prepared.name = name
     return prepared
-
-
-def available_methods() -> Dict[str, bool]:
-    r"""``{name: whether the library has it}`` for every registry entry."""
-    return {name: ALIASES.get(name, name) in METHODS for name in REGISTRY}

@@ -14,7 +14,7 @@ A suite is a module (or a package) in ``benchmarks/suites/`` with:
 - optionally ``write_report(results, path, json_name)``, used instead of
   :func:`benchmarks.report.write_report` when a suite's report needs other tables;
 - optionally ``EXTRA_METHODS`` (names): rows of its own that ``--methods``
-  accepts beside :data:`benchmarks.methods.REGISTRY`.
+  accepts beside the library's registered methods.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def build_config(
         seeds (int or sequence of int, optional): N means seeds ``0..N-1``.
                     Default: None (the suite's)
         methods (sequence of str, optional): method names, from
-                    :data:`benchmarks.methods.REGISTRY` or the suite's own rows
+                    the library's registry (:func:`benchmarks.methods.methods_listed`)
+                    or the suite's own rows
                     (its ``EXTRA_METHODS``). Default: None (the suite's)
         overrides (Mapping, optional): merged last, e.g. ``{"data":
                     {"num_examples": 2000}}``. Default: None
@@ -103,7 +104,7 @@ def build_config(
     Returns:
         *dict*, with ``"quick"`` set.
     """
-    from .methods import REGISTRY
+    from .methods import methods_listed
 
     unknown_keys = sorted(set(overrides or {}) - set(suite.DEFAULTS))
     if unknown_keys:
@@ -123,7 +124,8 @@ def build_config(
     if not config.get("seeds"):
         raise ValueError("seeds: a run needs at least one seed")
     if methods is not None:
-        known = list(REGISTRY) + [m for m in getattr(suite, "EXTRA_METHODS", ()) if m not in REGISTRY]
+        registered = list(methods_listed())
+        known = registered + [m for m in getattr(suite, "EXTRA_METHODS", ()) if m not in registered]
         unknown = [m for m in methods if m not in known]
         if unknown:
             raise ValueError(f"methods: unknown {', '.join(unknown)}; known: {', '.join(known)}")

@@ -64,12 +64,10 @@ MOVED_MODULES: Dict[str, Union[str, Mapping[str, str]]] = {
     "captum_diffmask.distributed": "captum_diffmask.diffmask.fit.distributed",
     "captum_diffmask.evaluation.compare": {
         "*": "captum_diffmask.interface.side_by_side",
-        "LIBRARY_METHODS": "captum_diffmask.methods.registry",
-        "METHODS": "captum_diffmask.methods.registry",
-        "MethodSpec": "captum_diffmask.methods.registry",
-        "PreparedMethod": "captum_diffmask.methods.registry",
-        "prepare_method": "captum_diffmask.methods.registry",
-        "route_options": "captum_diffmask.methods.registry",
+        "MethodSpec": "captum_diffmask.methods.preparation",
+        "PreparedMethod": "captum_diffmask.methods.preparation",
+        "prepare_method": "captum_diffmask.methods.preparation",
+        "route_options": "captum_diffmask.methods.preparation",
     },
     "captum_diffmask.evaluation.comparison": "captum_diffmask.interface.comparison",
 }
@@ -80,11 +78,9 @@ MOVED_NAMES: Dict[str, Mapping[str, str]] = {
         "compare": "captum_diffmask.interface.side_by_side",
         "Comparison": "captum_diffmask.interface.comparison",
         "MethodResult": "captum_diffmask.interface.comparison",
-        "LIBRARY_METHODS": "captum_diffmask.methods.registry",
-        "METHODS": "captum_diffmask.methods.registry",
-        "prepare_method": "captum_diffmask.methods.registry",
-        "PreparedMethod": "captum_diffmask.methods.registry",
-        "route_options": "captum_diffmask.methods.registry",
+        "prepare_method": "captum_diffmask.methods.preparation",
+        "PreparedMethod": "captum_diffmask.methods.preparation",
+        "route_options": "captum_diffmask.methods.preparation",
     },
 }
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 #: The packages whose ``__all__`` is the public API, in the table's order.
-PACKAGES = ("captum_diffmask", "captum_diffmask.methods", "captum_diffmask.evaluation")
+PACKAGES = ("captum_diffmask", "captum_diffmask.diffmask", "captum_diffmask.methods", "captum_diffmask.evaluation")
 TABLE = Path(__file__).resolve().parent / "api.md"
 
 

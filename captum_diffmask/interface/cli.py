@@ -271,7 +271,7 @@ def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int
     r"""The explainer and its attribute options: DiffMask from ``--probe``,
     any other method by name."""
     from captum_diffmask.diffmask.explainer import DiffMask
-    from captum_diffmask.methods.registry import prepare_method
+    from captum_diffmask.methods.preparation import prepare_method
 
     if name == "DiffMask":
         return DiffMask.load(args.probe, model), {}
@@ -281,11 +281,13 @@ def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int
 
 def _check_methods(args: argparse.Namespace, names: Sequence[str]) -> None:
     r"""Before any model loads: each name is a method, and DiffMask has its probe."""
-    from captum_diffmask.methods.registry import METHODS
+    from captum_diffmask.methods.registry import method_class
 
     for name in names:
-        if name not in METHODS:
-            raise UsageError(f"unknown method {name!r}; the methods are {sorted(METHODS)}")
+        try:
+            method_class(name)
+        except ValueError as error:
+            raise UsageError(str(error).replace("methods: ", "", 1)) from None
     if "DiffMask" in names:
         if not args.probe:
             raise UsageError("DiffMask needs --probe, a file written by 'captum-diffmask fit'")

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from captum_diffmask.interface.html import page, Row, table
 from captum_diffmask.interface.figures import attribution_panels, layer_heatmaps, normalize_unit
+from captum_diffmask.interface.html import page, Row, table
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -26,10 +26,10 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
 
 from torch import Tensor
 
-from captum_diffmask.model.attribution import method_trait
+from captum_diffmask.interface.html import page, table
+from captum_diffmask.model.attribution import method_name, method_trait
 from captum_diffmask.model.batches import split_batch
 from captum_diffmask.model.texts import as_texts, merge_into_words, word_rule
-from captum_diffmask.interface.html import page, table
 
 
 @dataclass
@@ -149,7 +149,7 @@ def explain(
     scores = scores.unsqueeze(-1) if scores.dim() == 2 else scores
     columns = ["score"] if scores.shape[-1] == 1 else [f"layer {k}" for k in range(scores.shape[-1])]
     rule = word_rule(method_trait(method, "scores_are_probabilities"))
-    result = Explanation(type(method).__name__, texts, columns, rule)
+    result = Explanation(method_name(method), texts, columns, rule)
     for b, text in enumerate(texts):
         real = encoding["attention_mask"][b].bool()
         word_ids = [w for w, keep in zip(encoding.word_ids(b), real.tolist()) if keep]

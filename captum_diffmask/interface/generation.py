@@ -21,14 +21,14 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 import torch
-from torch import nn, Tensor
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import method_trait
+from captum_diffmask.interface.figures import PathLike, save_figure
+from captum_diffmask.model.attribution import method_name, method_trait
 from captum_diffmask.model.forward import model_device, ModelForward
 from captum_diffmask.model.texts import decoded_words, merge_into_words, word_rule
-from captum_diffmask.interface.figures import PathLike, save_figure
 
 __all__ = ["GenerationAttribution", "attribute_generation", "greedy_continuation", "left_pad", "prefix_batches"]
 
@@ -437,7 +437,7 @@ def attribute_generation(
               else [str(i) for i in sequence.tolist()])
     word_ids, words = decoded_words(tokenizer, sequence[:-1].tolist()) if tokenizer is not None else (None, None)
     layers = list(range(scores.shape[-1])) if scores.dim() == 3 else None
-    return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, type(method).__name__,
+    return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, method_name(method),
                                  layers, None if layers is not None else layer, word_ids, words,
                                  bool(method_trait(method, "scores_are_probabilities")))
 

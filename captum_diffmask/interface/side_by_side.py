@@ -19,12 +19,12 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import method_trait
-from captum_diffmask.model.forward import Batch, check_token_ids, format_additional_args, frozen, ModelForward
-from captum_diffmask.model.texts import as_texts, encoding_word_ids, piece_words
-from captum_diffmask.methods.registry import MethodSpec, prepare_method
 from captum_diffmask.evaluation.faithfulness import eraser_scores, plausibility, TokenEraser
 from captum_diffmask.interface.comparison import Comparison, MethodResult, token_labels
+from captum_diffmask.methods.preparation import MethodSpec, prepare_method
+from captum_diffmask.model.attribution import method_name, method_trait
+from captum_diffmask.model.forward import Batch, check_token_ids, format_additional_args, frozen, ModelForward
+from captum_diffmask.model.texts import as_texts, encoding_word_ids, piece_words
 
 
 # ------------------------------------------------------------------ compare
@@ -60,7 +60,8 @@ def compare(
                     arguments); or texts (a string, a list of strings, a
                     ``pathlib.Path`` of a file of them) with ``tokenizer``.
         methods (sequence): each an object with ``attribute`` (e.g. a fitted
-                    :class:`DiffMask`), a name of :data:`METHODS`, or
+                    :class:`DiffMask`), a registered name
+                    (:func:`~captum_diffmask.methods.registry.registered_methods`), or
                     ``(name, options)``; see :func:`prepare_method`.
         layer (int, optional): the layer every method attributes at (0: the input
                     tokens; DiffMask's input mode reads it as depth). A DiffMask
@@ -185,7 +186,7 @@ def _run_one(
     setup: Mapping[str, Any], errors: str,
 ) -> MethodResult:
     options = dict(method[1]) if isinstance(method, tuple) and len(method) == 2 else {}
-    name = method[0] if isinstance(method, tuple) else method if isinstance(method, str) else type(method).__name__
+    name = method[0] if isinstance(method, tuple) else method if isinstance(method, str) else method_name(method)
     try:
         prepared = prepare_method(method, model, **setup)
         start = time.perf_counter()

@@ -9,16 +9,23 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
-from captum_diffmask.model.arguments import (
-    check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target,
-)
-from captum_diffmask.model.components import ComponentSite, gate_components, locate_components, read_components
-from captum_diffmask.model.forward import Batch, frozen
-from captum_diffmask.model.divergences import log_probs
 from captum_diffmask.diffmask.probes import masked_mean
+from captum_diffmask.methods.registry import register_method
+from captum_diffmask.model.arguments import (
+    check_layer,
+    ForwardFunc,
+    InputType,
+    PaddingMaskArg,
+    PreparedCall,
+    resolve_target,
+)
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
+from captum_diffmask.model.components import ComponentSite, gate_components, locate_components, read_components
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.forward import Batch, frozen
 
 
+@register_method
 class AttributionPatching(SiteAttribution):
     r"""
     The gradient baseline of the component masks: for every head (or MLP unit) of

@@ -19,14 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
-from captum_diffmask.model.arguments import (
-    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
-)
-from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
-from captum_diffmask.model.forward import Batch, frozen
-from captum_diffmask.model.divergences import log_probs
 from captum_diffmask.methods.optimization import make_optimizer, optimize
+from captum_diffmask.methods.registry import register_method
+from captum_diffmask.model.arguments import (
+    ForwardFunc,
+    InputType,
+    PaddingMaskArg,
+    PreparedCall,
+    resolve_target,
+    site_for_layer,
+)
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
+from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.forward import Batch, frozen
 
 _READOUTS = ("alpha", "capacity")
 
@@ -196,6 +202,7 @@ class GaussianBottleneck(SiteAttribution):
         return mean, std
 
 
+@register_method
 class PerSampleBottleneck(GaussianBottleneck):
     r"""
     Per-Sample Bottleneck (Schulz et al., ICLR 2020) at the token level, as in

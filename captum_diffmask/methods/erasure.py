@@ -21,13 +21,20 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_diffmask.model.forward import frozen
-from captum_diffmask.model.divergences import log_probs
-from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SitesType
+from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, TargetType,
+    BaselineType,
+    ForwardFunc,
+    InputType,
+    PaddingMaskArg,
+    PreparedCall,
+    resolve_target,
+    TargetType,
 )
+from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SitesType
 from captum_diffmask.model.checks import check_positive_int
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.forward import frozen
 from captum_diffmask.model.rng import preserved_rng
 
 
@@ -120,6 +127,7 @@ class _ExampleSearch:
             self.done = True
 
 
+@register_method
 class ExactErasure(ReplacingAttribution):
     r"""
     Exact erasure search at a site: the smallest set of real tokens whose states

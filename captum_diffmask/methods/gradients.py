@@ -13,22 +13,27 @@ contribute nothing and score exactly 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import replace as _replace_fields
+from dataclasses import dataclass, replace as _replace_fields
 from typing import Any, Optional, Tuple, Union
 
 import torch
-from captum.attr import IntegratedGradients as _CaptumIntegratedGradients
-from captum.attr import Occlusion as _CaptumOcclusion
+from captum.attr import IntegratedGradients as _CaptumIntegratedGradients, Occlusion as _CaptumOcclusion
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SiteAttribution, SitesType
+from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, TargetType,
+    BaselineType,
+    ForwardFunc,
+    InputType,
+    PaddingMaskArg,
+    PreparedCall,
+    resolve_target,
+    TargetType,
 )
+from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SiteAttribution, SitesType
 from captum_diffmask.model.checks import check_positive_int
-from captum_diffmask.model.forward import frozen
 from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.forward import frozen
 
 _REDUCTIONS = ("abs_sum", "sum", "l2")
 _IG_METHODS = ("riemann_trapezoid", "gausslegendre", "riemann_left", "riemann_right", "riemann_middle")
@@ -111,6 +116,7 @@ class CaptumSiteAttribution(ReplacingAttribution):
 
 
 # ------------------------------------------------------------ Integrated Gradients
+@register_method
 class IntegratedGradients(CaptumSiteAttribution):
     r"""
     Integrated Gradients (Sundararajan et al., 2017) on the state at a site, the
@@ -268,6 +274,7 @@ class IntegratedGradients(CaptumSiteAttribution):
 
 
 # ------------------------------------------------------------------- Occlusion
+@register_method
 class Occlusion(CaptumSiteAttribution):
     r"""
     Leave-one-out occlusion of the state at a site, by Captum's

@@ -15,15 +15,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from captum_diffmask.model.attribution import attribution_call, SiteAttribution
+from captum_diffmask.methods.optimization import make_optimizer, optimize
+from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import InputType, PreparedCall, reject_target
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution
 from captum_diffmask.model.checks import check_choice, check_non_negative
 from captum_diffmask.model.forward import frozen
-from captum_diffmask.methods.optimization import make_optimizer, optimize
 
 _READOUTS = ("inverse", "neg_sigma")
 
 
+@register_method
 class Guan(SiteAttribution):
     r"""
     Learned per-token noise (Guan et al., ICML 2019) in the form DiffMask's

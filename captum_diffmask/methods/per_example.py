@@ -28,6 +28,7 @@ from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 from captum_diffmask.diffmask.hard_concrete import DIFFMASK_DEFAULTS, HardConcrete
 from captum_diffmask.diffmask.probes import mix_baseline
 from captum_diffmask.methods.optimization import make_optimizer, optimize, OPTIMIZERS
+from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import BaselineType, InputType, PreparedCall, reject_target, resolve_baseline
 from captum_diffmask.model.attribution import attribution_call, SiteAttribution
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
@@ -346,6 +347,7 @@ class PerExampleMask(SiteAttribution):
         return self._finish(result.keep if readout == "keep" else result.mask, call)
 
 
+@register_method
 class PerExampleDiffMask(PerExampleMask):
     r"""
     DiffMask without a probe ("per-sample DiffMask", De Cao et al. 2020): the

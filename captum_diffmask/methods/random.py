@@ -7,8 +7,9 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
+from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import ForwardFunc, InputType, PaddingMaskArg, reject_target
+from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
 
 
 def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -38,6 +39,7 @@ def random_attribution(mask: Tensor, seed: Optional[int] = None, generator: Opti
     return scores.to(mask.device) * mask.bool().float()
 
 
+@register_method
 class RandomAttribution(SiteAttribution):
     r"""
     Independent uniform scores in [0, 1) at the real positions, 0 at padding:

@@ -20,15 +20,21 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_diffmask.model.attribution import attribution_call, SitesType
-from captum_diffmask.model.arguments import (
-    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
-)
-from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
-from captum_diffmask.model.forward import Batch, frozen
-from captum_diffmask.model.divergences import log_probs
-from captum_diffmask.model.rng import preserved_rng
 from captum_diffmask.methods.bottleneck import bottleneck_scores, capacity_nats, GaussianBottleneck, noisy_state
+from captum_diffmask.methods.registry import register_method
+from captum_diffmask.model.arguments import (
+    ForwardFunc,
+    InputType,
+    PaddingMaskArg,
+    PreparedCall,
+    resolve_target,
+    site_for_layer,
+)
+from captum_diffmask.model.attribution import attribution_call, SitesType
+from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
+from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.forward import Batch, frozen
+from captum_diffmask.model.rng import preserved_rng
 
 _GRANULARITIES = ("element", "token")
 _READOUTS = ("capacity", "alpha")
@@ -100,6 +106,7 @@ class ReadoutNetwork(nn.Module):
         return self.layers(features).clamp(-ALPHA_BOUND, ALPHA_BOUND)
 
 
+@register_method
 class ReadoutBottleneck(GaussianBottleneck):
     r"""
     Readout Bottleneck (Schulz et al., ICLR 2020, Sec. 3.2) at the token level:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 
 from captum_diffmask.methods.per_example import MaskSearch, PerExampleMask
+from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import ForwardFunc, PaddingMaskArg
 from captum_diffmask.model.attribution import SitesType
 from captum_diffmask.model.checks import check_choice
@@ -18,6 +19,7 @@ from captum_diffmask.model.checks import check_choice
 _REWARDS = ("lagrangian", "authors")
 
 
+@register_method
 class REINFORCE(PerExampleMask):
     r"""
     Per-example hard masks trained with the score-function (REINFORCE)

@@ -387,6 +387,14 @@ def _repeats(captured: Tensor, ids: Tensor) -> int:
     return times if torch.equal(ids.reshape(times, *captured.shape), captured.expand(times, *captured.shape)) else 0
 
 
+def method_name(method: Any) -> str:
+    r"""The name ``method`` goes by in tables and reports: its ``name()`` (the
+    name it is registered under), or its class name for an object that does not
+    say (one of Captum's own)."""
+    named = getattr(method, "name", None)
+    return named() if callable(named) else type(method).__name__
+
+
 def method_trait(method: Any, trait: str) -> Any:
     r"""What ``method`` says of itself (``uses_target``, ``needs_data``,
     ``scores_are_probabilities``, ...), with :class:`SiteAttribution`'s default

@@ -8,8 +8,7 @@ import torch
 
 from benchmarks import build_config, run_suite
 from benchmarks.__main__ import main
-from benchmarks.methods import REGISTRY
-from captum_diffmask.methods.registry import METHODS
+from captum_diffmask.methods import register_method, unregister_method
 from benchmarks.runner import load_suite
 from benchmarks.records import cache_dir, cached, median_seconds, to_jsonable, write_json
 
@@ -109,7 +108,9 @@ def test_tiny_run_writes_report_and_figures(tiny_run):
         assert f"]({file})" in report
 
 
-class _Boom:
+class Boom:
+    summary = "always fails"
+
     def __init__(self, model, padding_mask_arg="auto"):
         pass
 
@@ -117,10 +118,23 @@ class _Boom:
         raise RuntimeError("boom")
 
 
-def test_a_failing_method_is_reported_not_raised(cache, tmp_path, monkeypatch):
-    monkeypatch.setitem(REGISTRY, "Boom", "always fails")
-    monkeypatch.setitem(METHODS, "Boom", _Boom)
-    monkeypatch.setitem(REGISTRY, "Missing", "not in the library")
+class Missing(Boom):
+    summary = "needs a package that is not installed"
+
+    def __init__(self, model, padding_mask_arg="auto"):
+        raise ImportError("Missing needs the package nowhere_to_be_found")
+
+
+@pytest.fixture
+def failing_methods():
+    for cls in (Boom, Missing):
+        register_method(cls)
+    yield
+    for cls in (Boom, Missing):
+        unregister_method(cls.__name__)
+
+
+def test_a_failing_method_is_reported_not_raised(cache, tmp_path, failing_methods):
     overrides = dict(TINY, figures=False)
     results = run_suite("toy", tmp_path, quick=True, methods=["Random", "Boom", "Missing"],
                         overrides=overrides, verbose=False)
@@ -134,6 +148,7 @@ def test_a_failing_method_is_reported_not_raised(cache, tmp_path, monkeypatch):
     assert saved["methods"]["Boom"]["js"] is None  # NaN is written as null
     report = (tmp_path / "report.md").read_text()
     assert "RuntimeError: boom" in report and "`Missing` (unavailable)" in report
+    assert "nowhere_to_be_found" in results["methods"]["Missing"]["error"]
     # the report written again from the JSON alone is the same text
     (tmp_path / "report.md").unlink()
     assert main(["report", str(tmp_path / "results.json")]) == 0

@@ -235,36 +235,6 @@ def test_fine_tune_learns_keeps_the_best_epoch_and_is_deterministic(sentences, e
     assert strip[0] == strip[1]
 
 
-def test_attention_attributions_by_hand(tiny, encoded):
-    model = tiny[0]
-    ids, mask = next(iter(encoded.batches(6, sort_by_length=False)))
-    scores = sst_bert.attention_attributions(model, ids, mask)
-    layers = model.config.num_hidden_layers
-    assert scores.shape == (*ids.shape, layers)
-    assert (scores >= 0).all() and (scores[mask == 0] == 0).all()
-    assert (scores[mask == 1] > 0).all()
-    with torch.no_grad():
-        attentions = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
-    for b in range(ids.shape[0]):
-        n = int(mask[b].sum())
-        for layer in range(layers):
-            expected = attentions[layer][b, :, :n, :n].max(0).values.mean(0)  # max heads, mean real queries
-            assert torch.allclose(scores[b, :n, layer], expected, atol=1e-6)
-
-
-def test_attention_attributions_needs_eager_attention(tiny, encoded):
-    from transformers import BertForSequenceClassification
-
-    config = tiny[0].config.__class__(**tiny[0].config.to_dict())
-    config._attn_implementation = "sdpa"
-    model = BertForSequenceClassification(config).eval()
-    ids, mask = next(iter(encoded.batches(2)))
-    if model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions:
-        pytest.skip("this transformers version returns attention weights with SDPA")
-    with pytest.raises(ValueError, match="eager"):
-        sst_bert.attention_attributions(model, ids, mask)
-
-
 def test_tiny_bert_is_seeded():
     a, _ = sst_bert.tiny_bert(["good", "film"], seed=3)
     b, tokenizer = sst_bert.tiny_bert(["good", "film"], seed=3)

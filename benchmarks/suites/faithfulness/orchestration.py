@@ -12,11 +12,10 @@ import torch
 from torch import Tensor
 
 from captum_diffmask.evaluation.faithfulness import TokenEraser
-from captum_diffmask.methods import RandomAttribution
 
 from ...methods import MethodContext, prepare
 from ...progress import log_to_stderr
-from ..minilm.attributions import AttentionScores, attribute_at, per_sentence
+from ..minilm.attributions import attribute_at, per_sentence
 from ..minilm.fit_cache import cached_fit
 from ..minilm.fitting import fit_diffmask
 from ..minilm.loading import Bench, load_bench
@@ -116,13 +115,9 @@ def diffmask_scores(
 
 
 def _method(name: str, options: Mapping[str, Any], ctx: MethodContext) -> Callable[[Tensor, Tensor], Tensor]:
-    if name == "Attention":  # the mean over blocks of the attention weights (max over heads)
-        attention = AttentionScores(ctx.model)
-        return lambda ids, mask: attention.attribute_all(ids, mask).mean(-1)
-    if name == "Random":
-        method: Any = RandomAttribution(ctx.model, padding_mask_arg=0, seed=ctx.seed + 7919)
-    else:
-        method = prepare(name, ctx, options)
+    method = prepare(name, ctx, options)
+    if method.explainer.attributes_every_layer():  # token scores at every block (attention): their mean
+        return lambda ids, mask: method.attribute(ids, (mask,), None).mean(-1)
     return lambda ids, mask: attribute_at(method, ids, mask, 0)
 
 

@@ -1,16 +1,13 @@
 """The MiniLM suites' attributions: any method over a data set sentence by
-sentence, the attention baseline, and the comparison methods set up."""
+sentence, and the comparison methods set up."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-from torch import nn, Tensor
+from torch import Tensor
 
-from captum_diffmask.model.forward import format_additional_args
-from captum_diffmask.methods import RandomAttribution
-from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst_bert import EncodedSST
 
 from ...methods import MethodContext, prepare, PreparedMethod
@@ -38,23 +35,6 @@ def per_sentence(data: EncodedSST, batch_size: int, fn: Callable[..., Tensor], v
     return out  # type: ignore[return-value]
 
 
-class AttentionScores:
-    r"""The paper's attention baseline as an attribution: at layer k (1..L) the
-    attention weights of block k, max over heads, mean over query positions."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-
-    def attribute(self, inputs: Tensor, target: Any = None, additional_forward_args: Any = None, layer: int = 1) -> Tensor:
-        (mask,) = format_additional_args(additional_forward_args)
-        if not 1 <= layer <= self.model.config.num_hidden_layers:
-            raise ValueError(f"layer must be in 1..{self.model.config.num_hidden_layers} for attention, got {layer}")
-        return sst_bert.attention_attributions(self.model, inputs, mask)[..., layer - 1]
-
-    def attribute_all(self, ids: Tensor, mask: Tensor) -> Tensor:
-        return sst_bert.attention_attributions(self.model, ids, mask)
-
-
 def attribute_at(method: Any, ids: Tensor, mask: Tensor, layer: int) -> Tensor:
     r"""``method``'s (B, T) attributions at ``layer``: a prepared method or any
     Captum-style explainer (``attribute(ids, additional_forward_args=(mask,), layer=...)``)."""
@@ -67,13 +47,13 @@ def prepare_method(
     name: str, options: Mapping[str, Any], record: Dict[str, Any], ctx: MethodContext, layers: int
 ) -> Tuple[Any, float]:
     r"""
-    One comparison method set up at the last layer: ``Attention`` and
-    ``Random`` built here, the others through :func:`benchmarks.methods.prepare`
-    (the bottleneck's statistics estimated at every layer, for the heatmaps).
+    One comparison method set up at the last layer through
+    :func:`benchmarks.methods.prepare` (the bottleneck's statistics estimated at
+    every layer, for the heatmaps).
 
     Args:
 
-        name (str): a name of :data:`METHODS`.
+        name (str): a registered method's name.
         options (Mapping): its options.
         record (dict): its record.
         ctx (MethodContext): the model, its training data and the seed.
@@ -82,10 +62,6 @@ def prepare_method(
     Returns:
         *tuple* ``(method, setup seconds)``; errors propagate.
     """
-    if name == "Attention":
-        return AttentionScores(ctx.model), 0.0
-    if name == "Random":
-        return RandomAttribution(ctx.model, padding_mask_arg=0, seed=ctx.seed + 7919), 0.0
     handle = prepare(name, ctx, options)
     if name == "PerSampleBottleneck":  # statistics of every layer, for the heatmaps
         for k in range(layers):

@@ -29,7 +29,7 @@ the sentences are :mod:`benchmarks.suites.minilm`'s, shared with the
 faithfulness and squad suites.
 """
 
-from ..minilm.attributions import AttentionScores, per_sentence
+from ..minilm.attributions import per_sentence
 from ..minilm.fitting import faithfulness, fit_diffmask, HELD_OUT_MARGIN, macro_f1_and_accuracy, OnDevice
 from ..minilm.loading import load_model, subset, validation_split
 from .orchestration import run
@@ -41,7 +41,7 @@ from .speed import time_finetune_steps
 
 __all__ = [
     "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "STABILITY_TARGETS", "METHODS", "PAPER", "QUICK",
-    "AttentionScores", "cls_is_largest", "faithfulness", "fit_diffmask", "HELD_OUT_MARGIN", "OnDevice", "layers_kept_by_group", "load_model",
+    "cls_is_largest", "faithfulness", "fit_diffmask", "HELD_OUT_MARGIN", "OnDevice", "layers_kept_by_group", "load_model",
     "macro_f1_and_accuracy", "per_sentence", "run", "stability", "subset", "validation_split", "time_finetune_steps", "write_report",
     "_label_groups",
 ]

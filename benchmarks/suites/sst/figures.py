@@ -108,8 +108,9 @@ def _heatmap_panels(
         method = prepared.get(name)
         if method is None:
             continue
-        if name == "Attention":
-            panels[name] = (method.attribute_all(ids, mask)[0], labels[1:])
+        if method.explainer.attributes_every_layer():  # one call, one column per block (attention)
+            every = method.attribute(ids, (mask,), None)[0]
+            panels[name] = (every, labels if every.shape[-1] == len(labels) else labels[1:])
             continue
         try:
             columns = [attribute_at(method, ids, mask, k)[0] for k in range(layers + 1)]

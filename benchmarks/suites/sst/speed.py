@@ -150,8 +150,8 @@ def _timed_methods(
         if name == "IntegratedGradients":
             timed[f"IntegratedGradients ({ig_steps} steps, input)"] = (
                 lambda ids, mask, m=method: m.explainer.attribute(ids, additional_forward_args=(mask,), layer=0, n_steps=ig_steps))
-        elif name == "Attention":
-            timed[name] = lambda ids, mask, m=method: m.attribute_all(ids, mask)
+        elif method.explainer.attributes_every_layer():  # one call gives every layer (attention)
+            timed[name] = lambda ids, mask, m=method: m.attribute(ids, (mask,), None)
         else:
             layer = 0 if method.explainer.is_prepared(0) else last_layer
             label = "input" if layer == 0 else f"layer {layer}"

@@ -40,7 +40,7 @@ from .report import write_report
 from .scoring import checks, combine_summaries, compare_pairs, miss_breakdown
 from .settings import DEFAULTS, DESCRIPTION, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, QUICK
 
-#: The suite's own rows, beside the methods of ``benchmarks.methods.REGISTRY`` (``--methods``).
+#: The suite's own rows, beside the library's registered methods (``--methods``).
 EXTRA_METHODS = tuple(MASK_METHODS)
 
 __all__ = [

@@ -16,11 +16,11 @@ import torch
 from torch import Tensor
 
 from captum_diffmask.model.attribution import method_trait
-from captum_diffmask.methods.registry import METHODS
+from captum_diffmask.methods import method_class
 from captum_diffmask.evaluation.erasure_agreement import summarize_agreement, top_k_mask
 from benchmarks.tasks.sst import SSTData, sst_sites
 
-from ...methods import ALIASES, MethodContext
+from ...methods import MethodContext
 from ...progress import bar, error_text, log
 from .attributions import MaskedPredictor, MaskRun, run_erasure, run_mask_method, run_scoring_method
 from .figure import make_figure
@@ -240,8 +240,11 @@ def _attribute(
 def scores_are_probabilities(name: str) -> bool:
     r"""Whether the library method ``name`` scores tokens by the probability
     that they are kept (a mask of its own: those above 0.5)."""
-    cls = METHODS.get(ALIASES.get(name, name))
-    return cls is not None and bool(method_trait(cls, "scores_are_probabilities"))
+    try:
+        cls = method_class(name)
+    except ValueError:  # the suite's own rows
+        return False
+    return bool(method_trait(cls, "scores_are_probabilities"))
 
 
 def mask_run_info(runs: List[MaskRun], options: Mapping[str, Any]) -> Dict[str, Any]:

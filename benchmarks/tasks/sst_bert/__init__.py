@@ -15,11 +15,12 @@ with all-MiniLM-L6-v2 in place of BERT-base).
   extra), :func:`character_pos_tags` every character of free text.
 - Training and scoring: :func:`fine_tune` (AdamW, linear warm-up and decay, the
   epoch with the best dev macro-F1 kept), :func:`evaluate`, :func:`macro_f1`, :func:`class_f1`.
-- The attention baseline of the paper's per-layer figures:
-  :func:`attention_attributions`.
+
 
 One module per concern (``models``, ``encoding``, ``words``, ``scoring``,
-``training``, ``attention``, ``pos``); every public name is here too.
+``training``, ``pos``); every public name is here too. The attention baseline
+of the paper's per-layer figures is a method of the library
+(:class:`captum_diffmask.methods.AttentionWeights`).
 
 Caching a fine-tuned model is left to the caller (``benchmarks.records.cached``):
 :func:`fine_tune` is deterministic given its seed (on the same machine and
@@ -42,9 +43,6 @@ from .scoring import (  # noqa: F401
 from .training import (  # noqa: F401
     fine_tune, bert_adamw, warmup_then_decay,
 )
-from .attention import (  # noqa: F401
-    attention_attributions,
-)
 from .pos import (  # noqa: F401
     POS_EXTRA_HINT, spacy_pipeline, pos_tags, character_pos_tags,
 )
@@ -66,7 +64,6 @@ __all__ = [
     "fine_tune",
     "bert_adamw",
     "warmup_then_decay",
-    "attention_attributions",
     "POS_EXTRA_HINT",
     "spacy_pipeline",
     "pos_tags",

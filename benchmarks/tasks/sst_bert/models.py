@@ -50,7 +50,7 @@ def load_minilm(num_labels: int = 5, seed: Optional[int] = 0) -> Tuple[nn.Module
 
     The model uses eager attention (``attn_implementation="eager"``): the default
     SDPA kernels return no attention weights, which
-    :func:`attention_attributions` needs. The head (pooler output -> logits) is
+    the attention baseline needs. The head (pooler output -> logits) is
     random and must be fine-tuned (:func:`fine_tune`).
 
     Args:

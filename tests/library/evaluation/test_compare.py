@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from captum_diffmask import compare, DiffMask
-from captum_diffmask.methods.registry import prepare_method, route_options
+from captum_diffmask.methods import prepare_method, route_options
 from captum_diffmask.methods import IntegratedGradients
 
 from tiny_models import tiny_bert, token_batch
