@@ -14,7 +14,7 @@ from captum_diffmask.diffmask.fit.distributed import rank_and_world, sharded
 from captum_diffmask.evaluation.toy_task import generate_toy_data, ToyModel, toy_sites
 
 pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
-FIT = dict(epochs=2, seed=0, until_converged=False, verbose=False, eps=0.05)
+FIT = dict(epochs=2, seed=0, convergence={"until_converged": False}, verbose=False, eps=0.05)
 
 
 def _setup():

@@ -5,6 +5,7 @@ import torch
 
 from captum_diffmask import DiffMask
 from benchmarks.fit_presets import PAPER_FIT
+from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.diffmask.constrained.lookahead import Lookahead
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 
@@ -45,7 +46,7 @@ def test_the_papers_recipe_fits_and_still_reports_each_layers_verdict():
     dm = DiffMask(tiny_bert(), mode="input")
     batches = [token_batch(batch=4, length=9, seed=i) for i in range(4)]
     with pytest.warns(UserWarning):  # no stop at convergence: the warning names the layers
-        history = dm.fit(batches, epochs=2, eps=0.5, seed=0, verbose=False, **PAPER_FIT)
+        history = dm.fit(batches, epochs=2, eps=0.5, seed=0, verbose=False, **grouped_options(PAPER_FIT))
     assert sum(h["steps"] for h in history) == 8  # one layer drawn per batch, 2 epochs of 4
     assert all(r["status"] for r in dm.convergence.values())
     assert isinstance(dm.attribute(batches[0][0], additional_forward_args=(batches[0][1],), layer=1), torch.Tensor)
