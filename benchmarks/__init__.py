@@ -14,6 +14,6 @@ methods' own descriptions (:mod:`benchmarks.methods`); the studies beside the
 suites (``sst_sweep``, ``model_zoo``, ...) are listed in ``docs/architecture.md``.
 """
 
-from .runner import build_config, run_suite, SUITES
+from benchmarks.runner import build_config, run_suite, SUITES
 
 __all__ = ["SUITES", "build_config", "run_suite"]

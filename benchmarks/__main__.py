@@ -1,5 +1,6 @@
-"""``python -m benchmarks list``, ``python -m benchmarks run SUITE --out DIR`` and
-``python -m benchmarks report DIR/results.json``."""
+"""``python -m benchmarks list``, ``python -m benchmarks run SUITE --out DIR``,
+``python -m benchmarks study NAME [ARGS]`` and ``python -m benchmarks report
+DIR/results.json``."""
 
 from __future__ import annotations
 
@@ -37,14 +38,18 @@ def _parser() -> argparse.ArgumentParser:
                           "to choose methods' settings without looking at dev)")
     run.add_argument("--data-dir", default=None, metavar="D",
                      help="directory holding sst/ (sst suites; default $CAPTUM_DIFFMASK_DATA, else ../shared/data)")
+    study = commands.add_parser("study", help="run a study (see `list`): one question beside the suites",
+                                add_help=False)
+    study.add_argument("name", help="the study (see `list`)")
+    study.add_argument("args", nargs=argparse.REMAINDER, help="the study's own arguments (NAME --help for them)")
     report = commands.add_parser("report", help="write the report of a finished run again from its JSON")
     report.add_argument("json", help="DIR/results.json (or DIR/STEM.json) of a finished run")
     return parser
 
 
 def _list() -> None:
-    from .methods import methods_listed
-    from .runner import load_suite, SUITES
+    from benchmarks.methods import methods_listed
+    from benchmarks.runner import load_suite, SUITES
 
     print("suites:")
     for name in SUITES:
@@ -53,15 +58,34 @@ def _list() -> None:
         except Exception as error:  # noqa: BLE001 - one broken suite must not hide the others
             description = f"(cannot be loaded: {type(error).__name__}: {error})"
         print(f"  {name:<12} {description}")
+    from .studies import registered_studies
+
+    print("studies (python -m benchmarks study NAME --help):")
+    for name, question in registered_studies().items():
+        print(f"  {name:<24} {question}")
     print("methods (captum_diffmask.methods.registered_methods()):")
     for name, summary in methods_listed().items():
         print(f"  {name:<20} {summary}")
 
 
+def _study(name: str, args: List[str]) -> int:
+    r"""Runs the study ``name`` with its own arguments; its exit code (0 when
+    its ``main`` returns nothing or a result)."""
+    from .studies import load_study
+
+    try:
+        study = load_study(name)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    code = study.main(list(args))
+    return code if isinstance(code, int) else 0
+
+
 def parse_settings(settings: List[str]) -> Dict[str, Any]:
     r"""``["KEY=JSON", ...]`` as one overrides dict (later settings merge into
     earlier ones, dicts recursively)."""
-    from .runner import merge
+    from benchmarks.runner import merge
 
     overrides: Dict[str, Any] = {}
     for setting in settings:
@@ -81,7 +105,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "list":
         _list()
         return 0
-    from .runner import limit_onednn_cache, rewrite_report, run_suite
+    if args.command == "study":
+        return _study(args.name, args.args)
+    from benchmarks.runner import limit_onednn_cache, rewrite_report, run_suite
 
     limit_onednn_cache()
     if args.command == "report":

@@ -24,7 +24,7 @@ import os
 import shlex
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
-from .records import to_jsonable
+from benchmarks.records import to_jsonable
 
 
 def fmt(value: Any, digits: int = 3) -> str:

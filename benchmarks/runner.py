@@ -31,7 +31,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 
-from .records import environment, JSON_CONVENTIONS, write_json
+from benchmarks.records import environment, JSON_CONVENTIONS, write_json
 
 #: name -> module of every suite.
 SUITES: Dict[str, str] = {
@@ -104,7 +104,7 @@ def build_config(
     Returns:
         *dict*, with ``"quick"`` set.
     """
-    from .methods import methods_listed
+    from benchmarks.methods import methods_listed
 
     unknown_keys = sorted(set(overrides or {}) - set(suite.DEFAULTS))
     if unknown_keys:
@@ -159,7 +159,7 @@ def run_suite(
     Returns:
         *dict*: the results, as written to JSON (before the ``inf`` conversion).
     """
-    from .report import write_report
+    from benchmarks.report import write_report
 
     suite = load_suite(name)
     config = build_config(suite, quick, seeds, methods, overrides)
@@ -221,7 +221,7 @@ def rewrite_report(json_path: Union[str, os.PathLike]) -> Path:
         *Path*: the report written beside it (``results.json`` -> ``report.md``,
         ``STEM.json`` -> ``STEM.md``).
     """
-    from .report import write_report
+    from benchmarks.report import write_report
 
     json_path = Path(json_path)
     if not json_path.is_file():

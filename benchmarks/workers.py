@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence
 
 import torch
 
-from .progress import log_to_stderr
+from benchmarks.progress import log_to_stderr
 
 #: prctl's option that sends the calling process a signal when its parent ends.
 PR_SET_PDEATHSIG = 1

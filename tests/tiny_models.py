@@ -4,15 +4,8 @@ the tests (importable as ``tiny_models``: ``tests/`` is on pytest's path)."""
 import pytest
 import torch
 from transformers import (
-    BertConfig,
-    BertForSequenceClassification,
-    DistilBertConfig,
-    DistilBertForSequenceClassification,
-    ElectraConfig,
-    ElectraForSequenceClassification,
-    GPT2Config,
-    GPT2ForSequenceClassification,
-    RobertaConfig,
+    BertConfig, BertForSequenceClassification, DistilBertConfig, DistilBertForSequenceClassification, ElectraConfig,
+    ElectraForSequenceClassification, GPT2Config, GPT2ForSequenceClassification, RobertaConfig,
     RobertaForSequenceClassification,
 )
 from transformers.utils import logging as hf_logging

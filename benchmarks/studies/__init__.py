@@ -1,24 +1,40 @@
-"""Studies beside the suites: one question each, with its own command
-(``python -m benchmarks.studies.NAME``) and, where it has one, a committed report
-under ``docs/results/``.
+"""Studies beside the suites: one question each, run by the harness
+(``python -m benchmarks study NAME [ARGS]``, listed by ``python -m benchmarks
+list``) and, where it has one, with a committed report under ``docs/results/``.
 
-- ``sst_sweep``: DiffMask fits on SST with options changed per run, scored on
-  held-out train sentences (or dev); the convergence reports.
-- ``sst_erasure_tuning``: the per-example masks' settings for ``sst-erasure``,
-  chosen on train sentences.
-- ``readout_tuning``: the Readout Bottleneck's learning rate for a suite, chosen
-  on held-out train sentences.
-- ``sst_seed_spread``: the spread of the attributions across fit seeds, per epoch.
-- ``squad_convergence``: the SQuAD fits' verdicts, chunk by chunk.
-- ``distributed_fit`` and ``scaling``: a fit under ``torchrun`` and the scaling report.
-- ``model_zoo``: DiffMask on every architecture of transformers' mappings.
-- ``first_explanation``: the README's first explanation, timed step by step.
-- ``components_sst_per_task``: the components suite's per-task SST heads mask
-  fitted with options changed per run, on train sentences.
-- ``stacking_speed`` and ``attribution_speed`` (their shared set-up in ``sst_study``):
-  a fit step with the layers' masked passes stacked, and the attribution at every
-  layer, against one forward pass, on the sst suite's MiniLM.
-- ``peer_agreement`` (with ``peer_ferret`` and ``peer_inseq``, run in the peers' own
-  environment): our ERASER metrics against ferret's, our Integrated Gradients
-  against inseq's, on the same inputs.
+A study is a module of this package with a one-line ``QUESTION`` and a
+``main(argv)`` that takes its command line; nothing else lists it. Its name is
+the module's, with dashes (``sst-sweep`` for :mod:`.sst_sweep`). A study imports
+the harness's modules, :mod:`benchmarks.common` and the suites' public names
+(their packages' ``__all__``), never a suite's own modules. ``peer_ferret`` and
+``peer_inseq`` are not studies but the peers' sides of ``peer-agreement``, run in
+their own environment.
 """
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+from typing import Dict
+
+
+def registered_studies() -> Dict[str, str]:
+    r"""Every study: name (dashes) -> its ``QUESTION``, by name."""
+    found = {}
+    for module in pkgutil.iter_modules(__path__, __name__ + "."):
+        study = importlib.import_module(module.name)
+        question = getattr(study, "QUESTION", None)
+        if question and callable(getattr(study, "main", None)):
+            found[module.name.rpartition(".")[2].replace("_", "-")] = question
+    return dict(sorted(found.items()))
+
+
+def load_study(name: str) -> ModuleType:
+    r"""The study ``name`` (dashes or underscores); ValueError naming the
+    studies for another name."""
+    studies = registered_studies()
+    key = name.replace("_", "-")
+    if key not in studies:
+        raise ValueError(f"study must be one of {', '.join(studies)}, got {name!r}")
+    return importlib.import_module(f"{__name__}.{key.replace('-', '_')}")

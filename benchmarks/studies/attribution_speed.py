@@ -31,14 +31,15 @@ from unittest import mock
 import torch
 from torch import Tensor
 
+from benchmarks.common.minilm.loading import load_bench
+from benchmarks.common.sst_timing import run_study
+from benchmarks.report import fmt_ratio, fmt_seconds, table
+from benchmarks.suites.sst import ATTRIBUTION_RATIO_MAX, fit_step_seconds, seconds_per_sentence, STACK_CHOICES
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask.gate_networks import GateNetworks
 
-from ..report import fmt_ratio, fmt_seconds, table
-from ..suites.minilm.loading import load_bench
-from ..suites.sst.settings import ATTRIBUTION_RATIO_MAX
-from ..suites.sst.speed import fit_step_seconds, seconds_per_sentence, STACK_CHOICES
-from .sst_study import run_study
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "DiffMask's attribution at every layer against one forward pass, the votes sharing their features or not (sst suite's MiniLM)"
 
 #: The label of the reference: input mode's votes each on a copy of their own.
 ONE_COPY_PER_VOTE = "DiffMask input, one copy per vote"
@@ -161,7 +162,7 @@ def _fit_step_lines(steps: Mapping[str, float]) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.attribution_speed",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study attribution-speed",
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("--markdown", required=True, help="where the report is written (its JSON beside it)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

@@ -24,10 +24,13 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 import torch
 
-from ..report import fmt, table, write_study_markdown
-from ..suites.components import tracr as suite
-from ..suites.components.settings import DEFAULTS
-from ..tasks import tracr_models as tm
+from benchmarks.report import fmt, table, write_study_markdown
+from benchmarks.suites import components as suite
+from benchmarks.suites.components import DEFAULTS
+from benchmarks.tasks import tracr_models as tm
+
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "how far a per-input score can follow tracr's used components: the most a per-input mask judged by its effect reaches"
 
 
 def ceiling(name: str, kind: str, seeds: Sequence[int], inputs: int = DEFAULTS["tracr"]["held_out"]) -> List[Dict[str, Any]]:

@@ -21,13 +21,15 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
 
+from benchmarks.report import fmt, table, write_study_markdown
+from benchmarks.suites import components as suite
+from benchmarks.tasks import tracr_models as tm
 from captum_diffmask import DiffMask
 from captum_diffmask.model.components import gate_components
 from captum_diffmask.model.divergences import example_kl, log_probs
 
-from ..report import fmt, table, write_study_markdown
-from ..suites.components import tracr as suite
-from ..tasks import tracr_models as tm
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the KL of a tracr program as one used component's output is scaled toward zero"
 
 #: The scales a component's output is multiplied by (1: intact, 0: zero-ablated).
 SCALES = (1.0, 0.95, 0.9, 0.8, 0.6, 0.4, 0.2, 0.0)

@@ -24,9 +24,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from ..report import fmt, table, write_study_markdown
-from ..suites.components import tracr as suite
-from ..tasks import tracr_models as tm
+from benchmarks.report import fmt, table, write_study_markdown
+from benchmarks.suites import components as suite
+from benchmarks.tasks import tracr_models as tm
+
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "amortised DiffMask's component-mode variants on the development tracr programs"
 
 #: The variants compared by default: the suite's earlier one and those it runs now.
 VARIANTS: Dict[str, Dict[str, Any]] = {

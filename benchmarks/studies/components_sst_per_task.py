@@ -32,16 +32,16 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from benchmarks.common.minilm.loading import load_bench
+from benchmarks.records import to_jsonable
+from benchmarks.report import fmt, table
+from benchmarks.runner import limit_onednn_cache, merge
+from benchmarks.suites.components import DEFAULTS, fit_arguments, quiet_warnings, score_heads, spread, sst_config
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask import grouped_options
 
-from ..records import to_jsonable
-from ..report import fmt, table
-from ..runner import limit_onednn_cache, merge
-from ..suites.components.settings import DEFAULTS
-from ..suites.components.sst_heads import fit_arguments, score_heads, spread, sst_config
-from ..suites.components.tracr import quiet_warnings
-from ..suites.minilm.loading import load_bench
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the components suite's per-task SST heads mask fitted with options changed per run, on train sentences"
 
 #: The keep probabilities' bins a run's heads are counted in (upper bounds).
 BINS = ((0.05, "< 0.05"), (0.5, "0.05-0.5"), (0.95, "0.5-0.95"), (1.0, "> 0.95"))
@@ -114,7 +114,7 @@ def markdown(records: List[Mapping[str, Any]], command: str) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.components_sst_per_task",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study components-sst-per-task",
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("runs", nargs="?", default=None,
                         help="the runs' JSON file (see the module docstring); without it, only --markdown is rendered")

@@ -31,6 +31,9 @@ from torch import nn
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask.fit.distributed import check_same, is_main_process, rank_and_world
 
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "a DiffMask fit under torchrun: several processes, one global batch"
+
 #: Per task: the constructor's options and fit's eps (the toy suite's and the sst suite's).
 # (input mode's votes tied across depths, as the committed report fitted them)
 TASK_OPTIONS = {"toy": ({"votes": "tied"}, 0.05), "sst": ({"l0": "mean", "votes": "tied"}, 0.02)}
@@ -45,8 +48,8 @@ def _toy(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
 
 
 def _sst(batch_size: int) -> Tuple[nn.Module, Dict[str, Any], List[Any]]:
-    from benchmarks.suites.minilm.loading import load_model
-    from benchmarks.suites.sst.settings import DEFAULTS
+    from benchmarks.common.minilm.loading import load_model
+    from benchmarks.suites.sst import DEFAULTS
     from benchmarks.tasks import sst_bert
     from benchmarks.tasks.sst import read_sst
 
@@ -96,7 +99,7 @@ def run(task: str, steps: int, batch_size: int, mode: str, device: str) -> Dict[
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.distributed_fit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study distributed-fit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=("toy", "sst"), default="toy")
     parser.add_argument("--mode", choices=("input", "hidden"), default="hidden")
     parser.add_argument("--steps", type=int, default=60, help="global steps (one batch per process each)")

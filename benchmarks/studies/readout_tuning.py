@@ -33,15 +33,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from benchmarks.common.minilm import loading as sst_loading
+from benchmarks.methods import MethodContext, prepare
+from benchmarks.records import to_jsonable
+from benchmarks.suites import sst, sst_erasure
+from benchmarks.tasks.sst.classifier import sst_sites
 from captum_diffmask.methods.readout_bottleneck import COLLAPSED
 
-from ..methods import MethodContext, prepare
-from ..records import to_jsonable
-from ..suites.minilm import loading as sst_loading
-from ..suites.sst import settings as sst_settings
-from ..suites.sst_erasure import loading as erasure_loading
-from ..suites.sst_erasure import settings as erasure_settings
-from ..tasks.sst.classifier import sst_sites
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the Readout Bottleneck's learning rate for a suite, chosen on held-out train sentences"
 
 #: The learning rates tried by default: IBA's 1e-3 and two below it (above it
 #: the toy task's networks already collapse).
@@ -55,14 +55,14 @@ SuiteSetup = Tuple[Any, Any, Dict[str, Any], Dict[str, Any], Dict[str, Any]]
 
 
 def _sst_erasure(seed: int, verbose: bool) -> SuiteSetup:
-    config = copy.deepcopy(erasure_settings.DEFAULTS)
-    bench = erasure_loading.load_bench(config, seed, verbose)
+    config = copy.deepcopy(sst_erasure.DEFAULTS)
+    bench = sst_erasure.load_bench(config, seed, verbose)
     context = {"sites": lambda: sst_sites(bench.model), "padding_mask_arg": 0}
     return bench.model, bench.train, dict(config["method_options"]["ReadoutBottleneck"]), context, {}
 
 
 def _sst(seed: int, verbose: bool) -> SuiteSetup:
-    config = copy.deepcopy(sst_settings.DEFAULTS)
+    config = copy.deepcopy(sst.DEFAULTS)
     bench = sst_loading.load_bench(config, verbose)
     context = {"sites": lambda: None, "padding_mask_arg": "auto"}
     options = dict(config["method_options"].get("ReadoutBottleneck", {}))
@@ -131,7 +131,7 @@ def summary(lines: Sequence[Mapping[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.readout_tuning",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study readout-tuning",
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("--out", required=True, help="JSON-lines file (appended; rates already there skipped)")
     parser.add_argument("--suite", choices=sorted(SUITES), default="sst-erasure", help="whose model and settings")

@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "DiffMask's fit throughput with one and two gloo processes (the scaling report)"
+
 #: ``(processes, threads per process)`` of the measured layouts.
 LAYOUTS = [(1, 2), (1, 1), (2, 1)]
 #: Global steps per run: within one epoch of either task at batch 32 (toy: 112
@@ -234,7 +237,7 @@ def _torch_version() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.scaling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study scaling", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("measure", help="run the grid of fits")
     run.add_argument("--out", required=True)

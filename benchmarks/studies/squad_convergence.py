@@ -27,9 +27,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
+from benchmarks.common.minilm.fitting import fit_diffmask
 from benchmarks.runner import build_config, load_suite
-from benchmarks.suites.squad import loading
-from benchmarks.suites.minilm.fitting import fit_diffmask
+from benchmarks.suites.squad import load_bench
+
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the SQuAD fits' verdicts, chunk by chunk"
 
 HISTORY_KEYS = ("epoch", "layer", "kl", "l0", "lambda", "steps", "status", "valid_kl", "valid_l0", "valid_agreement")
 
@@ -94,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         overrides["data"] = {**overrides.get("data", {}), "path": args.data}
     overrides["device"] = args.device  # the suite's own setting: the model and its batches there
     config = build_config(load_suite("squad"), overrides=overrides)
-    bench = loading.load_bench(config, True)
+    bench = load_bench(config, True)
     results: Dict[str, Any] = {"args": vars(args), "device": str(args.device)}
     for mode in args.modes:
         results[mode] = fit_in_chunks(bench, config, mode, args.chunk, args.epochs, args.seed)

@@ -7,7 +7,7 @@ On a GPU the suite's fits are launch-bound: a step of batch 8 leaves the GPU
 mostly idle, so two processes on one GPU take about the time of one. Each
 process fits its mode in rising caps (``--first-cap``, then ``--cap-step`` more
 at a time): a cap stores the fit and its state, and the next cap goes on from
-that state (:func:`benchmarks.suites.minilm.fit_cache.cached_fit`), so the
+that state (:func:`benchmarks.common.minilm.fit_cache.cached_fit`), so the
 fit is the one an uninterrupted fit would give, and a process stops between
 two caps when every layer has settled, at the suite's cap, or when the next
 cap would end after ``--seconds``. A record of each cap (its seconds and the
@@ -39,13 +39,14 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from benchmarks.__main__ import parse_settings
+from benchmarks.report import fmt_seconds, table
+from benchmarks.runner import build_config, load_suite
+from benchmarks.suites.squad import Bench, fit_mode, load_bench, paper_recipe_config
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
-from ..__main__ import parse_settings
-from ..report import fmt_seconds, table
-from ..runner import build_config, load_suite
-from ..suites.squad.fitting import fit_mode, paper_recipe_config
-from ..suites.squad.loading import Bench, load_bench
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the squad suite's two DiffMask fits side by side, in rising caps until every layer settles"
 
 MODES = ("input", "hidden")
 
@@ -194,7 +195,7 @@ def fit_recipe(config: Dict[str, Any], bench: Bench, mode: str, out: Path) -> Di
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.squad_fits", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study squad-fits", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     fit = commands.add_parser("fit", help="fit one mode into the fit cache in rising caps")
     fit.add_argument("mode", choices=MODES)

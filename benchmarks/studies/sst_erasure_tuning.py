@@ -40,16 +40,16 @@ from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import torch
 
+from benchmarks.records import to_jsonable
+from benchmarks.runner import merge
+from benchmarks.suites import sst_erasure
+from benchmarks.suites.sst_erasure import (
+    erasure_reference, load_bench, mask_run_info, MaskedPredictor, miss_breakdown, run_mask_method,
+)
 from captum_diffmask.evaluation.erasure_agreement import summarize_agreement
 
-from ..runner import merge
-
-from ..records import to_jsonable
-from ..suites.sst_erasure import settings
-from ..suites.sst_erasure.attributions import MaskedPredictor, run_mask_method
-from ..suites.sst_erasure.loading import load_bench
-from ..suites.sst_erasure.orchestration import erasure_reference, mask_run_info
-from ..suites.sst_erasure.scoring import miss_breakdown
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the per-example masks' settings for sst-erasure, chosen on train sentences"
 
 
 def combinations(grid: Mapping[str, Sequence[Any]]) -> Iterator[Dict[str, Any]]:
@@ -76,7 +76,7 @@ def tune(spec: Mapping[str, Any], out: Path, sentences: int, seed: int, verbose:
         seed (int): the GRU's and the masks' seed.
         verbose (bool): progress lines.
     """
-    config = merge(merge(settings.DEFAULTS, spec.get("base")), {"split": "train", "max_sentences": sentences,
+    config = merge(merge(sst_erasure.DEFAULTS, spec.get("base")), {"split": "train", "max_sentences": sentences,
                                                                   "include_empty_optimum": False})
     done = {_key(line["row"], line["options"]) for line in read_lines(out)}
     bench = load_bench(config, seed, verbose)
@@ -157,7 +157,7 @@ def summary(lines: Sequence[Mapping[str, Any]], rows: Sequence[str], min_suffici
 
 
 def main(argv: Sequence[str] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_erasure_tuning", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study sst-erasure-tuning", description=__doc__.split("\n\n")[1])
     parser.add_argument("grid", help="the grid, a JSON file")
     parser.add_argument("--out", required=True, help="JSON-lines file (appended; done combinations skipped)")
     parser.add_argument("--sentences", type=int, default=120, help="train sentences searched (default 120)")

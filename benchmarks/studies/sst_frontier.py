@@ -26,10 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
+from benchmarks.report import fmt, table
+from benchmarks.suites import sst as suite
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
-from ..report import fmt, table
-from ..suites import sst as suite
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the masked share against the macro-F1 change over eps, per mode, on held-out train sentences"
 
 #: The macro-F1 change the target allows (points).
 F1_ALLOWANCE = 1.0
@@ -113,7 +115,7 @@ def read_results(paths: List[str]) -> List[Dict[str, Any]]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_frontier",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study sst-frontier",
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("results", nargs="+", help="sweep JSON-lines files (sst_sweep --out)")
     parser.add_argument("--markdown", required=True, help="where the report is written")

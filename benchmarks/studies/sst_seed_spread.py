@@ -38,12 +38,15 @@ from typing import Any, Dict, List, Optional
 import torch
 
 import captum_diffmask.diffmask.fit.loop as fitting
+from benchmarks.common.minilm.fitting import OnDevice
 from benchmarks.suites import sst as suite
-from benchmarks.suites.minilm.fitting import OnDevice
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
 from captum_diffmask import Convergence, DiffMask
 from captum_diffmask.diffmask import grouped_options
+
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the spread of DiffMask's attributions across fit seeds, per epoch, on train sentences"
 
 #: The decay of the probe's weight average.
 EMA_DECAY = 0.998
@@ -103,7 +106,7 @@ class _Watch:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_seed_spread", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study sst-seed-spread", description=__doc__.split("\n\n")[1])
     parser.add_argument("--mode", choices=("input", "hidden"), default="hidden")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--epochs", type=int, default=10)

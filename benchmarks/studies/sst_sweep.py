@@ -33,7 +33,7 @@ Usage::
 One JSON line per run is appended to ``--out``, and a summary line printed.
 
 ``--cache`` fits through the MiniLM suites' fit cache
-(:mod:`benchmarks.suites.minilm.fit_cache`: a stored fit is loaded, a stopped
+(:mod:`benchmarks.common.minilm.fit_cache`: a stored fit is loaded, a stopped
 one resumes), so that the seeds of a run can be fitted by processes side by
 side (``--fit-only --seeds S``, one process a seed: on a GPU a fit step leaves
 the device mostly idle) and then scored together by one invocation that reads
@@ -58,19 +58,20 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from benchmarks.common.minilm.fit_cache import cached_fit, fitted_where
 from benchmarks.fit_presets import DAMPED_FIT
-from captum_diffmask.diffmask.fit.history import last_rows
-from captum_diffmask.model.forward import model_device
+from benchmarks.records import to_jsonable
+from benchmarks.report import fmt, table
+from benchmarks.runner import limit_onednn_cache, merge
+from benchmarks.suites import sst as suite
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import read_sst
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.diffmask.fit.history import last_rows
+from captum_diffmask.model.forward import model_device
 
-from ..report import fmt, table
-from ..runner import limit_onednn_cache, merge
-from ..records import to_jsonable
-from ..suites import sst as suite
-from ..suites.minilm.fit_cache import cached_fit, fitted_where
-
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "DiffMask fits on SST with options changed per run, scored on held-out train sentences (or dev)"
 
 #: The sst suite's DiffMask settings up to commit 1495ca3, a sweep's starting point:
 #: every committed sweep file was written against them (fit's damped multiplier,
@@ -334,7 +335,7 @@ def class_f1_change(row: Mapping[str, Any], seed: Mapping[str, Any]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.sst_sweep", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study sst-sweep", description=__doc__.split("\n\n")[1])
     parser.add_argument("sweep", help="the sweep's JSON file (see the module docstring)")
     parser.add_argument("--out", default=None, help="JSON lines file the runs are appended to (required but with --fit-only)")
     parser.add_argument("--cache", action="store_true", help="fit through the fit cache (stored fits are loaded)")

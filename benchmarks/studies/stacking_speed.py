@@ -23,10 +23,13 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
-from ..report import fmt_ratio, fmt_seconds, table
-from ..suites.minilm.loading import load_bench
-from ..suites.sst.speed import fit_step_seconds, STACK_CHOICES
-from .sst_study import run_study
+from benchmarks.common.minilm.loading import load_bench
+from benchmarks.common.sst_timing import run_study
+from benchmarks.report import fmt_ratio, fmt_seconds, table
+from benchmarks.suites.sst import fit_step_seconds, STACK_CHOICES
+
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "a fit step with the layers' masked passes stacked against one pass per layer (sst suite's MiniLM)"
 
 
 def measure(config: Mapping[str, Any], steps: int, rounds: int, verbose: bool = False) -> Dict[str, Any]:
@@ -80,7 +83,7 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.stacking_speed",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study stacking-speed",
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("--markdown", required=True, help="where the report is written (its JSON beside it)")
     parser.add_argument("--steps", type=int, default=20, help="steps a timed fit runs (default: 20)")

@@ -27,9 +27,11 @@ from typing import Dict, List, Optional
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
+from benchmarks.records import synchronize
 from captum_diffmask import DiffMask
 
-from ..records import synchronize
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = "the same stacking choice timed on a MiniLM-sized QA model with random weights, on any device"
 
 #: all-MiniLM-L6-v2's sizes.
 MINILM = {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
@@ -77,7 +79,7 @@ def measure(device: str, steps: int, warmup: int, attention: str = "eager", batc
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.stacking_speed_qa", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks study stacking-speed-qa", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--warmup", type=int, default=5)

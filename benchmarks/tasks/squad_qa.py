@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from .squad import best_spans, span_text, squad_scores, SquadExample, SquadFeatures, window_batches
-from .sst_bert import bert_adamw, warmup_then_decay, load_minilm_as
+from benchmarks.tasks.squad import best_spans, span_text, squad_scores, SquadExample, SquadFeatures, window_batches
+from benchmarks.tasks.sst_bert import bert_adamw, warmup_then_decay, load_minilm_as
 from captum_diffmask.model.forward import model_device
 
 

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from .sst import minilm_tables, random_word_vectors, SSTData, SSTSentence
-from .sst_bert import encode_sst, tiny_bert
+from benchmarks.tasks.sst import minilm_tables, random_word_vectors, SSTData, SSTSentence
+from benchmarks.tasks.sst_bert import encode_sst, tiny_bert
 
 #: The piece sources :func:`piece_tokenizer` and :func:`piece_vectors` know.
 PIECE_SOURCES = ("minilm", "random")

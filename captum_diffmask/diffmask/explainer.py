@@ -16,12 +16,7 @@ from captum_diffmask.diffmask.gates import layer_sites
 from captum_diffmask.diffmask.saved_probe import check_model, read_checkpoint, save_checkpoint
 from captum_diffmask.diffmask.stacking import masked_logits
 from captum_diffmask.model.arguments import (
-    check_layer,
-    ForwardFunc,
-    InputType,
-    PaddingMaskArg,
-    PreparedCall,
-    reject_target,
+    check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
 )
 from captum_diffmask.model.attribution import attribution_call, SitesType
 from captum_diffmask.model.components import ComponentSpec

@@ -26,11 +26,7 @@ from captum_diffmask.diffmask.sparsity import L0_KINDS
 from captum_diffmask.model.arguments import check_layer, ForwardFunc, PaddingMaskArg, PreparedCall
 from captum_diffmask.model.attribution import SiteAttribution, SitesType
 from captum_diffmask.model.components import (
-    ComponentSite,
-    ComponentSpec,
-    locate_components,
-    named_components,
-    read_components,
+    ComponentSite, ComponentSpec, locate_components, named_components, read_components,
 )
 from captum_diffmask.model.forward import model_device
 from captum_diffmask.model.site_finding import HOW_TO_PASS_SITES

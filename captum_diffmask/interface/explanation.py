@@ -4,8 +4,8 @@ into the words they spell.
 :func:`explain` tokenises the texts with the user's (fast) tokenizer, runs the
 method's ``attribute`` (Captum's tensors in, tensors out, unchanged) and returns
 an :class:`Explanation` that keeps each example's tokens, its words and both
-scores. Word pieces are merged by the tokenizer's word ids, with a rule that
-follows what the scores are (:func:`word_rule`):
+scores. Word pieces are merged by the tokenizer's word ids
+(:mod:`captum_diffmask.model.texts`), with a rule that follows what the scores are:
 
 - **keep probabilities** (DiffMask, the per-example masks, exact erasure: a
   method whose ``scores_are_probabilities``): a word's score is the largest of

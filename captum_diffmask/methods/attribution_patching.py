@@ -12,12 +12,7 @@ from torch import nn, Tensor
 from captum_diffmask.diffmask.probes import masked_mean
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    check_layer,
-    ForwardFunc,
-    InputType,
-    PaddingMaskArg,
-    PreparedCall,
-    resolve_target,
+    check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target,
 )
 from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
 from captum_diffmask.model.components import ComponentSite, gate_components, locate_components, read_components

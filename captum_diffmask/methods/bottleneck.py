@@ -22,12 +22,7 @@ from torch import nn, Tensor
 from captum_diffmask.methods.optimization import make_optimizer, optimize
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    ForwardFunc,
-    InputType,
-    PaddingMaskArg,
-    PreparedCall,
-    resolve_target,
-    site_for_layer,
+    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
 )
 from captum_diffmask.model.attribution import attribution_call, SiteAttribution, SitesType
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int

@@ -23,13 +23,7 @@ from tqdm.auto import tqdm
 
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    BaselineType,
-    ForwardFunc,
-    InputType,
-    PaddingMaskArg,
-    PreparedCall,
-    resolve_target,
-    TargetType,
+    BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, TargetType,
 )
 from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SitesType
 from captum_diffmask.model.checks import check_positive_int

@@ -22,13 +22,7 @@ from torch import nn, Tensor
 
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    BaselineType,
-    ForwardFunc,
-    InputType,
-    PaddingMaskArg,
-    PreparedCall,
-    resolve_target,
-    TargetType,
+    BaselineType, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, TargetType,
 )
 from captum_diffmask.model.attribution import attribution_call, ReplacingAttribution, SiteAttribution, SitesType
 from captum_diffmask.model.checks import check_positive_int

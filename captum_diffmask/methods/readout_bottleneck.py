@@ -23,12 +23,7 @@ from tqdm.auto import tqdm
 from captum_diffmask.methods.bottleneck import bottleneck_scores, capacity_nats, GaussianBottleneck, noisy_state
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    ForwardFunc,
-    InputType,
-    PaddingMaskArg,
-    PreparedCall,
-    resolve_target,
-    site_for_layer,
+    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
 )
 from captum_diffmask.model.attribution import attribution_call, SitesType
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int

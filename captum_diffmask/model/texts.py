@@ -1,20 +1,13 @@
-"""Text in, words out: any method's scores for raw text, with word pieces merged
-into the words they spell.
+"""Texts as the model reads them and word pieces as the words they spell.
 
-:func:`explain` tokenises the texts with the user's (fast) tokenizer, runs the
-method's ``attribute`` (Captum's tensors in, tensors out, unchanged) and returns
-an :class:`Explanation` that keeps each example's tokens, its words and both
-scores. Word pieces are merged by the tokenizer's word ids, with a rule that
-follows what the scores are (:func:`word_rule`):
-
-- **keep probabilities** (DiffMask, the per-example masks, exact erasure: a
-  method whose ``scores_are_probabilities``): a word's score is the largest of
-  its pieces' (the word is needed when any of its pieces is; a probability is
-  not additive);
-- **attributions** (Integrated Gradients, occlusion, the bottlenecks: amounts
-  that add up over the inputs): a word's score is the sum of its pieces'.
-
-Special tokens (``[CLS]``, ``[SEP]``) and padding belong to no word.
+:func:`text_batches` tokenises texts (a string, a list, or a file read by
+:func:`read_texts`) into the padded batches every ``attribute`` and
+:meth:`DiffMask.fit` take. :func:`merge_into_words` merges per-piece scores into
+words by the tokenizer's word ids, with the rule :func:`word_rule` gives: the
+largest piece for keep probabilities (a word is needed when any piece is), the
+sum for attributions that add up over the inputs. :func:`decoded_words` splits
+ids that no text produced (a generation) into words. Special tokens and padding
+belong to no word.
 """
 
 from __future__ import annotations

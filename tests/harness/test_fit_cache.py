@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from benchmarks.suites.minilm.fit_cache import cached_fit, fit_files, fit_key, fitted_where
-from benchmarks.suites.minilm.fitting import fit_diffmask
+from benchmarks.common.minilm.fit_cache import cached_fit, fit_files, fit_key, fitted_where
+from benchmarks.common.minilm.fitting import fit_diffmask
 from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 from tiny_models import tiny_bert, token_batch

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from benchmarks.tasks.squad import (
-    best_spans, encode_squad, normalize_answer, read_squad, span_text, split_by_article, SquadExample,
-    squad_scores,
+    best_spans, encode_squad, normalize_answer, read_squad, span_text, split_by_article, SquadExample, squad_scores,
 )
 
 from tiny_models import tiny_wordpiece

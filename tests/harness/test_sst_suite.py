@@ -195,7 +195,7 @@ def test_faithfulness_scores_the_gates_of_the_chosen_readout():
 
 
 def test_convergence_section_checks_the_held_out_read_out_against_eps():
-    from benchmarks.suites.minilm.convergence import convergence_section
+    from benchmarks.common.minilm.convergence import convergence_section
 
     window = {"kept": 0.5, "kl": 0.01, "lam": 3.0}
     run = {"seed": 0, "options": {"eps": 0.01},
@@ -255,7 +255,7 @@ def test_depth_profile_and_verdict_targets_read_the_counted_probes():
 
 @needs_sst
 def test_fits_in_worker_processes_give_the_probes_of_one_process():
-    from benchmarks.suites.minilm.loading import load_bench
+    from benchmarks.common.minilm.loading import load_bench
     from benchmarks.suites.sst.orchestration import fit_in_workers
 
     config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2})
@@ -274,7 +274,7 @@ def test_fits_in_worker_processes_give_the_probes_of_one_process():
 
 @needs_sst
 def test_the_papers_recipe_fits_on_the_suites_split_in_workers_too(monkeypatch):
-    from benchmarks.suites.minilm.loading import load_bench
+    from benchmarks.common.minilm.loading import load_bench
     from benchmarks.suites.sst import orchestration
 
     config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2})
@@ -298,7 +298,7 @@ def test_the_papers_recipe_fits_on_the_suites_split_in_workers_too(monkeypatch):
 
 @needs_sst
 def test_fits_in_the_cache_are_loaded_not_given_to_workers(tmp_path, monkeypatch):
-    from benchmarks.suites.minilm.loading import load_bench
+    from benchmarks.common.minilm.loading import load_bench
     from benchmarks.suites.sst import orchestration
 
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))

@@ -10,7 +10,7 @@ import torch
 
 from benchmarks.studies import sst_sweep
 from benchmarks.suites import sst as suite
-from benchmarks.suites.minilm.fitting import changed_predictions, macro_f1_change_interval, SUITE_KEYS, top2_gap
+from benchmarks.common.minilm.fitting import changed_predictions, macro_f1_change_interval, SUITE_KEYS, top2_gap
 from benchmarks.tasks import sst_bert
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask.fit.options import FLAT_NAMES

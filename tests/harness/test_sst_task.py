@@ -14,19 +14,8 @@ from captum_diffmask.methods import ExactErasure
 from captum_diffmask.model.sites import SiteLocator
 from benchmarks.tasks import sst
 from benchmarks.tasks.sst import (
-    default_data_dir,
-    encode,
-    batch_order,
-    parse_phrases,
-    parse_tree,
-    random_word_vectors,
-    read_sst,
-    resolve_data_dir,
-    SSTClassifier,
-    SSTDataError,
-    sst_sites,
-    train_sst_classifier,
-    Vocabulary,
+    default_data_dir, encode, batch_order, parse_phrases, parse_tree, random_word_vectors, read_sst, resolve_data_dir,
+    SSTClassifier, SSTDataError, sst_sites, train_sst_classifier, Vocabulary,
 )
 from tiny_models import needs_sst, shared_sst
 

@@ -72,7 +72,7 @@ def test_seeds_in_worker_processes_give_the_numbers_of_one_process(tmp_path, mon
 
 
 def test_the_prompts_parts_cover_every_real_position_once():
-    from benchmarks.suites.toy_lm_extras import position_groups
+    from benchmarks.suites.toy_lm.extras import position_groups
 
     data = ToyData(ids=torch.tensor([[1, 2, 1, 0], [3, 3, 3, 3]]), query=torch.tensor([[1, 2], [0, 3]]),
                    mask=torch.tensor([[True, True, True, False], [True] * 4]), labels=torch.tensor([1.0, 0.0]))

@@ -8,7 +8,9 @@ import torch
 
 pytest.importorskip("tracr")
 
-from benchmarks.tasks.tracr_models import compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of  # noqa: E402
+from benchmarks.tasks.tracr_models import (
+    compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of,
+)
 
 
 def _inputs(name, count=6, seed=0):

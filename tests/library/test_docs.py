@@ -42,3 +42,16 @@ def test_the_api_table_is_generated_from_all_and_current():
     for name in captum_diffmask.__all__:
         if not name.startswith("__"):
             assert f"| `{name}` |" in table, name
+
+
+def test_the_results_index_is_generated_from_the_reports_and_current():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(DOCS / "results_index.py"), "--check"], capture_output=True, text=True,
+                          cwd=DOCS.parent)
+    assert done.returncode == 0, done.stderr
+    index = (DOCS / "results" / "README.md").read_text()
+    for page in (DOCS / "results").glob("*.md"):
+        if page.name != "README.md":
+            assert f"]({page.name})" in index, page.name

@@ -9,7 +9,6 @@ from typing import Any, List, Mapping, Sequence
 
 import numpy as np
 
-
 #: The methods whose scores are not P(kept) (scaled to each input's largest; the masks' are drawn as they are).
 SCALED = ("attribution patching",)
 

@@ -6,14 +6,13 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from benchmarks.common.minilm.loading import load_bench
+from benchmarks.progress import log_to_stderr
+from benchmarks.suites.components.figures import sst_figure, tracr_figures
+from benchmarks.suites.components.sst_heads import MASKS, merge_sst, run_sst, sst_config
+from benchmarks.suites.components.tracr import KINDS, score_program
+from benchmarks.workers import check_workers, Job, run_jobs
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
-
-from ...progress import log_to_stderr
-from ...workers import check_workers, Job, run_jobs
-from ..minilm.loading import load_bench
-from .figures import sst_figure, tracr_figures
-from .sst_heads import MASKS, merge_sst, run_sst, sst_config
-from .tracr import KINDS, score_program
 
 #: The issue's target for amortised DiffMask's mean ROC AUC on every program.
 TARGET_AUC = 0.95

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from benchmarks.report import fmt, table, write_report as write_generic
+from benchmarks.suites.components.orchestration import checks, diffmask_fits, uncounted_verdicts
+from benchmarks.suites.components.tracr import LOGIT_SCALE, PER_TASK_LR
+from benchmarks.tasks.tracr_models import PROGRAMS
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
-
-from ...report import fmt, table, write_report as write_generic
-from ...tasks.tracr_models import PROGRAMS
-from .orchestration import checks, diffmask_fits, uncounted_verdicts
-from .tracr import LOGIT_SCALE, PER_TASK_LR
 
 
 def tracr_table(lines: Sequence[Mapping[str, Any]]) -> str:

@@ -31,14 +31,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from benchmarks.common.minilm import loading as sst_loading
+from benchmarks.progress import log_to_stderr
+from benchmarks.suites.components.tracr import (
+    CONSTRUCTOR_OPTIONS, every_block_forward, fit_outcome, PER_TASK_LR, quiet_warnings,
+)
+from benchmarks.suites.sst import DEFAULTS as SST_DEFAULTS, QUICK as SST_QUICK
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.model.divergences import example_kl, log_probs
-
-from ...progress import log_to_stderr
-from ..minilm import loading as sst_loading
-from ..sst import settings as sst_settings
-from .tracr import CONSTRUCTOR_OPTIONS, every_block_forward, fit_outcome, PER_TASK_LR, quiet_warnings
 
 #: The methods compared, and whether each is the per-task mask.
 MASKS = (("DiffMask", False), ("per-task mask", True))
@@ -46,11 +47,11 @@ MASKS = (("DiffMask", False), ("per-task mask", True))
 
 def sst_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     r"""The sst suite's configuration whose model this part reads."""
-    from ...runner import merge
+    from benchmarks.runner import merge
 
-    base = sst_settings.DEFAULTS
+    base = SST_DEFAULTS
     if config.get("model_from", "full") == "quick":
-        base = merge(base, sst_settings.QUICK)
+        base = merge(base, SST_QUICK)
     return merge(base, {"data_dir": config.get("data_dir"), "eval_sentences": None, **config.get("sst_suite", {})})
 
 
@@ -84,7 +85,7 @@ def run_sst(config: Mapping[str, Any], seed: int, verbose: bool,
     evaluated = bench.evaluated.subset(spread(len(bench.evaluated), config.get("eval_sentences")))
     batch_size = int(config.get("batch_size", 32))
     eps = config.get("eps")
-    eps = float(sst_settings.DEFAULTS["diffmask"]["eps"] if eps is None else eps)
+    eps = float(SST_DEFAULTS["diffmask"]["eps"] if eps is None else eps)
     methods, figure = {}, {"tokens": [], "methods": {}}
     shown = int(config.get("figure_sentences", 0))
     ids, mask = evaluated.input_ids[:shown], evaluated.attention_mask[:shown]

@@ -39,13 +39,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmarks.tasks.tracr_models import (
+    compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of,
+)
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.methods import AttributionPatching
 from captum_diffmask.model.components import gate_components
 from captum_diffmask.model.divergences import example_kl, log_probs
-
-from ...tasks.tracr_models import compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of
 
 #: The programs scored by default: each leaves some heads and units unused
 #: (the development programs, on which settings were chosen, are not among them).

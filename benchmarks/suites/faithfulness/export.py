@@ -14,7 +14,7 @@ from torch import Tensor
 
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from .rationales import word_tokens
+from benchmarks.suites.faithfulness.rationales import word_tokens
 
 
 def _word_scores(scores: Tensor, word_index: Tensor, words: int) -> List[float]:

@@ -13,17 +13,17 @@ from torch import Tensor
 
 from captum_diffmask.evaluation.faithfulness import TokenEraser
 
-from ...methods import MethodContext, prepare
-from ...progress import log_to_stderr
-from ..minilm.attributions import attribute_at, per_sentence
-from ..minilm.fit_cache import cached_fit
-from ..minilm.fitting import fit_diffmask
-from ..minilm.loading import Bench, load_bench
-from .export import write_jsonl
-from .figure import curves_figure
-from .rationales import rationale_masks, word_tokens
-from .scoring import across_seeds, per_sentence_metrics, summarize
-from .settings import METHODS
+from benchmarks.methods import MethodContext, prepare
+from benchmarks.progress import log_to_stderr
+from benchmarks.common.minilm.attributions import attribute_at, per_sentence
+from benchmarks.common.minilm.fit_cache import cached_fit
+from benchmarks.common.minilm.fitting import fit_diffmask
+from benchmarks.common.minilm.loading import Bench, load_bench
+from benchmarks.suites.faithfulness.export import write_jsonl
+from benchmarks.suites.faithfulness.figure import curves_figure
+from benchmarks.suites.faithfulness.rationales import rationale_masks, word_tokens
+from benchmarks.suites.faithfulness.scoring import across_seeds, per_sentence_metrics, summarize
+from benchmarks.suites.faithfulness.settings import METHODS
 
 #: name -> per seed, per sentence the (T_i,) scores; and the seconds per sentence of each.
 ScoreSets = Dict[str, List[List[Tensor]]]

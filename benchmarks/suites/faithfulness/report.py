@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Mapping
 
-from ..minilm.convergence import probe_counts
-from ..minilm.fitting import HELD_OUT_MARGIN
-from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
-from .rationales import VARIANTS
+from benchmarks.common.minilm.convergence import probe_counts
+from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
+from benchmarks.report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from benchmarks.suites.faithfulness.rationales import VARIANTS
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
@@ -190,3 +190,24 @@ def _export_section(export: Mapping[str, Any]) -> List[str]:
             + ", ".join(f"`{f}`" for f in export["files"].values()) + ". Fields: `docs/guide/evaluating.md`. The "
             "files hold SST's sentences, so a run writes them beside its report and the repository does not keep "
             "them.", ""]
+
+
+def headline(results: Mapping[str, Any]) -> str:
+    r"""One line of a run's numbers for the results' index: the method with the
+    highest AOPC comprehensiveness, DiffMask's best layer and the chance
+    reference, under the first baseline."""
+    metrics = results.get("metrics") or {}
+    if not metrics:
+        return ""
+    variant, rows = next(iter(metrics.items()))
+    scored = {name: row["aopc_comprehensiveness"] for name, row in rows.items() if "aopc_comprehensiveness" in row}
+    if not scored:
+        return ""
+    best = max(scored, key=scored.get)
+    diffmask = max((n for n in scored if n.startswith("DiffMask")), key=scored.get, default=None)
+    parts = [f"AOPC comprehensiveness ({variant}): {best} {scored[best]:.3f}"]
+    if diffmask is not None and diffmask != best:
+        parts.append(f"{diffmask} {scored[diffmask]:.3f}")
+    if "Random" in scored:
+        parts.append(f"Random {scored['Random']:.3f}")
+    return ", ".join(parts)

@@ -13,7 +13,7 @@ from torch import Tensor
 from captum_diffmask.evaluation.faithfulness import eraser_scores, plausibility, TokenEraser
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ...progress import bar
+from benchmarks.progress import bar
 
 
 def padded(scores: Sequence[Tensor], rows: Tensor, width: int) -> Tensor:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict
 
-from ..sst.settings import DEFAULTS as SST_DEFAULTS
-from ..sst.settings import QUICK as SST_QUICK
+from benchmarks.suites.sst import DEFAULTS as SST_DEFAULTS, QUICK as SST_QUICK
 
 DESCRIPTION = (
     "SST-5 with the fine-tuned MiniLM: comprehensiveness, sufficiency and AOPC (ERASER) of every method's "
@@ -29,7 +28,7 @@ DEFAULTS: Dict[str, Any] = {
     "eval_sentences": 400,  # spread evenly over the split
     "model": copy.deepcopy(SST_DEFAULTS["model"]),
     # the sst suite's DiffMask settings (input mode), so that its fits of seeds 0
-    # and 1 are this suite's: with the fit cache (benchmarks/suites/minilm/fit_cache.py)
+    # and 1 are this suite's: with the fit cache (benchmarks/common/minilm/fit_cache.py)
     # a run after the sst suite's loads them instead of fitting again
     "diffmask": {k: copy.deepcopy(v) for k, v in SST_DEFAULTS["diffmask"].items() if k != "hidden"},
     "methods": list(METHODS),

@@ -29,10 +29,12 @@ windows and answers), :mod:`.fitting` (DiffMask and the masked answers),
 (:func:`run`) and :mod:`.report` (:func:`write_report`).
 """
 
-from .loading import Bench, load_bench, load_qa_model, load_squad_split
-from .orchestration import run
-from .report import write_report
-from .settings import DEFAULTS, DESCRIPTION, OBSERVATIONS, QUICK, SIDE_BY_SIDE
+from benchmarks.suites.squad.fitting import fit_mode, paper_recipe_config
+from benchmarks.suites.squad.loading import Bench, load_bench, load_qa_model, load_squad_split
+from benchmarks.suites.squad.orchestration import run
+from benchmarks.suites.squad.report import headline, write_report
+from benchmarks.suites.squad.settings import DEFAULTS, DESCRIPTION, OBSERVATIONS, QUICK, SIDE_BY_SIDE
 
-__all__ = ["Bench", "DEFAULTS", "DESCRIPTION", "OBSERVATIONS", "QUICK", "SIDE_BY_SIDE", "load_bench", "load_qa_model",
-           "load_squad_split", "run", "write_report"]
+__all__ = [
+    "headline","Bench", "DEFAULTS", "DESCRIPTION", "OBSERVATIONS", "QUICK", "SIDE_BY_SIDE", "fit_mode", "load_bench",
+           "load_qa_model", "load_squad_split", "paper_recipe_config", "run", "write_report"]

@@ -15,9 +15,9 @@ from torch import Tensor
 
 from captum_diffmask.interface.figures import attribution_panels, layer_heatmaps, save_figure
 
-from .analysis import GROUPS
-from .loading import Bench
-from .side_by_side import crop
+from benchmarks.suites.squad.analysis import GROUPS
+from benchmarks.suites.squad.loading import Bench
+from benchmarks.suites.squad.side_by_side import crop
 
 MODES = ("input", "hidden")
 

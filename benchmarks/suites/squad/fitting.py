@@ -15,20 +15,20 @@ from captum_diffmask.model.forward import model_device
 from benchmarks.tasks.squad import best_spans, span_text, squad_scores
 from benchmarks.tasks.squad import window_batches
 
-from ...progress import bar, log_to_stderr
-from ...runner import merge
-from ..minilm.attributions import per_sentence
-from ..minilm.fit_cache import cached_fit
-from ..minilm.fitting import fit_diffmask
-from .loading import Bench
+from benchmarks.progress import bar, log_to_stderr
+from benchmarks.runner import merge
+from benchmarks.common.minilm.attributions import per_sentence
+from benchmarks.common.minilm.fit_cache import cached_fit
+from benchmarks.common.minilm.fitting import fit_diffmask
+from benchmarks.suites.squad.loading import Bench
 
 
 def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verbose: bool) -> Tuple[DiffMask, Dict[str, Any]]:
     r"""
     DiffMask in ``mode`` fitted on ``bench.train`` and validated on
-    ``bench.valid`` (:func:`benchmarks.suites.minilm.fitting.fit_diffmask`), with
+    ``bench.valid`` (:func:`benchmarks.common.minilm.fitting.fit_diffmask`), with
     ``config["diffmask"]``'s settings, through the fit cache
-    (:func:`benchmarks.suites.minilm.fit_cache.cached_fit`: a stored fit is
+    (:func:`benchmarks.common.minilm.fit_cache.cached_fit`: a stored fit is
     loaded; a fit stopped by its cap or killed goes on from its state, so a
     long fit can span invocations, e.g. two calls on a lent GPU).
 

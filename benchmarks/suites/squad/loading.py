@@ -11,15 +11,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
-from ...progress import log
-from ...records import cached
-from ..minilm.loading import FineTuned, subset
-from ...tasks.sst import default_data_dir
-from ...tasks.squad import (
+from benchmarks.progress import log
+from benchmarks.records import cached
+from benchmarks.common.minilm.loading import FineTuned, subset
+from benchmarks.tasks.sst import default_data_dir
+from benchmarks.tasks.squad import (
     best_spans, encode_squad, read_squad, span_text, split_by_article, SquadExample, SquadFeatures, squad_scores,
 )
-from ...tasks.squad_qa import evaluate_qa, fine_tune_qa, load_minilm_qa, span_logits
-from ...tasks.sst_bert import keep_first_layers, tiny_bert
+from benchmarks.tasks.squad_qa import evaluate_qa, fine_tune_qa, load_minilm_qa, span_logits
+from benchmarks.tasks.sst_bert import keep_first_layers, tiny_bert
 
 #: Where SQuAD v1.1 dev is looked for when ``data.path`` is None: ``../shared/data`` beside the checkout.
 DEFAULT_PATH = default_data_dir() / "squad" / "dev-v1.1.json"

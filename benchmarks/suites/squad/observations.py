@@ -24,7 +24,7 @@ import math
 import statistics
 from typing import Any, Dict, List, Mapping
 
-from .settings import OBSERVATIONS
+from benchmarks.suites.squad.settings import OBSERVATIONS
 
 #: The fewest tokens a part of speech needs to be ranked.
 MIN_POS_TOKENS = 50

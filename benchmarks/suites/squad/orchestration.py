@@ -16,16 +16,16 @@ from captum_diffmask import DiffMask
 from benchmarks.tasks.squad import squad_scores
 from benchmarks.tasks.sst_bert import character_pos_tags
 
-from ...progress import log_to_stderr
-from ...records import cached
-from ...tasks.squad import SquadExample
-from . import analysis
-from .figures import heatmap_figures, keep_figure, pos_figure, side_by_side_figures
-from .fitting import agreement, fit_mode, fit_paper_recipe, keep_probabilities, masked_answers
-from .loading import Bench, load_bench
-from .observations import MIN_POS_TOKENS, observations
-from .side_by_side import run_side_by_side, select_examples
-from .speed import measure_speed
+from benchmarks.progress import log_to_stderr
+from benchmarks.records import cached
+from benchmarks.tasks.squad import SquadExample
+from benchmarks.suites.squad import analysis
+from benchmarks.suites.squad.figures import heatmap_figures, keep_figure, pos_figure, side_by_side_figures
+from benchmarks.suites.squad.fitting import agreement, fit_mode, fit_paper_recipe, keep_probabilities, masked_answers
+from benchmarks.suites.squad.loading import Bench, load_bench
+from benchmarks.suites.squad.observations import MIN_POS_TOKENS, observations
+from benchmarks.suites.squad.side_by_side import run_side_by_side, select_examples
+from benchmarks.suites.squad.speed import measure_speed
 
 MODES = ("input", "hidden")
 

@@ -8,12 +8,14 @@ import statistics
 from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
-from ...report import configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
-from ..minilm.convergence import convergence_section, probe_counts
-from ..minilm.fit_cache import fitted_where
-from ..minilm.fitting import HELD_OUT_MARGIN
-from .analysis import GROUPS
-from .observations import MIN_POS_TOKENS, OBSERVATION_MODES
+from benchmarks.report import (
+    configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table,
+)
+from benchmarks.common.minilm.convergence import convergence_section, probe_counts
+from benchmarks.common.minilm.fit_cache import fitted_where
+from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
+from benchmarks.suites.squad.analysis import GROUPS
+from benchmarks.suites.squad.observations import MIN_POS_TOKENS, OBSERVATION_MODES
 
 MODES = ("input", "hidden")
 
@@ -376,3 +378,12 @@ def _time_section(results: Mapping[str, Any]) -> List[str]:
 def _load(values: Any) -> str:
     r"""A load average triple as text (``n/a`` when not recorded)."""
     return "n/a" if not values else ", ".join(f"{v:.2f}" for v in values)
+
+
+def headline(results: Mapping[str, Any]) -> str:
+    r"""One line of a run's numbers for the results' index: how many of the
+    paper's observations hold here."""
+    observations = results.get("observations") or []
+    held = [o["key"] for o in observations if o.get("verdict") == "holds"]
+    return f"{len(held)} of {len(observations)} of the paper's observations hold" + (
+        f" ({', '.join(held)})" if held else "")

@@ -15,12 +15,12 @@ from torch import Tensor
 from captum_diffmask import DiffMask
 from captum_diffmask.model.forward import model_device
 
-from ...methods import MethodContext, prepare
-from ...progress import error_text, log_to_stderr
-from ..minilm.fitting import OnDevice
-from .analysis import token_groups
-from .loading import Bench
-from .settings import SIDE_BY_SIDE
+from benchmarks.methods import MethodContext, prepare
+from benchmarks.progress import error_text, log_to_stderr
+from benchmarks.common.minilm.fitting import OnDevice
+from benchmarks.suites.squad.analysis import token_groups
+from benchmarks.suites.squad.loading import Bench
+from benchmarks.suites.squad.settings import SIDE_BY_SIDE
 
 
 def select_examples(bench: Bench, count: int, max_tokens: int) -> List[int]:

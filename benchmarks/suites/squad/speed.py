@@ -13,10 +13,10 @@ from torch import Tensor
 from captum_diffmask.model.forward import model_device
 from captum_diffmask.methods import IntegratedGradients
 
-from ...progress import bar
-from ...records import median_seconds, synchronize
-from ..minilm.fitting import OnDevice
-from .loading import Bench
+from benchmarks.progress import bar
+from benchmarks.records import median_seconds, synchronize
+from benchmarks.common.minilm.fitting import OnDevice
+from benchmarks.suites.squad.loading import Bench
 
 
 def measure_speed(config: Mapping[str, Any], bench: Bench, explainers: Mapping[str, Any],

@@ -25,22 +25,28 @@ The package: :mod:`.settings` (the configuration, the paper's numbers, the
 targets), :mod:`.scoring` (the numbers), :mod:`.speed`, :mod:`.figures`,
 :mod:`.orchestration` (:func:`run`) and :mod:`.report` (:func:`write_report`);
 the model and the splits, DiffMask's fit and faithfulness, and the methods over
-the sentences are :mod:`benchmarks.suites.minilm`'s, shared with the
+the sentences are :mod:`benchmarks.common.minilm`'s, shared with the
 faithfulness and squad suites.
 """
 
-from ..minilm.attributions import per_sentence
-from ..minilm.fitting import faithfulness, fit_diffmask, HELD_OUT_MARGIN, macro_f1_and_accuracy, OnDevice
-from ..minilm.loading import load_model, subset, validation_split
-from .orchestration import run
-from .report import write_report
-from .scoring import cls_is_largest, layers_kept_by_group, stability
-from .scoring import label_groups as _label_groups  # the name the tests know it by
-from .settings import DEFAULTS, DESCRIPTION, HEATMAP_METHODS, STABILITY_TARGETS, METHODS, PAPER, QUICK
-from .speed import time_finetune_steps
+from benchmarks.common.minilm.attributions import per_sentence
+from benchmarks.common.minilm.fitting import (
+    faithfulness, fit_diffmask, HELD_OUT_MARGIN, macro_f1_and_accuracy, OnDevice,
+)
+from benchmarks.common.minilm.loading import load_model, subset, validation_split
+from benchmarks.suites.sst.orchestration import run
+from benchmarks.suites.sst.report import headline, write_report
+from benchmarks.suites.sst.scoring import cls_is_largest, layers_kept_by_group, stability
+from benchmarks.suites.sst.scoring import label_groups as _label_groups
+from benchmarks.suites.sst.settings import (
+    ATTRIBUTION_RATIO_MAX, DEFAULTS, DESCRIPTION, HEATMAP_METHODS, METHODS, PAPER, QUICK, STABILITY_TARGETS,
+)
+from benchmarks.suites.sst.speed import fit_step_seconds, seconds_per_sentence, STACK_CHOICES, time_finetune_steps
 
 __all__ = [
-    "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "STABILITY_TARGETS", "METHODS", "PAPER", "QUICK",
+    "headline",
+    "ATTRIBUTION_RATIO_MAX", "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "STABILITY_TARGETS", "METHODS", "PAPER",
+    "QUICK", "STACK_CHOICES", "fit_step_seconds", "seconds_per_sentence",
     "cls_is_largest", "faithfulness", "fit_diffmask", "HELD_OUT_MARGIN", "OnDevice", "layers_kept_by_group", "load_model",
     "macro_f1_and_accuracy", "per_sentence", "run", "stability", "subset", "validation_split", "time_finetune_steps", "write_report",
     "_label_groups",

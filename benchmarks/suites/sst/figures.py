@@ -13,9 +13,9 @@ from torch import Tensor
 from captum_diffmask.interface.figures import layer_heatmaps, save_figure
 from benchmarks.tasks.sst import LABEL_NAMES
 
-from ..minilm.attributions import attribute_at
-from ..minilm.loading import Bench
-from .settings import HEATMAP_METHODS
+from benchmarks.common.minilm.attributions import attribute_at
+from benchmarks.common.minilm.loading import Bench
+from benchmarks.suites.sst.settings import HEATMAP_METHODS
 
 
 def groups_figure(groups: Mapping[str, Any], L: int, path: Path) -> str:

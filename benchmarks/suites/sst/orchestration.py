@@ -18,17 +18,19 @@ from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ...methods import MethodContext
-from ...progress import log_to_stderr
-from ...workers import check_workers, Job, run_jobs
-from ..minilm.attributions import attribute_at, per_sentence, prepare_method
-from .figures import groups_figure, heatmaps
-from ..minilm.fit_cache import cached_fit, stored_fit
-from ..minilm.fitting import faithfulness, fit_diffmask
-from ..minilm.loading import Bench, load_bench
-from .scoring import cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability
-from .settings import METHODS
-from .speed import measure_speed
+from benchmarks.methods import MethodContext
+from benchmarks.progress import log_to_stderr
+from benchmarks.workers import check_workers, Job, run_jobs
+from benchmarks.common.minilm.attributions import attribute_at, per_sentence, prepare_method
+from benchmarks.suites.sst.figures import groups_figure, heatmaps
+from benchmarks.common.minilm.fit_cache import cached_fit, stored_fit
+from benchmarks.common.minilm.fitting import faithfulness, fit_diffmask
+from benchmarks.common.minilm.loading import Bench, load_bench
+from benchmarks.suites.sst.scoring import (
+    cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability,
+)
+from benchmarks.suites.sst.settings import METHODS
+from benchmarks.suites.sst.speed import measure_speed
 
 
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:
@@ -158,7 +160,7 @@ def fit_in_workers(
     Every (mode, seed) fit in ``workers`` processes side by side (spawned, one
     torch thread each; input mode, the longer, first), each probe loaded back
     onto this process's model; a fit the cache holds is loaded, not refitted
-    (:mod:`benchmarks.suites.minilm.fit_cache`); nothing when ``workers`` is 1
+    (:mod:`benchmarks.common.minilm.fit_cache`); nothing when ``workers`` is 1
     (the fits then run here, one after the other). Every fit is seeded by its
     seed alone, so the probes are those of one process (up to the threads'
     rounding).

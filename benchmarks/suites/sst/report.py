@@ -9,14 +9,14 @@ from typing import Any, List, Mapping
 
 from benchmarks.tasks.sst import LABEL_NAMES
 
-from ...report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from benchmarks.report import fmt, fmt_ratio, fmt_seconds, notes_section, table
 from captum_diffmask.diffmask.fit.history import last_rows
 
-from ..minilm.convergence import convergence_section, probe_counts
-from ..minilm.fit_cache import fitted_where
-from ..minilm.fitting import HELD_OUT_MARGIN
-from .scoring import counted_layers, layer_means
-from .settings import ATTRIBUTION_RATIO_MAX, IG_SPEEDUP_MIN, STABILITY_TARGETS, PAPER
+from benchmarks.common.minilm.convergence import convergence_section, probe_counts
+from benchmarks.common.minilm.fit_cache import fitted_where
+from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
+from benchmarks.suites.sst.scoring import counted_layers, layer_means
+from benchmarks.suites.sst.settings import ATTRIBUTION_RATIO_MAX, IG_SPEEDUP_MIN, STABILITY_TARGETS, PAPER
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
@@ -420,3 +420,22 @@ def _whole_run_target(results: Mapping[str, Any], wall: float) -> str:
     total = wall + (model["fine_tune_seconds"] if model["cached"] else 0)
     return (f"- the whole run: {wall / 60:.1f} min (target <= 90 min, fine-tuning included when it is not "
             f"cached: {model['fine_tune_seconds'] / 60:.1f} min when it ran): **{'met' if total <= 5400 else 'missed'}**")
+
+
+def headline(results: Mapping[str, Any]) -> str:
+    r"""One line of a run's numbers for the results' index: per mode, the layer
+    where masking moves macro-F1 most, and the spread of the attributions
+    across seeds."""
+    parts = []
+    for mode, record in (results.get("diffmask") or {}).items():
+        faith = record.get("faithfulness") or {}
+        unmasked = (faith.get("unmasked") or {}).get("macro_f1")
+        layers = faith.get("per_layer") or []
+        if unmasked is None or not layers:
+            continue
+        worst = min(layers, key=lambda row: row["macro_f1"] - unmasked)
+        spread = (record.get("stability") or {}).get("mean_std")
+        parts.append(f"{mode}: macro-F1 {worst['macro_f1'] - unmasked:+.2f} at worst (layer {worst['layer']}), "
+                     f"seed std {spread:.3f}" if spread is not None else
+                     f"{mode}: macro-F1 {worst['macro_f1'] - unmasked:+.2f} at worst (layer {worst['layer']})")
+    return "; ".join(parts)

@@ -14,7 +14,7 @@ from captum_diffmask import seed_std
 from benchmarks.tasks.sst import LABEL_NAMES, SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ..minilm.convergence import probe_counts
+from benchmarks.common.minilm.convergence import probe_counts
 
 
 def mean_faithfulness(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -120,7 +120,7 @@ def layer_means(faithfulness: Mapping[str, Any]) -> Tuple[float, float]:
 def counted_layers(run: Mapping[str, Any]) -> Dict[int, Dict[str, bool]]:
     r"""
     Per layer of one fit, whether its probe counts
-    (:func:`~benchmarks.suites.minilm.convergence.probe_counts`): ``settled``
+    (:func:`~benchmarks.common.minilm.convergence.probe_counts`): ``settled``
     (the fit's own verdict is ``converged`` or ``needed``) and ``within`` (its
     deterministic read-out's held-out KL within the bound; True when the run
     scored none, a selected checkpoint's).

@@ -18,10 +18,10 @@ from benchmarks.tasks.sst_bert import EncodedSST
 from captum_diffmask import DiffMask
 from captum_diffmask.diffmask import grouped_options
 
-from ...progress import bar
-from ...records import median_seconds
-from ..minilm.attributions import attribute_at
-from ..minilm.loading import Bench
+from benchmarks.progress import bar
+from benchmarks.records import median_seconds
+from benchmarks.common.minilm.attributions import attribute_at
+from benchmarks.common.minilm.loading import Bench
 
 
 def time_finetune_steps(model: nn.Module, data: EncodedSST, batch_size: int, batches: int, seed: int) -> float:

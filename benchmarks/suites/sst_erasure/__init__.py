@@ -31,14 +31,20 @@ The package: :mod:`.settings` (the configuration, the paper's numbers),
 :mod:`.report` (:func:`write_report`).
 """
 
-from .attributions import fit_amortised_diffmask, MaskedPredictor, MaskRun, run_erasure
-from .figure import kept_words_figure, make_figure, pick_sentences
-from .loading import erasure_baseline, load_model, load_splits, select_sentences, token_unit, TokenUnit
-from .orchestration import run
-from .prose import summary_notes, versus_paragraph
-from .report import write_report
-from .scoring import checks, combine_summaries, compare_pairs, miss_breakdown
-from .settings import DEFAULTS, DESCRIPTION, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, QUICK
+from benchmarks.suites.sst_erasure.attributions import (
+    fit_amortised_diffmask, MaskedPredictor, MaskRun, run_erasure, run_mask_method,
+)
+from benchmarks.suites.sst_erasure.figure import kept_words_figure, make_figure, pick_sentences
+from benchmarks.suites.sst_erasure.loading import (
+    erasure_baseline, load_bench, load_model, load_splits, select_sentences, token_unit, TokenUnit,
+)
+from benchmarks.suites.sst_erasure.orchestration import erasure_reference, mask_run_info, run
+from benchmarks.suites.sst_erasure.prose import summary_notes, versus_paragraph
+from benchmarks.suites.sst_erasure.report import write_report
+from benchmarks.suites.sst_erasure.scoring import checks, combine_summaries, compare_pairs, miss_breakdown
+from benchmarks.suites.sst_erasure.settings import (
+    DEFAULTS, DESCRIPTION, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, QUICK,
+)
 
 #: The suite's own rows, beside the library's registered methods (``--methods``).
 EXTRA_METHODS = tuple(MASK_METHODS)
@@ -46,7 +52,7 @@ EXTRA_METHODS = tuple(MASK_METHODS)
 __all__ = [
     "EXTRA_METHODS", "DEFAULTS", "DESCRIPTION", "MASK_METHODS", "METRICS", "PAPER", "PAPER_SOURCE", "QUICK",
     "MaskRun", "MaskedPredictor", "TokenUnit", "checks", "combine_summaries", "compare_pairs", "erasure_baseline",
-    "fit_amortised_diffmask", "kept_words_figure", "load_model", "load_splits", "make_figure", "miss_breakdown",
-    "pick_sentences", "run", "run_erasure", "select_sentences", "summary_notes", "token_unit", "versus_paragraph",
-    "write_report",
+    "erasure_reference", "fit_amortised_diffmask", "kept_words_figure", "load_bench", "load_model", "load_splits",
+    "make_figure", "mask_run_info", "miss_breakdown", "pick_sentences", "run", "run_erasure", "run_mask_method",
+    "select_sentences", "summary_notes", "token_unit", "versus_paragraph", "write_report",
 ]

@@ -18,9 +18,9 @@ from captum_diffmask.evaluation.erasure_agreement import agreement_per_example, 
 from captum_diffmask.methods import ExactErasure, PerExampleDiffMask, REINFORCE
 from captum_diffmask.model.sites import SiteLocator
 
-from ...methods import MethodContext, prepare, route_options
-from ...progress import bar
-from .settings import MASK_METHODS
+from benchmarks.methods import MethodContext, prepare, route_options
+from benchmarks.progress import bar
+from benchmarks.suites.sst_erasure.settings import MASK_METHODS
 
 
 class MaskedPredictor:

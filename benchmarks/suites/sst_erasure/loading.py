@@ -15,21 +15,12 @@ import torch
 from torch import Tensor
 
 from benchmarks.tasks.sst import (
-    encode,
-    mean_word_vector,
-    peakedness,
-    predict,
-    read_sst,
-    SSTClassifier,
-    SSTData,
-    SSTSentence,
-    train_sst_classifier,
-    Vocabulary,
-    word_vector_source,
+    encode, mean_word_vector, peakedness, predict, read_sst, SSTClassifier, SSTData, SSTSentence,
+    train_sst_classifier, Vocabulary, word_vector_source,
 )
 
-from ...progress import log
-from ...records import cached
+from benchmarks.progress import log
+from benchmarks.records import cached
 
 #: The token units: the classifier's word pieces with [CLS]/[SEP] (the paper's), or words.
 UNITS = ("piece", "word")

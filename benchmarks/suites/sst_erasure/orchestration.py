@@ -20,24 +20,21 @@ from captum_diffmask.methods import method_class
 from captum_diffmask.evaluation.erasure_agreement import summarize_agreement, top_k_mask
 from benchmarks.tasks.sst import SSTData, sst_sites
 
-from ...methods import MethodContext
-from ...progress import bar, error_text, log
-from .attributions import MaskedPredictor, MaskRun, run_erasure, run_mask_method, run_scoring_method
-from .figure import make_figure
-from .loading import Bench, load_bench
-from .prose import summary_notes
-from .scoring import (
-    checks,
-    compare_pairs,
-    empty_optimum_scores,
-    erasure_statistics,
-    exact_erasure_record,
-    mean_per_sentence,
-    miss_breakdown,
-    over_seeds,
-    Reference,
+from benchmarks.methods import MethodContext
+from benchmarks.progress import bar, error_text, log
+from benchmarks.suites.sst_erasure.attributions import (
+    MaskedPredictor, MaskRun, run_erasure, run_mask_method, run_scoring_method,
 )
-from .settings import BASELINE_KINDS, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, SCORE_KEYS
+from benchmarks.suites.sst_erasure.figure import make_figure
+from benchmarks.suites.sst_erasure.loading import Bench, load_bench
+from benchmarks.suites.sst_erasure.prose import summary_notes
+from benchmarks.suites.sst_erasure.scoring import (
+    checks, compare_pairs, empty_optimum_scores, erasure_statistics, exact_erasure_record, mean_per_sentence,
+    miss_breakdown, over_seeds, Reference,
+)
+from benchmarks.suites.sst_erasure.settings import (
+    BASELINE_KINDS, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, SCORE_KEYS,
+)
 
 
 def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[str, Any]:

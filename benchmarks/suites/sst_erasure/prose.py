@@ -8,7 +8,7 @@ import math
 
 from typing import Any, List, Mapping, Optional
 
-from .settings import MASK_METHODS
+from benchmarks.suites.sst_erasure.settings import MASK_METHODS
 
 #: What each mask row is, for the tables.
 ROW_LABELS = {

@@ -7,19 +7,12 @@ import math
 import os
 from typing import Any, List, Mapping
 
-from ...report import (
-    checks_section,
-    configuration_section,
-    environment_section,
-    fmt,
-    fmt_seconds,
-    notes_section,
-    reproduce_command,
-    run_line,
-    table,
+from benchmarks.report import (
+    checks_section, configuration_section, environment_section, fmt, fmt_seconds, notes_section, reproduce_command,
+    run_line, table,
 )
-from .prose import MISS_LABELS, row_label, versus_paragraph
-from .settings import DESCRIPTION, MASK_METHODS, METRICS, PAPER, SCORE_KEYS
+from benchmarks.suites.sst_erasure.prose import MISS_LABELS, row_label, versus_paragraph
+from benchmarks.suites.sst_erasure.settings import DESCRIPTION, MASK_METHODS, METRICS, PAPER, SCORE_KEYS
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:

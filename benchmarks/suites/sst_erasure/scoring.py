@@ -16,7 +16,7 @@ from torch import Tensor
 from captum_diffmask.evaluation.bootstrap import paired_bootstrap
 from benchmarks.tasks.sst import SSTData
 
-from .settings import SCORE_KEYS
+from benchmarks.suites.sst_erasure.settings import SCORE_KEYS
 
 
 @dataclass

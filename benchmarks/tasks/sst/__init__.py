@@ -22,21 +22,17 @@ One module per concern (``reading``, ``vocabulary``, ``word_vectors``,
 ``encoding``, ``classifier``); every public name is here too.
 """
 
-from .reading import (  # noqa: F401
+from benchmarks.tasks.sst.reading import (
     SST_URL, SPLITS, LABEL_NAMES, DATA_ENV, SSTSentence, SSTDataError, parse_tree, parse_phrases, default_data_dir,
     resolve_data_dir, read_sst,
 )
-from .vocabulary import (  # noqa: F401
-    Vocabulary,
-)
-from .word_vectors import (  # noqa: F401
+from benchmarks.tasks.sst.vocabulary import Vocabulary
+from benchmarks.tasks.sst.word_vectors import (
     WordVectors, unescape_ptb, MINILM_EXTRA_HINT, minilm_tables, minilm_word_vectors, random_word_vectors,
     word_vector_source,
 )
-from .encoding import (  # noqa: F401
-    batch_order, SSTData, encode,
-)
-from .classifier import (  # noqa: F401
+from benchmarks.tasks.sst.encoding import batch_order, SSTData, encode
+from benchmarks.tasks.sst.classifier import (
     SSTClassifier, sst_sites, predict, peakedness, accuracy, mean_word_vector, train_sst_classifier,
 )
 

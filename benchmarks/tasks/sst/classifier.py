@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .encoding import SSTData
+from benchmarks.tasks.sst.encoding import SSTData
 
 
 class SSTClassifier(nn.Module):

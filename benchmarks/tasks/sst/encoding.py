@@ -8,9 +8,9 @@ from typing import Iterator, List, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from .reading import SSTSentence
-from .vocabulary import Vocabulary
-from .word_vectors import unescape_ptb
+from benchmarks.tasks.sst.reading import SSTSentence
+from benchmarks.tasks.sst.vocabulary import Vocabulary
+from benchmarks.tasks.sst.word_vectors import unescape_ptb
 
 
 def batch_order(

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Dict, Iterable, List, Sequence
 
 
-from .reading import SSTSentence
+from benchmarks.tasks.sst.reading import SSTSentence
 
 
 class Vocabulary:

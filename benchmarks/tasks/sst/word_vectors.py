@@ -11,7 +11,7 @@ from typing import Callable, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .vocabulary import Vocabulary
+from benchmarks.tasks.sst.vocabulary import Vocabulary
 
 #: A word-vector source: words -> (len(words), H) float tensor.
 WordVectors = Callable[[Sequence[str]], Tensor]

@@ -28,24 +28,12 @@ thread count) and the model's ``state_dict()`` plus the returned history are wha
 to store.
 """
 
-from .models import (  # noqa: F401
-    SST_EXTRA_HINT, load_minilm, load_minilm_as, keep_first_layers, tiny_bert,
-)
-from .encoding import (  # noqa: F401
-    EncodedSST, EncodedBatches, encode_sst,
-)
-from .words import (  # noqa: F401
-    word_pooling,
-)
-from .scoring import (  # noqa: F401
-    class_f1, macro_f1, evaluate, output_logits,
-)
-from .training import (  # noqa: F401
-    fine_tune, bert_adamw, warmup_then_decay,
-)
-from .pos import (  # noqa: F401
-    POS_EXTRA_HINT, spacy_pipeline, pos_tags, character_pos_tags,
-)
+from benchmarks.tasks.sst_bert.models import SST_EXTRA_HINT, load_minilm, load_minilm_as, keep_first_layers, tiny_bert
+from benchmarks.tasks.sst_bert.encoding import EncodedSST, EncodedBatches, encode_sst
+from benchmarks.tasks.sst_bert.words import word_pooling
+from benchmarks.tasks.sst_bert.scoring import class_f1, macro_f1, evaluate, output_logits
+from benchmarks.tasks.sst_bert.training import fine_tune, bert_adamw, warmup_then_decay
+from benchmarks.tasks.sst_bert.pos import POS_EXTRA_HINT, spacy_pipeline, pos_tags, character_pos_tags
 
 __all__ = [
     "SST_EXTRA_HINT",

@@ -9,7 +9,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..sst import batch_order, SSTSentence, unescape_ptb
+from benchmarks.tasks.sst import batch_order, SSTSentence, unescape_ptb
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..sst import unescape_ptb
+from benchmarks.tasks.sst import unescape_ptb
 
 
 SST_EXTRA_HINT = (

@@ -7,7 +7,7 @@ import functools
 from typing import Any, List, Sequence, Tuple
 
 
-from ..sst import SSTSentence, unescape_ptb
+from benchmarks.tasks.sst import SSTSentence, unescape_ptb
 
 #: What to install for the parts of speech.
 POS_EXTRA_HINT = (

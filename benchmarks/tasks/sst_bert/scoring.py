@@ -9,7 +9,7 @@ import torch.nn as nn
 from torch import Tensor
 
 
-from .encoding import EncodedSST
+from benchmarks.tasks.sst_bert.encoding import EncodedSST
 
 
 def macro_f1(predictions: Tensor, labels: Tensor, num_classes: int = 5) -> float:

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 
-from .encoding import EncodedSST
-from .scoring import evaluate, output_logits
+from benchmarks.tasks.sst_bert.encoding import EncodedSST
+from benchmarks.tasks.sst_bert.scoring import evaluate, output_logits
 
 
 def fine_tune(

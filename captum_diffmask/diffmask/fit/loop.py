@@ -28,12 +28,7 @@ from tqdm.auto import tqdm
 from captum_diffmask.diffmask.constrained.convergence import LayerMonitor, SETTLED, warn_unconverged
 from captum_diffmask.diffmask.constrained.multiplier_rules import MultiplierRule
 from captum_diffmask.diffmask.fit.distributed import (
-    all_sum,
-    is_distributed,
-    rank_and_world,
-    reads_its_own_shard,
-    sharded,
-    shared_seed,
+    all_sum, is_distributed, rank_and_world, reads_its_own_shard, sharded, shared_seed,
 )
 from captum_diffmask.diffmask.fit.fit_state import FitCheckpoint, FitState, rng_states, set_rng_states
 from captum_diffmask.diffmask.fit.fittable import Fittable

@@ -24,13 +24,7 @@ from torch import Tensor
 from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 from captum_diffmask.diffmask.constrained.multiplier_rules import MultiplierRule
 from captum_diffmask.diffmask.fit.distributed import (
-    all_sum,
-    any_rank,
-    average_gradients,
-    global_batch_sizes,
-    is_distributed,
-    rank_and_world,
-    shared_uniform,
+    all_sum, any_rank, average_gradients, global_batch_sizes, is_distributed, rank_and_world, shared_uniform,
 )
 from captum_diffmask.diffmask.fit.fittable import Fittable
 from captum_diffmask.diffmask.fit.options import FitOptions

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ...methods import MethodContext, prepare, PreparedMethod
-from ...progress import bar
+from benchmarks.methods import MethodContext, prepare, PreparedMethod
+from benchmarks.progress import bar
 
 
 def per_sentence(data: EncodedSST, batch_size: int, fn: Callable[..., Tensor], verbose: bool = False,

@@ -1,14 +1,5 @@
-"""Does DiffMask's fit converge with its defaults on data it was never tuned on?
-
-A grid of toy data sets (seeds this project has not used elsewhere) x fit seeds x
-two task shapes (the paper's: 10 digits, length <= 10; a larger one: 20 digits,
-length <= 20). Per data set a toy model is trained (cached); per cell DiffMask is
-fitted with ``fit``'s defaults and only the task's eps (hidden mode at the FFNN
-output, ``hidden.1``; and input mode at layer 1 with votes read from the states
-alone), and its held-out attribution scored by JS to the ground truth. The
-report gives every cell, the median and worst, the convergence status of every
-fit, and the wall time.
-"""
+"""The toy-robustness suite's run and report: per data set and fit seed, DiffMask
+fitted with fit's defaults and scored by JS to the ground truth."""
 
 from __future__ import annotations
 
@@ -20,15 +11,14 @@ from typing import Any, Dict, List, Mapping, Union
 
 import torch
 
+from benchmarks.progress import log_to_stderr
+from benchmarks.report import fmt, table
+from benchmarks.suites.toy import load_toy_model, score
+from benchmarks.workers import check_workers, Job, run_jobs
 from captum_diffmask import DiffMask, seed_std
 from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.diffmask.constrained.convergence import DiffMaskConvergenceWarning
 from captum_diffmask.evaluation.toy_task import generate_toy_data, toy_sites, ToyData, ToyModel
-
-from ..progress import log_to_stderr
-from ..report import fmt, table
-from ..workers import check_workers, Job, run_jobs
-from .toy import load_toy_model, score
 
 DESCRIPTION = (
     "toy robustness: DiffMask with fit's defaults on unseen toy data sets x fit seeds x two "
@@ -199,3 +189,13 @@ def write_report(results: Mapping[str, Any], path: Union[str, Path], json_name: 
     text = "\n".join(lines)
     Path(path).write_text(text, encoding="utf-8")
     return text
+
+
+def headline(results: Mapping[str, Any]) -> str:
+    r"""One line of a run's numbers for the results' index: per mode, the cells
+    within the JS target and the converged fits."""
+    parts = []
+    for mode, summary in (results.get("summary") or {}).items():
+        parts.append(f"{mode}: {summary['within_target']} of {summary['cells']} cells JS <= {summary['target_js']} "
+                     f"(median {summary['median_js']:.4f}), {summary['converged']} converged")
+    return "; ".join(parts)

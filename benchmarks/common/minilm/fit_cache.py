@@ -26,7 +26,7 @@ from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ...records import git_commit, cache_dir, config_hash, to_jsonable
+from benchmarks.records import git_commit, cache_dir, config_hash, to_jsonable
 
 #: Bumped when a stored fit's meaning changes (what the key holds, what the
 #: record holds), so that older files are not read as this layout.
@@ -36,7 +36,7 @@ FIT_CACHE_VERSION = 2
 CAP = "max_steps"
 
 #: ``fit(model, mode, train, valid, config, seed, verbose, checkpoint) ->
-#: (explainer, record)``, :func:`benchmarks.suites.minilm.fitting.fit_diffmask`.
+#: (explainer, record)``, :func:`benchmarks.common.minilm.fitting.fit_diffmask`.
 Fit = Callable[..., Tuple[DiffMask, Dict[str, Any]]]
 #: What a fit is fitted and held out on: SST sentences or SQuAD windows.
 FitData = Union[EncodedSST, SquadFeatures]

@@ -9,8 +9,8 @@ from typing import Any, List, Mapping, Optional, Tuple
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from captum_diffmask.diffmask.fit.history import last_rows
 
-from ...report import fmt, table
-from .fitting import HELD_OUT_MARGIN
+from benchmarks.report import fmt, table
+from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
 
 
 def probe_counts(status: str, heldout_kl: Optional[float], eps: Optional[float]) -> Tuple[bool, bool]:

@@ -10,6 +10,9 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 
+from benchmarks.methods import PreparedMethod
+from benchmarks.progress import log
+from benchmarks.tasks.toy_lm import token_text, ToyText
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask import grouped_options
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth, kl_to_ground_truth, summarize
@@ -18,10 +21,6 @@ from captum_diffmask.interface.generation import attribute_generation, greedy_co
 from captum_diffmask.methods import IntegratedGradients, Occlusion
 from captum_diffmask.model.forward import ModelForward
 from captum_diffmask.model.sites import SiteLocator
-
-from ..methods import PreparedMethod
-from ..progress import log
-from ..tasks.toy_lm import token_text, ToyText
 
 
 def score(scores: torch.Tensor, data: ToyText) -> Dict[str, Any]:

@@ -19,7 +19,7 @@ from captum_diffmask import Convergence, DiffMask
 from captum_diffmask.diffmask import Compute, grouped_options
 from captum_diffmask.model.forward import model_device
 
-from ...progress import bar
+from benchmarks.progress import bar
 
 
 def macro_f1_and_accuracy(predictions: Tensor, labels: Tensor) -> Dict[str, Any]:

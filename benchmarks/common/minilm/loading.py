@@ -14,8 +14,8 @@ from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import LABEL_NAMES, read_sst, SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
 
-from ...progress import log_to_stderr
-from ...records import cached
+from benchmarks.progress import log_to_stderr
+from benchmarks.records import cached
 
 
 def _build_model(config: Mapping[str, Any], train: Sequence[SSTSentence]) -> Tuple[nn.Module, Any]:

@@ -12,9 +12,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 
-from ..records import environment, to_jsonable
-from ..runner import limit_onednn_cache, merge
-from ..suites.sst import DEFAULTS
+from benchmarks.records import environment, to_jsonable
+from benchmarks.runner import limit_onednn_cache, merge
+from benchmarks.suites.sst import DEFAULTS
 
 
 def run_study(

@@ -1,15 +1,5 @@
-"""The toy task (paper Sec. 4) on a decoder-only language model: a config-built
-Llama-style decoder reads ``<n> <m> : x ->`` and answers ``yes`` or ``no``
-(:mod:`benchmarks.tasks.toy_lm`). Every method attributes the answer token (the
-next-token output at the last position) to the hidden states of ``hidden.k``; the
-scores on the digits of ``x`` are compared with the ground truth (the digits that
-hold ``n`` or ``m``) by JS and KL, beside the GRU's numbers of the ``toy`` suite.
-
-Per seed: data, the decoder (trained, cached), every method set up and run on the
-held-out prompts, DiffMask at every layer. On the first seed also: the attribution
-cost per generated token against one forward step (DiffMask, IG-50, occlusion,
-through :func:`captum_diffmask.attribute_generation`) and the figures.
-"""
+"""The toy-lm suite's run and report: the decoder per seed, every method on the held-out
+prompts, DiffMask at every layer, the first seed's cost per generated token and figures."""
 
 from __future__ import annotations
 
@@ -23,13 +13,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ..methods import MethodContext, prepare, PreparedMethod
-from ..progress import bar, error_text, log
-from ..records import cached
-from ..workers import start_worker
-from ..tasks.toy_lm import decoder_accuracy, encode_toy, toy_decoder, ToyText, train_decoder
-from .toy import aggregate, seed_data
-from .toy_lm_extras import architecture, first_seed_extras, ground_truth_check, score
+from benchmarks.methods import MethodContext, prepare, PreparedMethod
+from benchmarks.progress import bar, error_text, log
+from benchmarks.records import cached
+from benchmarks.suites.toy import aggregate, seed_data
+from benchmarks.suites.toy_lm.extras import architecture, first_seed_extras, ground_truth_check, score
+from benchmarks.tasks.toy_lm import decoder_accuracy, encode_toy, toy_decoder, ToyText, train_decoder
+from benchmarks.workers import start_worker
 
 DESCRIPTION = (
     "toy task written as text for a tiny Llama-style decoder: attributions of the answer token to the digits' "
@@ -337,7 +327,7 @@ def notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
 
 def extra_sections(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[str]:
     r"""The decoders, DiffMask at every layer and the cost per generated token, as markdown."""
-    from ..report import fmt, fmt_ratio, fmt_seconds, table
+    from benchmarks.report import fmt, fmt_ratio, fmt_seconds, table
 
     layer = config["layer"]
     word = architecture(config)
