@@ -257,11 +257,18 @@ def reproduce_command(results: Mapping[str, Any], out: str = "DIR") -> str:
     return " ".join(parts)
 
 
+def study_name(module: str) -> str:
+    r"""A study's name for ``python -m benchmarks study NAME``: its module's, with
+    dashes (``benchmarks.studies.sst_sweep`` -> ``sst-sweep``)."""
+    return module.rpartition(".")[2].replace("_", "-")
+
+
 def write_study_markdown(path: Optional[str], module: str, arguments: Sequence[str],
                          render: Callable[[str], str]) -> None:
     r"""
     A study's report, when ``path`` is given: ``render`` called with the
-    command that reproduces it (``python -m MODULE ARGUMENTS``, quoted for a shell).
+    command that reproduces it (``python -m benchmarks study NAME ARGUMENTS``,
+    quoted for a shell).
 
     Args:
 
@@ -271,7 +278,7 @@ def write_study_markdown(path: Optional[str], module: str, arguments: Sequence[s
         render (callable): command -> the report's markdown.
     """
     if path:
-        command = f"python -m {module} " + shlex.join(arguments)
+        command = f"python -m benchmarks study {study_name(module)} " + shlex.join(arguments)
         with open(path, "w", encoding="utf-8") as out:
             out.write(render(command))
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import torch
 
 from benchmarks.records import environment, to_jsonable
+from benchmarks.report import study_name
 from benchmarks.runner import limit_onednn_cache, merge
 from benchmarks.suites.sst import DEFAULTS
 
@@ -42,7 +43,7 @@ def run_study(
         torch.set_num_threads(threads)
     config = merge(copy.deepcopy(DEFAULTS), json.loads(overrides))
     result = {**measure(config), "environment": environment()}
-    command = f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = f"python -m benchmarks study {study_name(module)} " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(markdown_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(result, command), encoding="utf-8")

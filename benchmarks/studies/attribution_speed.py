@@ -15,7 +15,7 @@ the times.
 
 Usage::
 
-    python -m benchmarks.studies.attribution_speed --markdown docs/results/attribution-speed.md [--threads 2]
+    python -m benchmarks study attribution-speed --markdown docs/results/attribution-speed.md [--threads 2]
 """
 
 from __future__ import annotations

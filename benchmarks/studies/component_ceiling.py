@@ -14,7 +14,7 @@ inputs, not from the input it explains.
 
 Run::
 
-    python -m benchmarks.studies.component_ceiling --markdown docs/results/components-ceiling.md
+    python -m benchmarks study component-ceiling --markdown docs/results/components-ceiling.md
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ with the component's output multiplied by each scale, the others intact.
 
 Run::
 
-    python -m benchmarks.studies.component_scales --programs sort_freq_asc --markdown out.md
+    python -m benchmarks study component-scales --programs sort_freq_asc --markdown out.md
 """
 
 from __future__ import annotations

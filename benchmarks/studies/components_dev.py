@@ -11,7 +11,7 @@ the suite's (:func:`benchmarks.suites.components.tracr.score_mask`, seed 0 unles
 
 Run::
 
-    python -m benchmarks.studies.components_dev --markdown docs/results/components-dev.md
+    python -m benchmarks study components-dev --markdown docs/results/components-dev.md
 """
 
 from __future__ import annotations

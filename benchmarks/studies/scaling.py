@@ -2,8 +2,8 @@
 one and two ``gloo`` processes on this machine, and a paper-and-pencil estimate
 of memory and time for a 7B-parameter model.
 
-    python -m benchmarks.studies.scaling measure --out out/scaling    # the grid of runs (a few minutes)
-    python -m benchmarks.studies.scaling report --runs out/scaling --out docs/results/scaling.md
+    python -m benchmarks study scaling measure --out out/scaling    # the grid of runs (a few minutes)
+    python -m benchmarks study scaling report --runs out/scaling --out docs/results/scaling.md
 
 ``measure`` launches :mod:`benchmarks.studies.distributed_fit` once per task (toy, SST
 MiniLM), mode and layout: one process with every core, one process with one
@@ -135,7 +135,7 @@ def estimate(shape: ModelShape, tokens_per_step: int, tokens_per_epoch: int, flo
 def _load_runs(runs: Path) -> List[Dict[str, Any]]:
     found = [json.loads(p.read_text()) for p in sorted(runs.glob("run-*-*-*x*.json"))]
     if not found:
-        raise FileNotFoundError(f"runs: no run-*.json in {runs}; run `python -m benchmarks.studies.scaling measure --out {runs}`")
+        raise FileNotFoundError(f"runs: no run-*.json in {runs}; run `python -m benchmarks study scaling measure --out {runs}`")
     return found
 
 
@@ -198,8 +198,8 @@ def write_report(runs: Path, out: Path, device_note: Optional[str] = None) -> No
     found = _load_runs(runs)
     lines = [
         "# Scaling DiffMask's fit", "",
-        "Commands: `python -m benchmarks.studies.scaling measure --out out/scaling` then "
-        "`python -m benchmarks.studies.scaling report --runs out/scaling --out docs/results/scaling.md`. "
+        "Commands: `python -m benchmarks study scaling measure --out out/scaling` then "
+        "`python -m benchmarks study scaling report --runs out/scaling --out docs/results/scaling.md`. "
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
         f"torch {_torch_version()}; the runs one after the other on an otherwise idle machine.", "",
         "## One and two processes (gloo, CPU)", "",

@@ -13,7 +13,7 @@ Usage (a GPU makes it minutes: 235 s input, 137 s hidden for 8 chunks of 250 on
 an H200; on one CPU thread one chunk of 250 batches takes about 20 min in input
 mode)::
 
-    python -m benchmarks.studies.squad_convergence --device cuda --chunk 250 --epochs 8 --out squad-convergence.json
+    python -m benchmarks study squad-convergence --device cuda --chunk 250 --epochs 8 --out squad-convergence.json
 """
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ cap would end after ``--seconds``. A record of each cap (its seconds and the
 layers' statuses) is written to ``OUT/cap-MODE.json``; its ``settings`` are the
 mode's settings for the suite's run (the last cap), e.g.::
 
-    python -m benchmarks.studies.squad_fits fit input --set 'device="cuda"' --seconds 390 --out caps --ready caps/bench &
-    python -m benchmarks.studies.squad_fits fit hidden --set 'device="cuda"' --set 'diffmask={"hidden": {"stack_layers": "all"}}' \
+    python -m benchmarks study squad-fits fit input --set 'device="cuda"' --seconds 390 --out caps --ready caps/bench &
+    python -m benchmarks study squad-fits fit hidden --set 'device="cuda"' --set 'diffmask={"hidden": {"stack_layers": "all"}}' \
         --seconds 390 --out caps --wait caps/bench &
     wait
-    python -m benchmarks run squad --set 'device="cuda"' --set "diffmask=$(python -m benchmarks.studies.squad_fits settings caps)"
-    python -m benchmarks.studies.squad_fits report "seed 0=caps" --markdown squad-fits.md --json squad-fits.json
+    python -m benchmarks run squad --set 'device="cuda"' --set "diffmask=$(python -m benchmarks study squad-fits settings caps)"
+    python -m benchmarks study squad-fits report "seed 0=caps" --markdown squad-fits.md --json squad-fits.json
 
 (``--ready`` / ``--wait``: the first process fine-tunes and caches the model,
 the second waits for it rather than fine-tune it too.) A second invocation
@@ -239,11 +239,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                        for mode in MODES if (Path(folder) / f"cap-{mode}.json").exists()}
     text = "\n".join([
         "# The squad suite's DiffMask fits, cap by cap", "",
-        "Each mode fitted in its own process (`python -m benchmarks.studies.squad_fits fit`), into the suite's fit "
+        "Each mode fitted in its own process (`python -m benchmarks study squad-fits fit`), into the suite's fit "
         "cache, in rising caps (`max_steps`): at each cap the fit stops, is stored with its state, and the next cap "
         "goes on from that state. Per cap: its wall seconds (the two modes' processes shared one device) and each "
         "layer's status (`DiffMask.convergence`) when it stopped; a converged layer is frozen. Rendered by "
-        "`python -m benchmarks.studies.squad_fits report` from the JSON beside this file.", "",
+        "`python -m benchmarks study squad-fits report` from the JSON beside this file.", "",
         laps_markdown(runs)])
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1), encoding="utf-8")

@@ -11,8 +11,8 @@ skipped, so a stopped tuning resumes.
 
 Usage::
 
-    python -m benchmarks.studies.sst_erasure_tuning GRID.json --out tuning.jsonl [--sentences 120] [--threads 1]
-    python -m benchmarks.studies.sst_erasure_tuning GRID.json --out tuning.jsonl --summary
+    python -m benchmarks study sst-erasure-tuning GRID.json --out tuning.jsonl [--sentences 120] [--threads 1]
+    python -m benchmarks study sst-erasure-tuning GRID.json --out tuning.jsonl --summary
 
 ``GRID.json``::
 

@@ -13,9 +13,9 @@ the macro-F1 within one point.
 
 Usage::
 
-    python -m benchmarks.studies.sst_sweep benchmarks/sweeps/sst-eps-frontier-input-train.json --out F.jsonl --threads 1
-    python -m benchmarks.studies.sst_sweep benchmarks/sweeps/sst-eps-frontier-hidden-train.json --out F.jsonl --threads 1
-    python -m benchmarks.studies.sst_frontier F.jsonl --markdown docs/results/sst-eps-frontier.md
+    python -m benchmarks study sst-sweep benchmarks/sweeps/sst-eps-frontier-input-train.json --out F.jsonl --threads 1
+    python -m benchmarks study sst-sweep benchmarks/sweeps/sst-eps-frontier-hidden-train.json --out F.jsonl --threads 1
+    python -m benchmarks study sst-frontier F.jsonl --markdown docs/results/sst-eps-frontier.md
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = read_results(args.results)
     if not results:
         parser.error(f"results: no sweep records in {args.results}")
-    command = "python -m benchmarks.studies.sst_frontier " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks study sst-frontier " + " ".join(argv if argv is not None else sys.argv[1:])
     Path(args.markdown).write_text(frontier_markdown(results, command), encoding="utf-8")
     return 0
 

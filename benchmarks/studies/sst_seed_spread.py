@@ -23,7 +23,7 @@ moment decay (fit's default 0.99) by patching the probe's optimiser.
 
 Usage::
 
-    python -m benchmarks.studies.sst_seed_spread --mode hidden --seeds 0 1 --epochs 10 --out spread.pt [--beta2 0.9]
+    python -m benchmarks study sst-seed-spread --mode hidden --seeds 0 1 --epochs 10 --out spread.pt [--beta2 0.9]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ measures; it only runs faster where the model sits on a GPU (``--device cuda``).
 
 Usage::
 
-    python -m benchmarks.studies.sst_sweep SWEEP.json --out results.jsonl [--device cuda]
+    python -m benchmarks study sst-sweep SWEEP.json --out results.jsonl [--device cuda]
 
 ``SWEEP.json``::
 
@@ -39,8 +39,8 @@ side (``--fit-only --seeds S``, one process a seed: on a GPU a fit step leaves
 the device mostly idle) and then scored together by one invocation that reads
 them all, e.g. the spread across five seeds::
 
-    for s in 0 1 2 3 4; do python -m benchmarks.studies.sst_sweep X.json --device cuda --cache --fit-only --seeds $s & done; wait
-    python -m benchmarks.studies.sst_sweep X.json --device cuda --cache --seeds 0 1 2 3 4 --out X.jsonl
+    for s in 0 1 2 3 4; do python -m benchmarks study sst-sweep X.json --device cuda --cache --fit-only --seeds $s & done; wait
+    python -m benchmarks study sst-sweep X.json --device cuda --cache --seeds 0 1 2 3 4 --out X.jsonl
 
 (the first process that loads the model fine-tunes and caches it: let one
 process load it before the others start).
@@ -402,7 +402,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f.write(json.dumps(to_jsonable(result)) + "\n")
         done.append(to_jsonable(result))
         if args.markdown:  # rewritten after every run: a long sweep's report grows as it goes
-            command = "python -m benchmarks.studies.sst_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
+            command = "python -m benchmarks study sst-sweep " + " ".join(argv if argv is not None else sys.argv[1:])
             Path(args.markdown).write_text(convergence_markdown(done, command), encoding="utf-8")
         summary = ", ".join(f"seed {s['seed']}: {s['mean_masked']:.1f} % masked, F1 {s['mean_f1']:.2f} "
                             f"(unmasked {s['unmasked_f1']:.2f})" for s in result["seeds"])

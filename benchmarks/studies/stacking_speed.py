@@ -11,7 +11,7 @@ the times.
 
 Usage::
 
-    python -m benchmarks.studies.stacking_speed --markdown docs/results/stacking-speed.md [--threads 1]
+    python -m benchmarks study stacking-speed --markdown docs/results/stacking-speed.md [--threads 1]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ their steps, so that start-up costs cancel.
 
 Usage::
 
-    python -m benchmarks.studies.stacking_speed_qa --device cuda [--steps 25 --warmup 5]
+    python -m benchmarks study stacking-speed-qa --device cuda [--steps 25 --warmup 5]
 """
 
 from __future__ import annotations

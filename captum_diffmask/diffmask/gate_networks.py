@@ -117,6 +117,9 @@ class GateNetworks(nn.Module):
         # Padded columns keep mean 0 and std 1, so padded features stay 0.
         self.register_buffer("feature_mean", torch.zeros(len(self.in_sizes), self.in_max))
         self.register_buffer("feature_std", torch.ones(len(self.in_sizes), self.in_max))
+        #: networks -> (their parameters' versions, their stacked weights), kept
+        #: between calls without gradients (:meth:`_weights`)
+        self._held_weights: dict = {}
 
     def __len__(self) -> int:
         return len(self.in_sizes)
@@ -255,11 +258,7 @@ class GateNetworks(nn.Module):
         columns, order = [], []
         for group in groups:
             nets = [networks[i] for i in group]
-            size = self.in_sizes[nets[0]]
-            x, fresh = self._stacked_features([features[group[0]]], nets[:1], size)
-            x = x[0]  # (M, size)
-            mean, std = self.feature_mean[nets[0], :size], self.feature_std[nets[0], :size]
-            x = x.sub_(mean).div_(std) if fresh else (x - mean) / std
+            x = self._standardized(features[group[0]], nets[0])  # (M, size)
             columns.append(self._shared_input_logits(x, nets))
             order.extend(group)
         logits = torch.cat(columns, dim=1)
@@ -267,17 +266,60 @@ class GateNetworks(nn.Module):
         inverse[torch.tensor(order, device=logits.device)] = torch.arange(len(order), device=logits.device)
         return logits[:, inverse]
 
+    def _standardized(self, features: FeatureParts, network: int) -> Tensor:
+        r"""(M, size) float32: the features ``network`` reads, its parts side by
+        side, standardised by its statistics; each part is written standardised
+        into one buffer (no copy of it first)."""
+        size = self.in_sizes[network]
+        mean, std = self.feature_mean[network, :size], self.feature_std[network, :size]
+        parts = list(features) if isinstance(features, (list, tuple)) else [features]
+        lead = parts[0].shape[:-1]
+        if sum(part.shape[-1] for part in parts) != size or any(part.shape[:-1] != lead for part in parts):
+            shapes = [tuple(part.shape) for part in parts]
+            raise ValueError(f"features: network {network} reads (..., {size}) with leading shape {tuple(lead)}, "
+                             f"got {shapes[0] if len(shapes) == 1 else shapes}")
+        rows = lead.numel()
+        if len(parts) == 1:
+            return (parts[0].reshape(rows, size).float() - mean) / std
+        x = torch.empty(rows, size, device=parts[0].device, dtype=torch.float32)
+        offset = 0
+        for part in parts:
+            width = part.shape[-1]
+            torch.sub(part.reshape(rows, width).float(), mean[offset : offset + width], out=x[:, offset : offset + width])
+            offset += width
+        return x.div_(std)
+
     def _shared_input_logits(self, x: Tensor, networks: Sequence[int]) -> Tensor:
         r"""(M, n) logits of ``networks`` (one input size) on the same standardised
         (M, size) features: the first layers of all of them as one (M, size) x
         (size, n * hidden) product."""
         n, hidden = len(networks), self.hidden_features
-        v1 = _stack([self.nets[j].direction1 for j in networks]).view(n * hidden, x.shape[-1])
+        w1, b1, w2, b2, bias = self._weights(networks, x.shape[-1])
+        h = torch.tanh(torch.addmm(b1, x, w1.t())).view(-1, n, hidden)
+        out = torch.einsum("mnh,nh->mn", h, w2) + b2
+        return self.max_activation * torch.tanh(out) + bias
+
+    def _weights(self, networks: Sequence[int], size: int) -> Tuple[Tensor, ...]:
+        r"""The weight-normed layers of ``networks`` stacked: (n * hidden, size),
+        (n * hidden,), (n, hidden), (n,), (n,). Without gradients (an attribution)
+        they are kept while no parameter of these networks changes: stacking and
+        normalising 28 networks' weights on every call cost a few percent of a
+        forward pass, for the same tensors."""
+        key = tuple(networks)
+        params = [p for j in networks for p in self.nets[j].parameters()]
+        versions = tuple((id(p), p._version, p.data_ptr()) for p in params)  # a move or an update: anew
+        held = self._held_weights.get(key) if not torch.is_grad_enabled() else None
+        if held is not None and held[0] == versions:
+            return held[1]
+        n, hidden = len(networks), self.hidden_features
+        v1 = _stack([self.nets[j].direction1 for j in networks]).view(n * hidden, size)
         w1 = torch._weight_norm(v1, self._stacked(networks, "gain1").view(n * hidden, 1), 0)
-        h = torch.tanh(torch.addmm(self._stacked(networks, "bias1").view(n * hidden), x, w1.t())).view(-1, n, hidden)
         w2 = torch._weight_norm(self._stacked(networks, "direction2"), self._stacked(networks, "gain2").view(n, 1), 0)
-        out = torch.einsum("mnh,nh->mn", h, w2) + self._stacked(networks, "bias2")
-        return self.max_activation * torch.tanh(out) + self._stacked(networks, "bias")
+        weights = (w1, self._stacked(networks, "bias1").view(n * hidden), w2, self._stacked(networks, "bias2"),
+                   self._stacked(networks, "bias"))
+        if not torch.is_grad_enabled():
+            self._held_weights[key] = (versions, weights)
+        return weights
 
     def _batched(self, features: Sequence[FeatureParts], networks: Sequence[int]) -> Tensor:
         r"""(n, M) logits, each network on its own features, in batched products

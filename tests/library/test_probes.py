@@ -313,3 +313,18 @@ def test_the_logits_of_several_layers_in_one_call_are_each_layers_own(mode, vote
         alone = gates.logits(states, k)
         assert together[k].shape == alone.shape and alone.std() > 0.1
         torch.testing.assert_close(together[k], alone, **LOGITS)
+
+
+def test_without_gradients_the_stacked_weights_are_kept_until_a_parameter_changes():
+    networks = GateNetworks([12, 12, 12], 8)
+    x = torch.randn(5, 12)
+    with torch.no_grad():
+        first = networks([x, x, x])  # one group: the shared-features path
+        assert len(networks._held_weights) == 1
+        again = networks([x, x, x])
+        assert torch.equal(first, again)
+        networks.nets[1].gain1.mul_(2.0)  # an in-place update: held weights are stale
+        changed = networks([x, x, x])
+    fresh = networks([x, x, x])  # with gradients: computed anew, nothing kept
+    assert torch.equal(changed, fresh.detach()) and not torch.equal(changed[:, 1], first[:, 1])
+    assert torch.equal(changed[:, 0], first[:, 0])

@@ -64,7 +64,7 @@ DEFAULTS: Dict[str, Any] = {
     # embeddings and the GRU outputs (attribute layer 1, input mode).
     "method_options": {
         # Chosen on SST *train* sentences only (86 scored of 120 searched, not the
-        # evaluated split): python -m benchmarks.studies.sst_erasure_tuning
+        # evaluated split): python -m benchmarks study sst-erasure-tuning
         # benchmarks/sweeps/sst-erasure-class.json, results in
         # docs/results/sst-erasure-class-tuning.jsonl. The same 1000 steps, centred
         # RMSprop, lr_lambda 1, checks every 5 steps and constraint for the three rows:
@@ -97,7 +97,7 @@ DEFAULTS: Dict[str, Any] = {
         "PerSampleBottleneck": {"steps": 100},
         # capped at 400 steps (3 passes over the train sentences at batch 64) by the
         # suite's CPU budget; Adam's lr chosen on train sentences (fitted on 9 in 10,
-        # scored on the others; python -m benchmarks.studies.readout_tuning,
+        # scored on the others; python -m benchmarks study readout-tuning,
         # docs/results/sst-erasure-readout-tuning.md): the lowest held-out objective
         # among the networks not collapsed; at the library's 1e-3, and at 3e-4, every
         # element is clamped shut from the second epoch on
