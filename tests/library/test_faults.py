@@ -9,7 +9,7 @@ import torch
 from captum_diffmask import DiffMask
 from captum_diffmask.methods import IntegratedGradients
 
-from tiny_models import tiny_bert, token_batch, VOCAB
+from tiny_models import HF_KINDS, LM_KINDS, tiny_bert, tiny_causal_lm, tiny_model, token_batch, VOCAB
 
 pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
 
@@ -72,6 +72,26 @@ def test_empty_batches_and_ids_outside_the_vocabulary_are_named():
         ig.attribute(too_big, additional_forward_args=(mask,))
     with pytest.raises(ValueError, match=f"dataloader batch holds token ids .*{VOCAB} entries"):
         DiffMask(model).fit([(too_big, mask)], verbose=False)
+
+
+@pytest.mark.parametrize("kind", HF_KINDS + LM_KINDS)
+def test_a_call_longer_than_the_models_positions_is_named_with_the_fix(kind):
+    from captum_diffmask.model.forward import position_limit
+
+    model = tiny_causal_lm(kind) if kind in LM_KINDS and kind != "gpt2" else tiny_model(kind)
+    limit = position_limit(model)
+    if kind == "llama":  # rotary positions: no table, no limit to enforce
+        assert limit is None
+        return
+    ids = torch.randint(3, VOCAB, (1, limit + 1))
+    with pytest.raises((RuntimeError, IndexError)):  # the model's own error: a size or an index
+        model(input_ids=ids)
+    assert model(input_ids=ids[:, :limit]).logits.shape[0] == 1  # the limit itself passes
+    with pytest.raises(ValueError, match=f"inputs holds {limit + 1} tokens, but the model has {limit} positions: "
+                                         f"truncate .*max_length={limit}"):
+        IntegratedGradients(model).attribute(ids, target=0)
+    with pytest.raises(ValueError, match=f"dataloader batch holds {limit + 1} tokens"):
+        DiffMask(model).fit([(ids, torch.ones_like(ids))], verbose=False)
 
 
 def test_attribute_runs_a_model_left_in_train_mode_in_eval_mode_and_restores_it():

@@ -313,8 +313,10 @@ class LayerMonitor:
         status, last = self.status(), self._last()
         if last is None:
             return f"layer {self.layer}: not trained (no step drawn it); raise epochs or max_steps"
-        figures = (f"kept share {last.kept:.3f}, KL {last.kl:.4f} (eps {self.constraint.eps:g}), "
-                   f"lambda {last.lam:.3g}, {self.steps} steps")
+        # means over the last window, which the verdict judges: the progress log's
+        # figures are the last epoch's, so the two may differ while the fit moves
+        figures = (f"means over the last {last.steps} steps: kept share {last.kept:.3f}, KL {last.kl:.4f} "
+                   f"(eps {self.constraint.eps:g}), lambda {last.lam:.3g}; {self.steps} steps in all")
         if status == "collapsed":
             what = ("every gate closed with the constraint violated: the gates collapsed (no gradient "
                     "reaches a closed gate); try a lower lr or a larger lr_lambda")
