@@ -74,6 +74,33 @@ def tiny_causal_lm(kind: str, seed: int = 0, num_layers: int = 2):
     raise ValueError(kind)
 
 
+SEQ2SEQ_KINDS = ["t5", "bart", "marian"]
+
+
+def tiny_seq2seq(kind: str, seed: int = 0):
+    """A config-built encoder-decoder language model: T5 (relative positions),
+    BART (learned positions, offset 2) or Marian (sinusoidal positions), two
+    encoder blocks, logits (B, D, VOCAB) over the decoder's prefix."""
+    import transformers as hf
+
+    torch.manual_seed(seed)
+    sizes = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 2,
+             "decoder_attention_heads": 2, "encoder_ffn_dim": 37, "decoder_ffn_dim": 37, "max_position_embeddings": 64}
+    if kind == "t5":
+        config = hf.T5Config(vocab_size=VOCAB, d_model=32, num_layers=2, num_decoder_layers=2, num_heads=2, d_ff=37,
+                             d_kv=16, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+        return hf.T5ForConditionalGeneration(config).eval()
+    if kind == "bart":
+        config = hf.BartConfig(vocab_size=VOCAB, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                               decoder_start_token_id=2, forced_eos_token_id=None, **sizes)
+        return hf.BartForConditionalGeneration(config).eval()
+    if kind == "marian":
+        config = hf.MarianConfig(vocab_size=VOCAB, pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1,
+                                 eos_token_id=0, **sizes)
+        return hf.MarianMTModel(config).eval()
+    raise ValueError(kind)
+
+
 def left_padded(prompts):
     """Prompts of several lengths (lists of ids) as one left-padded batch (the
     library's ``left_pad``): ids (B, T) with 0 at the padding, and the attention mask."""

@@ -34,8 +34,9 @@ from captum_diffmask.model.arguments import ForwardFunc, PaddingMaskArg, resolve
 from captum_diffmask.model.attribution import SitesType
 from captum_diffmask.model.batches import to_device
 from captum_diffmask.model.checks import check_choice
-from captum_diffmask.model.forward import check_token_ids, format_additional_args, frozen, model_device, ModelForward
+from captum_diffmask.model.forward import format_additional_args, frozen, model_device, ModelForward
 from captum_diffmask.model.divergences import log_probs
+from captum_diffmask.model.inputs import check_token_ids
 from captum_diffmask.model.sites import SiteLocator
 
 #: The top-k fractions of the real tokens that ERASER's metrics are taken at.

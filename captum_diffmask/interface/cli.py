@@ -248,7 +248,7 @@ def _drawn_at_random(info: dict) -> List[str]:
 
 def _max_length(args: argparse.Namespace, model: Any) -> int:
     r"""``--max-length``, or its default, against the model's positions."""
-    from captum_diffmask.model.forward import position_limit
+    from captum_diffmask.model.inputs import position_limit
 
     limit = position_limit(model)
     if args.max_length is None:

@@ -1,5 +1,6 @@
 """Attributing generated text: each token a decoder-only language model generates,
-to the prompt and to the tokens generated before it.
+to the prompt and to the tokens generated before it; each token an encoder-decoder
+(T5, BART, Marian) generates, to its encoder's input.
 
 A generated token at step t is the model's next-token output after the prefix
 ``prompt + generated[:t]``. :func:`attribute_generation` builds the N prefixes as one
@@ -8,6 +9,10 @@ left-padded batch (padding never changes a next-token output:
 library for its (B, T) scores, or DiffMask's (B, T, L + 1) at every layer; the
 rows are then aligned on the source tokens into a steps x sources matrix.
 
+An encoder-decoder's step t is its next-token output after the decoder prefix
+``[decoder start] + generated[:t]``, attributed to the encoder's tokens (the same
+S at every step; the decoder's prefix is given, not attributed).
+
 Amortised DiffMask is fitted once on a corpus of such prefixes
 (:func:`prefix_batches`), not per example, and then attributes every step of a
 generation in one pass.
@@ -15,20 +20,16 @@ generation in one pass.
 
 from __future__ import annotations
 
-import html
-from dataclasses import dataclass
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from torch import nn, Tensor
 
-from captum_diffmask.interface.figures import PathLike, save_figure
+from captum_diffmask.interface.generation_result import GenerationAttribution
 from captum_diffmask.model.attribution import method_name, method_trait
 from captum_diffmask.model.forward import model_device, ModelForward
-from captum_diffmask.model.texts import decoded_words, merge_into_words, word_rule
+from captum_diffmask.model.outputs import is_seq2seq_lm
+from captum_diffmask.model.texts import decoded_words
 
 __all__ = ["GenerationAttribution", "attribute_generation", "greedy_continuation", "left_pad", "prefix_batches"]
 
@@ -94,9 +95,9 @@ def greedy_continuation(
 
     Args:
 
-        model (nn.Module): a causal language model.
-        prompt (Tensor, list of int or str): (S,) or (1, S) ids, or a string
-                    that ``tokenizer`` tokenises (its special tokens included).
+        model (nn.Module): a causal language model, or an encoder-decoder one
+                    (the prompt is then its encoder's input).
+        prompt (Tensor or list of int): (S,) or (1, S) ids.
         max_new_tokens (int): N >= 1.
         eos_token_id (int, optional): generation stops after this token. Default: None
         forward_func (Callable, optional): as in :class:`ModelForward`. Default: None
@@ -107,21 +108,44 @@ def greedy_continuation(
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     forward = ModelForward(model, forward_func, output="last")
-    sequence = _as_ids(prompt, "prompt").to(model_device(model))
+    prompt_ids = _as_ids(prompt, "prompt").to(model_device(model))
+    encoder_decoder = forward_func is None and is_seq2seq_lm(model)
     generated: List[int] = []
     was_training = model.training
     model.eval()
     try:
         for _ in range(max_new_tokens):
-            ids = sequence.unsqueeze(0)
-            token = int(forward(ids, (torch.ones_like(ids),))[0].argmax())
+            if encoder_decoder:  # the source stays; the decoder's prefix grows
+                ids, extra = _encoder_decoder_call(model, prompt_ids, [generated])
+            else:
+                ids = torch.cat([prompt_ids, prompt_ids.new_tensor(generated)]).unsqueeze(0)
+                extra = (torch.ones_like(ids),)
+            token = int(forward(ids, extra)[0].argmax())
             generated.append(token)
-            sequence = torch.cat([sequence, sequence.new_tensor([token])])
             if token == eos_token_id:
                 break
     finally:
         model.train(was_training)
     return torch.tensor(generated, dtype=torch.long)
+
+
+def _encoder_decoder_call(model: nn.Module, source: Tensor, steps: Sequence[Sequence[int]]) -> Tuple[Tensor, tuple]:
+    r"""One row per decoder prefix ``[start] + tokens``: the source (S,) repeated,
+    and ``(attention_mask, decoder_input_ids, decoder_attention_mask)`` with the
+    prefixes right-padded (causal attention: a pad after a prefix changes none of
+    its positions)."""
+    start = getattr(model.config, "decoder_start_token_id", None)
+    if not isinstance(start, int):
+        raise ValueError(f"{type(model).__name__}: config.decoder_start_token_id is not set; the decoder's prefix "
+                         "starts with it")
+    ids = source.unsqueeze(0).repeat(len(steps), 1)
+    length = 1 + max(len(tokens) for tokens in steps)
+    prefix = torch.full((len(steps), length), start, dtype=torch.long, device=source.device)
+    prefix_mask = torch.zeros_like(prefix)
+    for row, tokens in enumerate(steps):
+        prefix[row, 1:1 + len(tokens)] = torch.as_tensor(list(tokens), dtype=torch.long)
+        prefix_mask[row, :1 + len(tokens)] = 1
+    return ids, (torch.ones_like(ids), prefix, prefix_mask)
 
 
 def prefix_batches(
@@ -159,222 +183,6 @@ def prefix_batches(
     return [left_pad(prefixes[i:i + batch_size], pad_id) for i in range(0, len(prefixes), batch_size)]
 
 
-@dataclass
-class GenerationAttribution:
-    r"""
-    The attributions of a generation: step t (the t-th generated token) against
-    every source token before it.
-
-    Attributes:
-
-        ids (Tensor): (S + N,) the S prompt ids, then the N generated ids.
-        prompt_length (int): S.
-        scores (Tensor): (N, S + N - 1), or (N, S + N - 1, L + 1) when the method
-                    attributed every layer (DiffMask with ``layer=None``): row t
-                    scores the sources ``0 .. S + t - 1``; later sources are 0.
-        defined (Tensor): (N, S + N - 1) bool, True where the source precedes
-                    the step (``j < S + t``).
-        tokens (list of str): the S + N tokens as text (the ids when no tokenizer
-                    was given).
-        method (str): the method's name.
-        layers (list of int or None): the layers of the last axis of ``scores``;
-                    None when ``scores`` is 2-D (``layer`` is then the one layer).
-        layer (int or None): the layer attributed when ``scores`` is 2-D.
-        word_ids (list of int or None, optional): the word of each of the
-                    S + N - 1 sources (:func:`~captum_diffmask.model.texts.decoded_words`:
-                    whitespace-delimited; None for special tokens), when a
-                    tokenizer was given.
-        words (list of str, optional): the W source words' text.
-        probabilities (bool): the scores are keep probabilities (pieces merge
-                    into a word by their largest score, else by their sum:
-                    :func:`~captum_diffmask.model.texts.word_rule`), drawn on 0..1.
-    """
-
-    ids: Tensor
-    prompt_length: int
-    scores: Tensor
-    defined: Tensor
-    tokens: List[str]
-    method: str
-    layers: Optional[List[int]] = None
-    layer: Optional[int] = None
-    word_ids: Optional[List[Optional[int]]] = None
-    words: Optional[List[str]] = None
-    probabilities: bool = False
-
-    @property
-    def generated_ids(self) -> Tensor:
-        r"""(N,) the generated ids."""
-        return self.ids[self.prompt_length:]
-
-    @property
-    def source_tokens(self) -> List[str]:
-        r"""The S + N - 1 source tokens (every token but the last generated one)."""
-        return self.tokens[:-1]
-
-    @property
-    def step_tokens(self) -> List[str]:
-        r"""The N generated tokens, one per step."""
-        return self.tokens[self.prompt_length:]
-
-    @property
-    def word_scores(self) -> Tensor:
-        r"""(N, W) or (N, W, L + 1): each step's scores merged into the source
-        words (:attr:`words`) by the rule for what they are."""
-        word_ids = self._word_ids()
-        merged = merge_into_words(self.scores.float().transpose(0, 1), word_ids, word_rule(self.probabilities))
-        return merged.transpose(0, 1)
-
-    @property
-    def word_defined(self) -> Tensor:
-        r"""(N, W) bool, True where some piece of the word precedes the step."""
-        return merge_into_words(self.defined.float().transpose(0, 1), self._word_ids(), "max").transpose(0, 1) > 0
-
-    @property
-    def word_in_prompt(self) -> List[bool]:
-        r"""For each source word, whether it starts in the prompt."""
-        word_ids = self._word_ids()
-        return [min(j for j, w in enumerate(word_ids) if w == word) < self.prompt_length
-                for word in sorted({w for w in word_ids if w is not None})]
-
-    def _word_ids(self) -> List[Optional[int]]:
-        if self.word_ids is None:
-            raise ValueError("this generation has no words: give attribute_generation tokenizer=")
-        return self.word_ids
-
-    def _by_word(self, words: Optional[bool]) -> bool:
-        if words and self.word_ids is None:
-            raise ValueError("words=True: this generation has no words (give attribute_generation tokenizer=)")
-        return self.word_ids is not None if words is None else words
-
-    def matrices(self, words: Optional[bool] = None) -> List[Tuple[str, np.ndarray]]:
-        r"""
-        ``(title, array)`` per layer, undefined cells NaN (for drawing).
-
-        Args:
-
-            words (bool, optional): columns are source words (:attr:`words`) or
-                        source tokens; None: words where there are some. Default: None
-
-        Returns:
-            *list* of ``(title, (N, W) or (N, S + N - 1) array)``.
-        """
-        by_word = self._by_word(words)
-        scores = (self.word_scores if by_word else self.scores).float().numpy()
-        undefined = ~(self.word_defined if by_word else self.defined).numpy()
-        if scores.ndim == 2:
-            scores = scores[..., None]
-        labels = [f"layer {k}" for k in self.layers] if self.layers is not None else [f"layer {self.layer}"]
-        out = []
-        for index, label in enumerate(labels):
-            matrix = scores[..., index].copy()
-            matrix[undefined] = np.nan
-            out.append((f"{self.method}, {label}", matrix))
-        return out
-
-    def _columns(self, by_word: bool) -> Tuple[List[str], List[bool]]:
-        r"""The column labels and whether each is in the prompt."""
-        if by_word:
-            assert self.words is not None
-            return list(self.words), self.word_in_prompt
-        return self.source_tokens, [j < self.prompt_length for j in range(len(self.source_tokens))]
-
-    def plot(self, path: Optional[PathLike] = None, dpi: int = 120, words: Optional[bool] = None) -> Figure:
-        r"""
-        Steps x sources heatmaps, one panel per layer; keep probabilities on
-        0..1, other scores on the panel's own range, the prompt's end marked by
-        a line.
-
-        Args:
-
-            path (str or Path, optional): where to save the PNG. Default: None
-            dpi (int, optional): its resolution. Default: 120
-            words (bool, optional): columns are words or tokens, as in
-                        :meth:`matrices`. Default: None
-
-        Returns:
-            *Figure* (saved as PNG at ``path`` when given).
-        """
-        by_word = self._by_word(words)
-        panels = self.matrices(by_word)
-        labels, in_prompt = self._columns(by_word)
-        sources, steps = len(labels), len(self.step_tokens)
-        width, height = max(4.0, 0.35 * sources + 2.0), max(1.6, 0.3 * steps + 1.2)
-        figure = Figure(figsize=(width, height * len(panels)))
-        FigureCanvasAgg(figure)
-        for index, (title, matrix) in enumerate(panels):
-            axes = figure.add_subplot(len(panels), 1, index + 1)
-            image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap="viridis",
-                                vmin=0.0 if self.probabilities else None, vmax=1.0 if self.probabilities else None)
-            axes.axvline(sum(in_prompt) - 0.5, color="white", linewidth=1.0)
-            axes.set_title(title, fontsize=9)
-            axes.set_xticks(range(sources))
-            axes.set_xticklabels(labels, rotation=90, fontsize=7)
-            axes.set_yticks(range(steps))
-            axes.set_yticklabels(self.step_tokens, fontsize=7)
-            axes.set_xlabel("source token")
-            axes.set_ylabel("generated token")
-            figure.colorbar(image, ax=axes, fraction=0.03)
-        figure.tight_layout()
-        return save_figure(figure, path, dpi=dpi)
-
-    def to_html(self, path: Optional[PathLike] = None, words: Optional[bool] = None) -> str:
-        r"""
-        A self-contained HTML page (inline styles, no script, no external file):
-        per layer, a table of steps x sources whose cells are shaded by the score
-        (keep probabilities on their absolute 0..1 scale, other scores over the
-        row's largest magnitude) and hold it in their tooltip.
-
-        Args:
-
-            path (str or Path, optional): where to write the page. Default: None
-            words (bool, optional): columns are words or tokens, as in
-                        :meth:`matrices`. Default: None
-
-        Returns:
-            *str*: the page (also written to ``path`` when given).
-        """
-        by_word = self._by_word(words)
-        title = html.escape(f"{self.method}: attributions of {len(self.step_tokens)} generated tokens")
-        scale = "the keep probability (0..1)" if self.probabilities else "the score over the row's largest magnitude"
-        parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>",
-                 "<body style='font-family:sans-serif'>", f"<h2>{title}</h2>",
-                 f"<p>Rows: generated tokens, in order. Columns: the prompt (bold) and the "
-                 f"{'words' if by_word else 'tokens'} generated before. Shade: {scale} (blue positive, red "
-                 "negative); a blank cell comes after its step.</p>"]
-        labels, in_prompt = self._columns(by_word)
-        for label, matrix in self.matrices(by_word):
-            parts.append(f"<h3>{html.escape(label)}</h3>")
-            parts.append(self._html_table(matrix, labels, in_prompt))
-        parts.append("</body></html>\n")
-        page = "\n".join(parts)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(page)
-        return page
-
-    def _html_table(self, matrix: np.ndarray, labels: Sequence[str], in_prompt: Sequence[bool]) -> str:
-        head = "".join(
-            f"<th style='padding:2px 4px;{'font-weight:bold' if prompt else 'font-weight:normal'}'>"
-            f"{html.escape(label)}</th>" for label, prompt in zip(labels, in_prompt))
-        rows = [f"<tr><th></th>{head}</tr>"]
-        for step, token in enumerate(self.step_tokens):
-            values = matrix[step]
-            scale = 1.0 if self.probabilities else np.nanmax(np.abs(values)) if np.isfinite(values).any() else 0.0
-            cells = "".join(_html_cell(value, scale) for value in values)
-            rows.append(f"<tr><th style='text-align:right;padding:2px 4px'>{html.escape(token)}</th>{cells}</tr>")
-        return "<table style='border-collapse:collapse;font-size:12px'>" + "".join(rows) + "</table>"
-
-
-def _html_cell(value: float, scale: float) -> str:
-    if not np.isfinite(value):
-        return "<td style='border:1px solid #eee'></td>"
-    share = float(abs(value) / scale) if scale > 0 else 0.0
-    colour = "0,90,200" if value >= 0 else "200,40,40"
-    return (f"<td title='{value:.4g}' style='border:1px solid #eee;min-width:18px;"
-            f"background:rgba({colour},{share:.3f})'></td>")
-
-
 def attribute_generation(
     model: nn.Module,
     method: Any,
@@ -394,11 +202,14 @@ def attribute_generation(
     Step t is attributed on the prefix ``prompt + generated[:t]`` with the
     next-token output at its last position; the prefixes go to ``method`` as
     left-padded batches, and a method that takes a target (the gradient methods,
-    the bottleneck) gets the generated token as its target.
+    the bottleneck) gets the generated token as its target. For an
+    encoder-decoder the prompt is the encoder's input, the only sources: step t
+    is the next token after the decoder prefix ``[start] + generated[:t]``.
 
     Args:
 
-        model (nn.Module): a causal language model (its logits (B, T, V)).
+        model (nn.Module): a causal language model (its logits (B, T, V)), or an
+                    encoder-decoder one (T5, BART, Marian).
         method: any attribution of the library on ``model`` (DiffMask already
                     fitted, e.g. on :func:`prefix_batches` of a corpus).
         prompt (Tensor, list of int or str): (S,) or (1, S) ids, or a string
@@ -420,7 +231,7 @@ def attribute_generation(
 
     Returns:
         :class:`GenerationAttribution` with scores (N, S + N - 1) or
-        (N, S + N - 1, L + 1).
+        (N, S + N - 1, L + 1); an encoder-decoder's (N, S) or (N, S, L + 1).
     """
     if isinstance(prompt, str) and tokenizer is not None:
         prompt = tokenizer(prompt, return_tensors="pt")["input_ids"]
@@ -431,38 +242,53 @@ def attribute_generation(
         continuation = greedy_continuation(model, prompt_ids, max_new_tokens, eos_token_id)
     generated = _as_ids(continuation, "continuation")
     sequence = torch.cat([prompt_ids, generated])
-    chunks = _attribute_prefixes(method, sequence, len(prompt_ids), layer, batch_size, attribute_options)
-    scores, defined = _align(chunks, len(prompt_ids), len(generated))
+    encoder_decoder = is_seq2seq_lm(model)
+    chunks = _attribute_prefixes(method, sequence, len(prompt_ids), layer, batch_size, attribute_options,
+                                 model if encoder_decoder else None)
+    scores, defined = _align(chunks, len(prompt_ids), len(generated), encoder_decoder)
     tokens = (list(tokenizer.convert_ids_to_tokens(sequence.tolist())) if tokenizer is not None
               else [str(i) for i in sequence.tolist()])
-    word_ids, words = decoded_words(tokenizer, sequence[:-1].tolist()) if tokenizer is not None else (None, None)
+    sources = sequence[:len(prompt_ids)] if encoder_decoder else sequence[:-1]
+    word_ids, words = decoded_words(tokenizer, sources.tolist()) if tokenizer is not None else (None, None)
     layers = list(range(scores.shape[-1])) if scores.dim() == 3 else None
     return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, method_name(method),
                                  layers, None if layers is not None else layer, word_ids, words,
-                                 bool(method_trait(method, "scores_are_probabilities")))
+                                 bool(method_trait(method, "scores_are_probabilities")), encoder_decoder)
 
 
 def _attribute_prefixes(
     method: Any, sequence: Tensor, prompt_length: int, layer: Optional[int], batch_size: int,
-    options: dict,
+    options: dict, encoder_decoder: Optional[nn.Module] = None,
 ) -> Iterator[Tuple[List[int], Tensor]]:
     r"""Yields ``(prefix lengths, scores)`` per chunk of prefixes, scores (b, T[, K])
-    left-padded as the chunk was."""
+    left-padded as the chunk was; for ``encoder_decoder`` (the model), (b, S[, K])
+    over the encoder's input, a step's prefix being its decoder's."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     lengths = list(range(prompt_length, len(sequence)))
     for start in range(0, len(lengths), batch_size):
         chunk = lengths[start:start + batch_size]
-        ids, mask = left_pad([sequence[:n] for n in chunk])
+        if encoder_decoder is not None:
+            steps = [sequence[prompt_length:n].tolist() for n in chunk]
+            ids, extra = _encoder_decoder_call(encoder_decoder, sequence[:prompt_length], steps)
+        else:
+            ids, mask = left_pad([sequence[:n] for n in chunk])
+            extra = (mask,)
         call = dict(options)
         if method_trait(method, "uses_target") and "target" not in call:
             call["target"] = sequence[chunk]
-        scores = method.attribute(ids, additional_forward_args=(mask,), layer=layer, **call)
+        scores = method.attribute(ids, additional_forward_args=extra, layer=layer, **call)
         yield chunk, scores.detach().cpu().float()
 
 
-def _align(chunks: Iterator[Tuple[List[int], Tensor]], prompt_length: int, steps: int) -> Tuple[Tensor, Tensor]:
-    r"""The (N, S + N - 1[, K]) matrix of steps x sources from the left-padded chunks."""
+def _align(
+    chunks: Iterator[Tuple[List[int], Tensor]], prompt_length: int, steps: int, encoder_decoder: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    r"""The (N, S + N - 1[, K]) matrix of steps x sources from the left-padded
+    chunks; an encoder-decoder's (N, S[, K]), every source defined at every step."""
+    if encoder_decoder:
+        pieces = list(chunks)
+        return torch.cat([chunk for _, chunk in pieces]), torch.ones(steps, prompt_length, dtype=torch.bool)
     sources = prompt_length + steps - 1
     scores: Optional[Tensor] = None
     defined = torch.zeros(steps, sources, dtype=torch.bool)

@@ -23,7 +23,8 @@ from captum_diffmask.evaluation.faithfulness import eraser_scores, plausibility,
 from captum_diffmask.interface.comparison import Comparison, MethodResult, token_labels
 from captum_diffmask.methods.preparation import MethodSpec, prepare_method
 from captum_diffmask.model.attribution import method_name, method_trait
-from captum_diffmask.model.forward import Batch, check_token_ids, format_additional_args, frozen, ModelForward
+from captum_diffmask.model.forward import Batch, format_additional_args, frozen, ModelForward
+from captum_diffmask.model.inputs import check_token_ids
 from captum_diffmask.model.texts import as_texts, encoding_word_ids, piece_words
 
 

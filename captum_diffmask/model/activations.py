@@ -49,21 +49,23 @@ def with_first_tensor(value: Any, new: Tensor) -> Any:
     raise TypeError(f"cannot replace the activation in a {type(value).__name__}")
 
 
-def repeat_batch(output: Any, times: int) -> Any:
+def repeat_batch(output: Any, times: int, batch: int) -> Any:
     r"""
     A recorded module output repeated ``times`` along the batch (dim 0), as Captum
-    repeats a batch (``torch.cat([x] * times)``): tensors with a batch dimension,
-    inside tuples, lists and dicts (ModelOutput included); anything else as is.
+    repeats a batch (``torch.cat([x] * times)``): tensors with ``batch`` rows,
+    inside tuples, lists and dicts (ModelOutput included); anything else as is
+    (a bias shared by the batch, T5's (1, heads, T, T) position bias, broadcasts).
 
     Args:
 
         output (Any): a module output.
         times (int): the number of copies.
+        batch (int): the recorded batch's size.
 
     Returns:
         *Any* of the same structure.
     """
-    return map_tensors(output, lambda t: torch.cat([t] * times) if t.dim() > 0 else t)
+    return map_tensors(output, lambda t: torch.cat([t] * times) if t.dim() > 0 and t.shape[0] == batch else t)
 
 
 def copied(output: Any) -> Any:

@@ -26,8 +26,10 @@ from captum_diffmask.model.arguments import (
 )
 from captum_diffmask.model.batches import to_device
 from captum_diffmask.model.forward import (
-    check_positions, check_token_ids, check_vocabulary, evaluation_mode, format_additional_args, is_hf_model,
-    model_device, ModelForward, position_limit,
+    evaluation_mode, format_additional_args, is_hf_model, model_device, ModelForward,
+)
+from captum_diffmask.model.inputs import (
+    check_positions, check_text_model, check_token_ids, check_vocabulary, position_limit,
 )
 from captum_diffmask.model.rng import preserved_rng
 from captum_diffmask.model.site_check import checked_sites
@@ -136,6 +138,7 @@ class SiteAttribution(Attribution):
         self, model: nn.Module, sites: SitesType = None, forward_func: ForwardFunc = None,
         padding_mask_arg: PaddingMaskArg = "auto", output: str = "auto",
     ) -> None:
+        check_text_model(model)
         self.model_forward = ModelForward(model, forward_func, padding_mask_arg, output)
         Attribution.__init__(self, self.model_forward)
         self.model = model
@@ -245,6 +248,8 @@ class SiteAttribution(Attribution):
         check_vocabulary(ids, self._vocabulary_size, argument)
         check_positions(ids, self._position_limit, argument)
         ids, extra = to_device(ids, format_additional_args(additional_forward_args), model_device(self.model))
+        if self.model_forward.forward_func is None and is_hf_model(self.model):
+            self.model_forward.keywords(extra)  # before any pass: what the model lacks, named
         length = ids.shape[1]
         ids, extra = self.model_forward.padded_to_window(ids, extra)
         mask = self.model_forward.padding_mask(ids, extra)
@@ -317,18 +322,21 @@ class SiteAttribution(Attribution):
         if call.module_outputs is not None and call.captured_ids is not None:
             times = _repeats(call.captured_ids, call.ids)
             if times:
-                reused = self._reused_before(call.module_outputs, list(replacements), times)
+                reused = self._reused_before(call.module_outputs, list(replacements), times,
+                                             call.captured_ids.shape[0])
         with self.locator.reuse(reused), self.locator.replace(replacements):
             return self.model_forward(call.ids, call.extra)
 
-    def _reused_before(self, module_outputs: Mapping[str, Any], sites: Sequence[str], times: int = 1) -> Dict[str, Any]:
+    def _reused_before(
+        self, module_outputs: Mapping[str, Any], sites: Sequence[str], times: int = 1, batch: int = 0
+    ) -> Dict[str, Any]:
         r"""The recorded outputs of the site modules up to the first of ``sites``
         (that one included: its replacement hook still runs), for
-        :meth:`SiteLocator.reuse`, repeated ``times`` along the batch."""
+        :meth:`SiteLocator.reuse`, repeated ``times`` along the batch of ``batch`` rows."""
         names = self.locator.names
         first = min(names.index(self.locator.site(s).name) for s in sites)
         return {
-            name: repeat_batch(module_outputs[name], times) if times > 1 else module_outputs[name]
+            name: repeat_batch(module_outputs[name], times, batch) if times > 1 else module_outputs[name]
             for name in names[: first + 1]
             if name in module_outputs
         }

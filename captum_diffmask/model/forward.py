@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.batches import Batch, split_batch
-from captum_diffmask.model.outputs import is_causal_lm, OUTPUTS, read_output, resolve_output
+from captum_diffmask.model.batches import Batch, hf_extras, HF_EXTRAS, ON_THE_IDS, split_batch
+from captum_diffmask.model.outputs import is_causal_lm, is_seq2seq_lm, OUTPUTS, read_output, resolve_output
 
 
 
@@ -48,87 +48,6 @@ def format_additional_args(additional_forward_args: Any) -> Tuple[Any, ...]:
     if isinstance(additional_forward_args, list):
         return tuple(additional_forward_args)
     return (additional_forward_args,)
-
-
-def check_token_ids(inputs: Any, argument: str = "inputs") -> Tuple[Tensor, bool]:
-    r"""
-    Validates token ids given as a Tensor or a 1-tuple of a Tensor (Captum style).
-
-    Returns:
-        *tuple* ``(ids, was_tuple)``: ids of shape (B, T), integer dtype.
-
-    Raises:
-        TypeError: not a tensor of an integer dtype.
-        ValueError: not of rank 2 (batch, tokens).
-    """
-    was_tuple = isinstance(inputs, tuple)
-    if was_tuple:
-        if len(inputs) != 1:
-            raise ValueError(
-                f"{argument} must be one tensor of token ids (or a 1-tuple of it), "
-                f"got a tuple of {len(inputs)}"
-            )
-        inputs = inputs[0]
-    if not isinstance(inputs, Tensor):
-        raise TypeError(f"{argument} must be a Tensor of token ids, got {type(inputs).__name__}")
-    if inputs.dtype.is_floating_point or inputs.dtype.is_complex or inputs.dtype == torch.bool:
-        raise TypeError(f"{argument} must hold integer token ids, got dtype {inputs.dtype}")
-    if inputs.dim() != 2:
-        raise ValueError(
-            f"{argument} must have shape (batch, tokens), got {tuple(inputs.shape)}"
-        )
-    if inputs.shape[0] == 0 or inputs.shape[1] == 0:
-        raise ValueError(f"{argument} must hold at least one example of at least one token, got shape "
-                         f"{tuple(inputs.shape)}")
-    return inputs, was_tuple
-
-
-def check_vocabulary(ids: Tensor, size: Optional[int], argument: str = "inputs") -> None:
-    r"""Token ids must index the embedding table (``0 .. size - 1``); ValueError
-    naming ``argument`` and the size (the embedding's own error does neither)."""
-    if size is None or ids.numel() == 0:
-        return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= size:
-        raise ValueError(f"{argument} holds token ids {low}..{high}, but the model's embedding has {size} "
-                         f"entries (ids 0..{size - 1})")
-
-
-#: The names Hugging Face gives a learned table of absolute positions (BERT's,
-#: GPT-2's, BART's and OPT's); rotary and relative positions have no such table.
-POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
-
-
-def position_limit(model: nn.Module) -> Optional[int]:
-    r"""
-    The most tokens a call may hold when the model looks positions up in a learned
-    table (:data:`POSITION_TABLES`): the table's rows less the rows before the
-    first position (RoBERTa's ``padding_idx + 1``, BART's ``offset``).
-
-    Args:
-
-        model (nn.Module): the analysed model.
-
-    Returns:
-        *int* or None: None for a model without such a table (no limit known).
-    """
-    limits = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES:
-            skipped = getattr(module, "offset", 0) if isinstance(getattr(module, "offset", 0), int) else 0
-            if module.padding_idx is not None:
-                skipped += module.padding_idx + 1
-            limits.append(module.num_embeddings - skipped)
-    return min(limits) if limits else None
-
-
-def check_positions(ids: Tensor, limit: Optional[int], argument: str = "inputs") -> None:
-    r"""At most ``limit`` tokens a call (:func:`position_limit`); ValueError naming
-    ``argument`` and the fix (the model's own error is a tensor size mismatch)."""
-    if limit is not None and ids.shape[1] > limit:
-        raise ValueError(f"{argument} holds {ids.shape[1]} tokens, but the model has {limit} positions: truncate "
-                         f"the texts, e.g. tokenizer(..., truncation=True, max_length={limit}) (explain's "
-                         "max_length, the command line's --max-length)")
 
 
 def padded_positions(model: nn.Module, attention_mask: Optional[Tensor]) -> dict:
@@ -166,9 +85,11 @@ class ModelForward:
         forward_func (Callable, optional): ``forward_func(ids, *extra) -> output``;
                     when None, the model itself (Hugging Face models are called
                     with ``input_ids``, ``attention_mask`` and ``token_type_ids``
-                    from the positional extras). The output may be a Tensor, a
-                    ``ModelOutput`` with ``logits``, or a tuple.
-                    Default: None
+                    from the positional extras; an encoder-decoder with
+                    ``attention_mask``, ``decoder_input_ids`` and
+                    ``decoder_attention_mask``: :func:`~captum_diffmask.model.batches.hf_extras`).
+                    The output may be a Tensor, a ``ModelOutput`` with ``logits``,
+                    or a tuple. Default: None
         padding_mask_arg (int, str or None, optional): index in
                     ``additional_forward_args`` of the (B, T) padding mask (1 or
                     True = real token); ``"auto"``: 0 for Hugging Face models (the
@@ -181,6 +102,9 @@ class ModelForward:
                     (a question-answering head's start and end); ``"auto"``:
                     classes for (B, C) logits, span for start/end logits, last for
                     a causal language model, an error otherwise. Default: ``"auto"``
+                    An encoder-decoder language model's ``"last"`` and ``"all"``
+                    are over its decoder prefix's real positions (the next token
+                    after each row's prefix; every position of it).
     """
 
     def __init__(
@@ -212,6 +136,8 @@ class ModelForward:
         self.forward_func = forward_func
         self.padding_mask_arg = padding_mask_arg
         self.output = output  # "auto" until the first call resolves it
+        #: the names of a Hugging Face model's extras, in order (:func:`hf_extras`)
+        self.extra_names = hf_extras(model) if forward_func is None and is_hf_model(model) else HF_EXTRAS
 
     def __call__(self, inputs: Tensor, additional_forward_args: Any = None) -> Tensor:
         r"""
@@ -224,25 +150,59 @@ class ModelForward:
             output = self._forward(inputs, extra)
         if self.output == "auto":
             self.output = resolve_output("auto", output, self.model)
-        return read_output(output, self.output, self.padding_mask(inputs, extra))
+        return read_output(output, self.output, self._output_mask(inputs, extra))
+
+    def _output_mask(self, inputs: Tensor, extra: Tuple[Any, ...]) -> Tensor:
+        r"""(B, positions of the output) bool: the ids' padding mask, or for an
+        encoder-decoder language model its decoder prefix's."""
+        if not (self.forward_func is None and is_seq2seq_lm(self.model)):
+            return self.padding_mask(inputs, extra)
+        named = dict(zip(self.extra_names, extra))
+        prefix, mask = named.get("decoder_input_ids"), named.get("decoder_attention_mask")
+        return mask.bool() if isinstance(mask, Tensor) else torch.ones(prefix.shape, dtype=torch.bool,
+                                                                       device=prefix.device)
 
     def _forward(self, inputs: Tensor, extra: Tuple[Any, ...]) -> Any:
         if self.forward_func is not None:
             output = self.forward_func(inputs, *extra)
         elif is_hf_model(self.model):
-            if len(extra) > 2:
-                raise ValueError(
-                    "additional_forward_args: a Hugging Face model takes at most "
-                    "(attention_mask, token_type_ids); pass forward_func for others"
-                )
-            names = ("attention_mask", "token_type_ids")
-            kwargs = {n: a for n, a in zip(names, extra) if a is not None}
+            kwargs = self.keywords(extra)
             kwargs.update(padded_positions(self.model, kwargs.get("attention_mask")))
             with cache_off(self.model):
                 output = self.model(input_ids=inputs, **kwargs)
         else:
             output = self.model(inputs, *extra)
         return output
+
+    def keywords(self, extra: Tuple[Any, ...]) -> dict:
+        r"""
+        A Hugging Face model's keyword arguments from the positional extras.
+
+        Args:
+
+            extra (tuple): ``additional_forward_args`` (:attr:`extra_names` in order).
+
+        Returns:
+            *dict* name -> value, without the extras that are None.
+
+        Raises:
+            ValueError: more extras than the model takes, or an encoder-decoder
+            language model without its decoder prefix (its own error names
+            neither the argument nor the fix).
+        """
+        names = self.extra_names
+        if len(extra) > len(names):
+            raise ValueError(f"additional_forward_args: a Hugging Face {type(self.model).__name__} takes at most "
+                             f"({', '.join(names)}); pass forward_func for others")
+        kwargs = {n: a for n, a in zip(names, extra) if a is not None}
+        if is_seq2seq_lm(self.model) and "decoder_input_ids" not in kwargs:
+            start = getattr(self.model.config, "decoder_start_token_id", None)
+            raise ValueError(
+                f"{type(self.model).__name__} is an encoder-decoder: give the decoder's prefix, whose next token "
+                "is attributed to the encoder's input tokens, as additional_forward_args=(attention_mask, "
+                "decoder_input_ids) or the batch's key 'decoder_input_ids' (B, D), starting with "
+                f"config.decoder_start_token_id ({start}); attribute_generation builds them for generated text")
+        return kwargs
 
     @property
     def window(self) -> Optional[int]:
@@ -282,8 +242,9 @@ class ModelForward:
             extra = extra[:index] + (torch.ones_like(inputs),) + extra[index + 1:]
         pad_id = getattr(self.model.config, "pad_token_id", None)
         ids = nn.functional.pad(inputs, (0, pad), value=pad_id if isinstance(pad_id, int) else 0)
-        extra = tuple(nn.functional.pad(a, (0, pad), value=0) if isinstance(a, Tensor) and a.shape == inputs.shape
-                      else a for a in extra)
+        on_the_ids = [i < len(self.extra_names) and self.extra_names[i] in ON_THE_IDS for i in range(len(extra))]
+        extra = tuple(nn.functional.pad(a, (0, pad), value=0) if isinstance(a, Tensor) and on and a.shape == inputs.shape
+                      else a for a, on in zip(extra, on_the_ids))
         return ids, extra
 
     def split_batch(self, batch: Batch) -> Tuple[Tensor, Tuple[Any, ...]]:
@@ -292,7 +253,7 @@ class ModelForward:
         if self.forward_func is not None:
             return split_batch(batch, hf_model=False, forward=self.forward_func)
         if is_hf_model(self.model):
-            ids, extra = split_batch(batch, hf_model=True)
+            ids, extra = split_batch(batch, hf_model=True, names=self.extra_names)
             self._check_token_types(extra)
             return ids, extra
         return split_batch(batch, hf_model=False, forward=self.model.forward)
@@ -301,7 +262,7 @@ class ModelForward:
         r"""A tensor read as token_type_ids must index the model's token types
         (a (B, T) label tensor in its place, e.g. -100, would otherwise be fed)."""
         types = getattr(getattr(self.model, "config", None), "type_vocab_size", None)
-        if len(extra) < 2 or not isinstance(extra[1], Tensor) or not isinstance(types, int) or extra[1].numel() == 0:
+        if self.extra_names[1] != "token_type_ids" or len(extra) < 2 or not isinstance(extra[1], Tensor) or not isinstance(types, int) or extra[1].numel() == 0:
             return
         low, high = int(extra[1].min()), int(extra[1].max())
         if low < 0 or high >= types:

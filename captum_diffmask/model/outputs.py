@@ -31,16 +31,32 @@ def is_causal_lm(model: nn.Module) -> bool:
     return name.endswith("ForCausalLM") or name.endswith("LMHeadModel") or decoder or name in _causal_lm_classes()
 
 
-@functools.lru_cache(maxsize=1)
+def is_seq2seq_lm(model: nn.Module) -> bool:
+    r"""An encoder-decoder language model (T5, BART, Marian): its config says
+    ``is_encoder_decoder`` and its class is in transformers' sequence-to-sequence
+    LM auto-mapping. Its logits are over the positions of the decoder's prefix."""
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "is_encoder_decoder", False)) and type(model).__name__ in _seq2seq_lm_classes()
+
+
 def _causal_lm_classes() -> frozenset:
     r"""The class names in transformers' causal-LM auto-mapping (empty when
     transformers is not installed)."""
+    return _mapped_classes("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
+
+
+def _seq2seq_lm_classes() -> frozenset:
+    return _mapped_classes("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")
+
+
+@functools.lru_cache(maxsize=None)
+def _mapped_classes(mapping: str) -> frozenset:
     try:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        from transformers.models.auto import modeling_auto
     except ImportError:
         return frozenset()
     names = set()
-    for classes in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+    for classes in getattr(modeling_auto, mapping, {}).values():
         names.update((classes,) if isinstance(classes, str) else classes)
     return frozenset(names)
 
@@ -82,7 +98,7 @@ def resolve_output(kind: str, output: Any, model: nn.Module) -> str:
     logits = raw_logits(output)
     if logits.dim() <= 2:
         return "classes"
-    if logits.dim() == 3 and is_causal_lm(model):
+    if logits.dim() == 3 and (is_causal_lm(model) or is_seq2seq_lm(model)):
         return "last"
     raise ValueError(
         f"the model returns logits of shape {tuple(logits.shape)}: declare the output to keep with output='last' "

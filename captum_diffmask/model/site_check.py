@@ -19,6 +19,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_diffmask.model.arguments import PreparedCall
+from captum_diffmask.model.batches import hf_extras
 from captum_diffmask.model.forward import cache_off, frozen, hooks_and_attributes_restored
 from captum_diffmask.model.site_finding import HOW_TO_PASS_SITES
 from captum_diffmask.model.sites import SiteLocator
@@ -81,7 +82,7 @@ def _own_states(
     never fires but the sites inside the blocks do
     (:meth:`SiteLocator.inside_blocks`), those."""
     names = ["input"] + [f"hidden.{k}" for k in range(num_layers + 1)]
-    kwargs = dict(zip(("attention_mask", "token_type_ids"), call.extra))
+    kwargs = dict(zip(hf_extras(model), call.extra))
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     states, output = _capture_own(model, locator, names, call.ids, kwargs)
     inner = locator.inside_blocks() if len(states) < len(names) else None

@@ -2,6 +2,7 @@
 the layer, never with a perfect-looking result."""
 
 import logging
+import re
 
 import pytest
 import torch
@@ -76,7 +77,7 @@ def test_empty_batches_and_ids_outside_the_vocabulary_are_named():
 
 @pytest.mark.parametrize("kind", HF_KINDS + LM_KINDS)
 def test_a_call_longer_than_the_models_positions_is_named_with_the_fix(kind):
-    from captum_diffmask.model.forward import position_limit
+    from captum_diffmask.model.inputs import position_limit
 
     model = tiny_causal_lm(kind) if kind in LM_KINDS and kind != "gpt2" else tiny_model(kind)
     limit = position_limit(model)
@@ -157,3 +158,25 @@ def test_fit_restores_each_modules_own_mode():
     DiffMask(model, mode="hidden").fit([(ids, mask)] * 2, max_steps=2, seed=0, convergence={"until_converged": False},
                                        verbose=False)
     assert model.training and model.bert.training and not model.classifier.training
+
+
+@pytest.mark.parametrize("build", ["vit", "whisper"])
+def test_a_model_that_does_not_take_token_ids_is_refused_when_built(build):
+    import transformers as hf
+
+    from captum_diffmask.methods import Occlusion
+
+    if build == "vit":
+        model = hf.ViTForImageClassification(hf.ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                          intermediate_size=16, image_size=8, patch_size=4))
+        wanted = "takes images (its main input is pixel_values), not token ids"
+    else:
+        model = hf.WhisperForConditionalGeneration(hf.WhisperConfig(
+            vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, num_mel_bins=8,
+            max_source_positions=8, max_target_positions=8, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            decoder_start_token_id=1, suppress_tokens=[], begin_suppress_tokens=[]))
+        wanted = "takes audio features (its main input is input_features)"
+    for method in (DiffMask, IntegratedGradients, Occlusion):
+        with pytest.raises(ValueError, match=re.escape(f"model: {type(model).__name__} {wanted}") + ".*encoder-decoders"):
+            method(model)
