@@ -425,8 +425,9 @@ class DiffMask(GatedModel):
     def save(self, path: Union[str, os.PathLike]) -> None:
         r"""
         Saves the fitted probe, baselines and multipliers with what identifies the
-        model they belong to: its sites, parameter shapes and a fingerprint of its
-        weights (:mod:`captum_diffmask.diffmask.saved_probe`).
+        model they belong to (its sites, parameter shapes and a fingerprint of its
+        weights) and each layer's convergence report
+        (:mod:`captum_diffmask.diffmask.saved_probe`).
 
         Args:
 
@@ -438,7 +439,7 @@ class DiffMask(GatedModel):
         if is_main_process():  # under torch.distributed every rank holds the same probe
             assert self.probe is not None and self.lambdas is not None
             save_checkpoint(path, self.model, self.locator.describe(), self.config(), self.site_sizes, self.probe,
-                            self.lambdas, self.fitted_layers)
+                            self.lambdas, self.fitted_layers, self.convergence)
 
     @classmethod
     def load(
@@ -483,4 +484,5 @@ class DiffMask(GatedModel):
         explainer.restore_probe(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
         # written before fitted layers were recorded: every layer, as then
         explainer.fitted_layers = list(checkpoint.get("fitted_layers", range(explainer.num_layers + 1)))
+        explainer.convergence = {int(k): dict(v) for k, v in checkpoint.get("convergence", {}).items()}
         return explainer

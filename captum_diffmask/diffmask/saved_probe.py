@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Dict, Mapping, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -35,6 +35,7 @@ def weights_fingerprint(model: nn.Module) -> str:
 def save_checkpoint(
     path: Union[str, os.PathLike], model: nn.Module, sites: Sequence[Sequence[str]], config: Mapping[str, Any],
     site_sizes: Mapping[str, int], probe: nn.Module, lambdas: nn.Module, fitted_layers: Sequence[int],
+    convergence: Optional[Mapping[int, Mapping[str, Any]]] = None,
 ) -> None:
     r"""
     Writes a fitted probe, its baselines and multipliers with what identifies
@@ -50,6 +51,8 @@ def save_checkpoint(
         probe (nn.Module): the gate networks and baselines.
         lambdas (nn.Module): the Lagrange multipliers.
         fitted_layers (sequence of int): the layers a fit trained.
+        convergence (mapping, optional): layer -> its convergence report (the
+                    explainer's ``convergence``: the verdicts a view shows).
     """
     torch.save(
         {
@@ -62,9 +65,25 @@ def save_checkpoint(
             "probe": probe.state_dict(),
             "lambdas": lambdas.state_dict(),
             "fitted_layers": list(fitted_layers),
+            "convergence": _plain(dict(convergence or {})),
         },
         path,
     )
+
+
+def _plain(value: Any) -> Any:
+    r"""``value`` as the dicts, lists, strings, numbers and None that
+    ``torch.load(weights_only=True)`` reads back (tensors and numpy numbers as
+    Python numbers)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, Any]:

@@ -3,16 +3,17 @@ their cost against one forward pass, and the ways to show them."""
 
 from __future__ import annotations
 
+import html
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from matplotlib.figure import Figure
 from torch import Tensor
 
 from captum_diffmask.interface.figures import attribution_panels, layer_heatmaps, normalize_unit
-from captum_diffmask.interface.html import page, Row, table
+from captum_diffmask.interface.html import legend_for, page, Row, table
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,6 +42,9 @@ class MethodResult:
                     steps and per-layer convergence).
         metrics (dict): the faithfulness and plausibility scores ``compare``
                     was asked for (``metrics=``), name -> mean over the batch.
+        verdicts (dict): layer -> the convergence status of the method's probe
+                    there (:func:`~captum_diffmask.interface.verdicts.layer_verdict`);
+                    empty for a method without a fit of its own.
     """
 
     name: str
@@ -54,6 +58,7 @@ class MethodResult:
     probabilities: bool = False
     scored: str = ""
     metrics: Dict[str, float] = field(default_factory=dict)
+    verdicts: Dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,34 +108,39 @@ class Comparison:
         return self.methods[name].seconds / self.forward_seconds if self.forward_seconds > 0 else math.nan
 
     def table(self) -> str:
-        r"""A Markdown table: per method its output, time per example, time over
-        one forward pass, setup time, and its top tokens in the first example (or
-        its error)."""
-        lines = [
-            f"Layer {self.layer}, {self.batch_size} examples; one forward pass: "
-            f"{self.forward_seconds * 1e3:.3g} ms for the batch.",
-            "",
-            "| method | scores | of | s / example | x one forward pass | setup s | top tokens (example 0) |"
-            + "".join(f" {metric} |" for metric in self.metrics),
-            "|---|---|---|---|---|---|---|" + "---|" * len(self.metrics),
-        ]
+        r"""A Markdown table: per method its output, what it scored, time per
+        example, time over one forward pass, setup time, its top tokens in the
+        first example (or its error) and its metrics; a note when the methods
+        score different sites."""
+        caption, header, rows, note = self._summary()
+        lines = [caption, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines + (["", note] if note else []))
+
+    def _summary(self) -> Tuple[str, List[str], List[List[str]], str]:
+        r"""What :meth:`table` and :meth:`to_html` show: the caption, the header,
+        a row of cells per method and the note ("" when none)."""
+        caption = (f"Layer {self.layer}, {self.batch_size} examples; one forward pass: "
+                   f"{self.forward_seconds * 1e3:.3g} ms for the batch.")
+        header = ["method", "scores", "of", "s / example", "x one forward pass", "setup s",
+                  "top tokens (example 0)"] + list(self.metrics)
+        rows = []
         for name, result in self.methods.items():
             if result.scores is None:
-                lines.append(f"| {name} | failed | | | | {result.setup_seconds:.3g} | {result.error} |"
-                             + " |" * len(self.metrics))
+                rows.append([name, "failed", "", "", "", f"{result.setup_seconds:.3g}", str(result.error)]
+                            + [""] * len(self.metrics))
                 continue
             shape = "x".join(str(n) for n in result.scores.shape)
-            lines.append(
-                f"| {name} | {shape} | {result.scored} | {self.seconds_per_example(name):.3g} "
-                f"| {self.ratio_to_forward(name):.3g} "
-                f"| {result.setup_seconds:.3g} | {', '.join(self.top_tokens(name))} |"
-                + "".join(f" {result.metrics.get(metric, math.nan):.3g} |" for metric in self.metrics)
-            )
+            rows.append([name, shape, result.scored, f"{self.seconds_per_example(name):.3g}",
+                         f"{self.ratio_to_forward(name):.3g}", f"{result.setup_seconds:.3g}",
+                         ", ".join(self.top_tokens(name))]
+                        + [f"{result.metrics.get(metric, math.nan):.3g}" for metric in self.metrics])
         sites = {result.scored.split(" ")[0] for result in self.methods.values() if result.scores is not None}
+        note = ""
         if len(sites - {""}) > 1:
-            lines += ["", f"Note: at layer {self.layer} these methods score different things ({', '.join(sorted(sites - {''}))}): "
-                      "compare rows of the same site only."]
-        return "\n".join(lines)
+            note = (f"Note: at layer {self.layer} these methods score different things "
+                    f"({', '.join(sorted(sites - {''}))}): compare rows of the same site only.")
+        return caption, header, rows, note
 
     def word_scores(self, name: str, example: int = 0) -> Tensor:
         r"""
@@ -213,11 +223,13 @@ class Comparison:
 
     def to_html(self, examples: Optional[Sequence[int]] = None, words: Optional[bool] = None) -> str:
         r"""
-        A self-contained HTML page, the methods side by side: per example, a row
-        per method over its real tokens or its words (a DiffMask's every layer
-        as rows of its own). Keep probabilities are drawn on their absolute 0..1
-        scale, other scores scaled to the row's largest magnitude; a failed
-        method's row names its error.
+        A self-contained HTML page, the methods side by side: the table the
+        terminal prints (:meth:`table`: times, metrics), a legend, then per
+        example a row per method over its real tokens or its words (a
+        DiffMask's every layer as rows of its own, each with its convergence
+        verdict). Keep probabilities are drawn on their absolute 0..1 scale,
+        other scores scaled to the row's largest magnitude; a failed method's
+        row names its error.
 
         Args:
 
@@ -234,8 +246,18 @@ class Comparison:
         if by_word and self.words is None:
             raise ValueError("words=True: this comparison has no words (give compare texts with tokenizer=)")
         chosen = range(self.batch_size) if examples is None else examples
-        tables = [table(f"example {b}", self._html_rows(b, by_word)) for b in chosen]
-        return page("Comparison", f"(layer {self.layer})", tables)
+        per_example = [self._html_rows(b, by_word) for b in chosen]
+        tables = [table(f"example {b}", rows) for b, rows in zip(chosen, per_example)]
+        legend = legend_for([row for rows in per_example for row in rows])
+        return page("Comparison", f"(layer {self.layer})", [self._html_summary(), legend] + tables)
+
+    def _html_summary(self) -> str:
+        caption, header, rows, note = self._summary()
+        head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+        note_html = f"<p>{html.escape(note)}</p>" if note else ""
+        return (f"<p>{html.escape(caption)}</p><table class='metrics'><thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table>{note_html}")
 
     def _html_rows(self, example: int, by_word: bool) -> List[Row]:
         real = self.mask[example].nonzero().flatten().tolist()
@@ -247,15 +269,16 @@ class Comparison:
         rows: List[Row] = []
         for name, result in self.methods.items():
             if result.scores is None:
-                rows.append((f"{name} (failed: {result.error})", [], [], False))
+                rows.append(Row(f"{name} (failed: {result.error})", [], [], False))
                 continue
             label = f"{name}, {result.scored}" if result.scored else name
-            rows.append((label, labels, cells(result.scores[example], result.probabilities).tolist(),
-                         result.probabilities))
+            verdict = result.verdicts.get(self.layer, "") if self.layer is not None else ""
+            rows.append(Row(label, labels, cells(result.scores[example], result.probabilities).tolist(),
+                            result.probabilities, verdict))
             if result.every_layer is not None:
                 every = cells(result.every_layer[example], result.probabilities)
-                rows += [(f"{name}, layer {k}", labels, every[:, k].tolist(), result.probabilities)
-                         for k in range(every.shape[-1])]
+                rows += [Row(f"{name}, layer {k}", labels, every[:, k].tolist(), result.probabilities,
+                             result.verdicts.get(k, "")) for k in range(every.shape[-1])]
         return rows
 
     def to_dict(self) -> Dict[str, Any]:
@@ -270,6 +293,7 @@ class Comparison:
                 "ratio_to_forward": None if r.scores is None else _finite(self.ratio_to_forward(name)),
                 "error": r.error, "options": _plain(r.options), "scored": r.scored, "probabilities": r.probabilities,
                 "info": _plain(r.info), "metrics": {k: _finite(v) for k, v in r.metrics.items()},
+                "verdicts": {str(k): v for k, v in r.verdicts.items()},
             }
         return {"layer": self.layer, "batch_size": self.batch_size, "forward_seconds": self.forward_seconds,
                 "tokens": self.tokens, "mask": self.mask.int().tolist(), "methods": methods,

@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
 
 from torch import Tensor
 
-from captum_diffmask.interface.html import page, table
+from captum_diffmask.interface.html import legend_for, page, Row, table
+from captum_diffmask.interface.verdicts import layer_verdict
 from captum_diffmask.model.attribution import method_name, method_trait
 from captum_diffmask.model.batches import split_batch
 from captum_diffmask.model.texts import as_texts, merge_into_words, word_rule
@@ -49,6 +50,10 @@ class Explanation:
         token_scores (list of Tensor): each text's (T_b, K) token scores.
         words (list of list of str): each text's words, as they appear in it.
         word_scores (list of Tensor): each text's (W_b, K) word scores.
+        verdicts (list of str): per column, the convergence status of the
+                    probe behind it (:func:`~captum_diffmask.interface.verdicts.layer_verdict`;
+                    ``""`` for a method without a fit of its own); empty when
+                    not known.
     """
 
     method: str
@@ -59,12 +64,14 @@ class Explanation:
     token_scores: List[Tensor] = field(default_factory=list)
     words: List[List[str]] = field(default_factory=list)
     word_scores: List[Tensor] = field(default_factory=list)
+    verdicts: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         r"""Plain lists and floats (JSON-ready): the method, the columns, the
         rule and, per text, its tokens, words and both scores."""
         return {
             "method": self.method, "columns": list(self.columns), "rule": self.rule,
+            "verdicts": list(self.verdicts),
             "examples": [
                 {"text": text, "tokens": tokens, "token_scores": token_scores.tolist(),
                  "words": words, "word_scores": word_scores.tolist()}
@@ -74,13 +81,15 @@ class Explanation:
         }
 
     def show(self, file: Optional[TextIO] = None) -> None:
-        r"""Prints each text's words with their scores, a line per column."""
+        r"""Prints each text's words with their scores, a line per column (and
+        its verdict, where it has one)."""
         out = file if file is not None else sys.stdout
+        verdicts = self.verdicts or [""] * len(self.columns)
         for text, words, scores in zip(self.texts, self.words, self.word_scores):
             print(f"{self.method} ({self.rule} over word pieces): {text}", file=out)
             for k, column in enumerate(self.columns):
                 cells = " ".join(f"{word}({float(score[k]):.2f})" for word, score in zip(words, scores))
-                print(f"  {column:>9}: {cells}", file=out)
+                print(f"  {column:>9}: {cells}" + (f"  [{verdicts[k]}]" if verdicts[k] else ""), file=out)
 
     def __str__(self) -> str:
         buffer = io.StringIO()
@@ -89,16 +98,20 @@ class Explanation:
 
     def to_html(self) -> str:
         r"""
-        A self-contained HTML page: per text, one row per column, each word on a
-        background whose strength is its score (keep probabilities on their
-        absolute 0..1 scale, attributions scaled to the row's largest
-        magnitude; green positive, red negative), the score in its tooltip.
+        A self-contained HTML page: a legend, then per text one row per column,
+        each word on a background whose strength is its score (keep
+        probabilities on their absolute 0..1 scale, attributions scaled to the
+        row's largest magnitude; green positive, red negative), the score in its
+        tooltip, and each row's convergence verdict where it has one.
         """
         probabilities = self.rule == "max"
-        tables = [table(text, [(column, words, scores[:, k].tolist(), probabilities)
-                               for k, column in enumerate(self.columns)])
-                  for text, words, scores in zip(self.texts, self.words, self.word_scores)]
-        return page(self.method, f"({self.rule} over word pieces)", tables)
+        verdicts = self.verdicts or [""] * len(self.columns)
+        per_text = [[Row(column, words, scores[:, k].tolist(), probabilities, verdicts[k])
+                     for k, column in enumerate(self.columns)]
+                    for words, scores in zip(self.words, self.word_scores)]
+        legend = legend_for([row for rows in per_text for row in rows])
+        tables = [table(text, rows) for text, rows in zip(self.texts, per_text)]
+        return page(self.method, f"({self.rule} over word pieces)", [legend] + tables)
 
 
 def explain(
@@ -149,7 +162,9 @@ def explain(
     scores = scores.unsqueeze(-1) if scores.dim() == 2 else scores
     columns = ["score"] if scores.shape[-1] == 1 else [f"layer {k}" for k in range(scores.shape[-1])]
     rule = word_rule(method_trait(method, "scores_are_probabilities"))
-    result = Explanation(method_name(method), texts, columns, rule)
+    layers = [layer] if len(columns) == 1 else list(range(len(columns)))
+    result = Explanation(method_name(method), texts, columns, rule,
+                         verdicts=[layer_verdict(method, k) for k in layers])
     for b, text in enumerate(texts):
         real = encoding["attention_mask"][b].bool()
         word_ids = [w for w, keep in zip(encoding.word_ids(b), real.tolist()) if keep]

@@ -26,6 +26,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_diffmask.interface.generation_result import GenerationAttribution
+from captum_diffmask.interface.verdicts import layer_verdicts
 from captum_diffmask.model.attribution import method_name, method_trait
 from captum_diffmask.model.forward import model_device, ModelForward
 from captum_diffmask.model.outputs import is_seq2seq_lm
@@ -253,7 +254,8 @@ def attribute_generation(
     layers = list(range(scores.shape[-1])) if scores.dim() == 3 else None
     return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, method_name(method),
                                  layers, None if layers is not None else layer, word_ids, words,
-                                 bool(method_trait(method, "scores_are_probabilities")), encoder_decoder)
+                                 bool(method_trait(method, "scores_are_probabilities")), encoder_decoder,
+                                 {k: v for k, v in layer_verdicts(method, layers or [layer]).items() if v})
 
 
 def _attribute_prefixes(

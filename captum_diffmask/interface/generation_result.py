@@ -5,8 +5,8 @@ scores, a figure and an HTML page."""
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from captum_diffmask.interface.figures import PathLike, save_figure
+from captum_diffmask.interface.html import GREEN, legend, RED, STYLE, verdict_cell
 from captum_diffmask.model.texts import merge_into_words, word_rule
 
 __all__ = ["GenerationAttribution"]
@@ -51,6 +52,9 @@ class GenerationAttribution:
         encoder_decoder (bool): the model was an encoder-decoder: the prompt is
                     its encoder's input, the only sources (S columns, every one
                     defined at every step); the generated tokens are its decoder's.
+        verdicts (dict): layer -> the convergence status of the method's probe
+                    there (:func:`~captum_diffmask.interface.verdicts.layer_verdict`);
+                    empty for a method without a fit of its own.
     """
 
     ids: Tensor
@@ -65,6 +69,7 @@ class GenerationAttribution:
     words: Optional[List[str]] = None
     probabilities: bool = False
     encoder_decoder: bool = False
+    verdicts: Dict[int, str] = field(default_factory=dict)
 
     @property
     def generated_ids(self) -> Tensor:
@@ -186,7 +191,8 @@ class GenerationAttribution:
     def to_html(self, path: Optional[PathLike] = None, words: Optional[bool] = None) -> str:
         r"""
         A self-contained HTML page (inline styles, no script, no external file):
-        per layer, a table of steps x sources whose cells are shaded by the score
+        a legend, then per layer (with its probe's convergence verdict, where it
+        has one) a table of steps x sources whose cells are shaded by the score
         (keep probabilities on their absolute 0..1 scale, other scores over the
         row's largest magnitude) and hold it in their tooltip.
 
@@ -201,14 +207,16 @@ class GenerationAttribution:
         """
         by_word = self._by_word(words)
         title = html.escape(f"{self.method}: attributions of {len(self.step_tokens)} generated tokens")
-        scale = "the keep probability (0..1)" if self.probabilities else "the score over the row's largest magnitude"
-        parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>",
-                 "<body style='font-family:sans-serif'>", f"<h2>{title}</h2>",
-                 f"<p>Rows: generated tokens, in order. Columns: {self._columns_are(by_word)}. Shade: {scale} "
-                 "(blue positive, red negative); a blank cell comes after its step.</p>"]
+        parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
+                 f"<style>{STYLE}</style></head>", "<body>", f"<h2>{title}</h2>",
+                 f"<p>Rows: generated tokens, in order. Columns: {self._columns_are(by_word)}; "
+                 "a blank cell comes after its step.</p>",
+                 legend(self.probabilities, not self.probabilities, bool(self.verdicts))]
         labels, in_prompt = self._columns(by_word)
-        for label, matrix in self.matrices(by_word):
-            parts.append(f"<h3>{html.escape(label)}</h3>")
+        layers = self.layers if self.layers is not None else [self.layer]
+        for layer, (label, matrix) in zip(layers, self.matrices(by_word)):
+            verdict = self.verdicts.get(layer, "") if layer is not None else ""
+            parts.append(f"<h3>{html.escape(label)} {verdict_cell(verdict) if verdict else ''}</h3>")
             parts.append(self._html_table(matrix, labels, in_prompt))
         parts.append("</body></html>\n")
         page = "\n".join(parts)
@@ -240,6 +248,6 @@ def _html_cell(value: float, scale: float) -> str:
     if not np.isfinite(value):
         return "<td style='border:1px solid #eee'></td>"
     share = float(abs(value) / scale) if scale > 0 else 0.0
-    colour = "0,90,200" if value >= 0 else "200,40,40"
+    colour = GREEN if value >= 0 else RED
     return (f"<td title='{value:.4g}' style='border:1px solid #eee;min-width:18px;"
             f"background:rgba({colour},{share:.3f})'></td>")

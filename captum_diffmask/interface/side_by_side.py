@@ -21,6 +21,7 @@ from torch import nn, Tensor
 
 from captum_diffmask.evaluation.faithfulness import eraser_scores, plausibility, TokenEraser
 from captum_diffmask.interface.comparison import Comparison, MethodResult, token_labels
+from captum_diffmask.interface.verdicts import layer_verdicts
 from captum_diffmask.methods.preparation import MethodSpec, prepare_method
 from captum_diffmask.model.attribution import method_name, method_trait
 from captum_diffmask.model.forward import Batch, format_additional_args, frozen, ModelForward
@@ -205,8 +206,10 @@ def _run_one(
     if scores.dim() == 3:  # DiffMask's layer=None: the per-layer scores are the result
         every, scores = scores, scores.mean(-1)
     scored = explainer.scored(setup["layer"]) if callable(getattr(explainer, "scored", None)) else ""
+    verdicts = layer_verdicts(explainer, range(int(getattr(explainer, "num_layers", -1)) + 1))
     return MethodResult(prepared.name, scores, seconds, prepared.setup_seconds, every, None, options, prepared.info,
-                        bool(method_trait(explainer, "scores_are_probabilities")), scored)
+                        bool(method_trait(explainer, "scores_are_probabilities")), scored,
+                        verdicts={k: v for k, v in verdicts.items() if v})
 
 
 def time_forward(model_forward: ModelForward, ids: Tensor, extra: Tuple[Any, ...], repeats: int = 5) -> float:

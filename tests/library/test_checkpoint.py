@@ -68,3 +68,20 @@ def test_an_input_mode_checkpoint_from_before_per_depth_votes_loads_as_shared_vo
     for k in (0, dm.num_layers):
         assert torch.equal(loaded.attribute(ids, additional_forward_args=(mask,), layer=k),
                            dm.attribute(ids, additional_forward_args=(mask,), layer=k))
+
+
+def test_the_verdicts_are_saved_with_the_probe_and_a_checkpoint_without_them_says_so(tmp_path):
+    from captum_diffmask.interface.verdicts import layer_verdict, NOT_RECORDED
+
+    model = tiny_bert()
+    dm = _fitted(model)
+    path = tmp_path / "dm.pt"
+    dm.save(path)
+    loaded = DiffMask.load(path, model)
+    assert loaded.convergence == dm.convergence and set(loaded.convergence) == set(range(dm.num_layers + 1))
+    assert [layer_verdict(loaded, k) for k in range(dm.num_layers + 1)] == \
+        [dm.convergence[k]["status"] for k in range(dm.num_layers + 1)]
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["convergence"]  # written before checkpoints held the verdicts
+    torch.save(checkpoint, path)
+    assert layer_verdict(DiffMask.load(path, model), 0) == NOT_RECORDED

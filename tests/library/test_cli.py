@@ -52,6 +52,12 @@ def test_fit_writes_a_probe_that_explain_reads_at_every_layer(saved, probe, caps
     assert data["method"] == "DiffMask" and data["columns"] == ["layer 0", "layer 1", "layer 2"]
     assert data["examples"][0]["words"] == ["a", "film", "with", "lovely", "performances"]
     assert all(0 <= s <= 1 for row in data["examples"][0]["word_scores"] for s in row)
+    # the fit's verdicts travel with the probe to every view (3 steps: none settled)
+    assert len(data["verdicts"]) == 3 and "converged" not in data["verdicts"]
+    page = saved / "explained.html"
+    assert main(["explain", str(saved / "model"), "a film", "--probe", str(probe), "--layer", "all",
+                 "--format", "html", "--out", str(page), "--quiet"]) == 0
+    assert page.read_text().count("data-verdict=") == 3 and "not converged" in page.read_text()
 
 
 def test_explain_with_another_method_prints_words_on_the_terminal_or_writes_html(saved, capsys):

@@ -147,9 +147,9 @@ def test_generation_views_show_words_and_draw_probabilities_on_their_own_scale(t
                                      None, 0, word_ids, words, probabilities)
 
     keep = result(True).to_html(words=False)
-    assert "rgba(0,90,200,0.010)" in keep and "rgba(0,90,200,0.020)" in keep  # a near-empty mask looks empty
+    assert "rgba(0,160,0,0.010)" in keep and "rgba(0,160,0,0.020)" in keep  # a near-empty mask looks empty
     scaled = result(False).to_html(words=False)
-    assert "rgba(0,90,200,0.500)" in scaled and "rgba(0,90,200,1.000)" in scaled  # row's largest magnitude
+    assert "rgba(0,160,0,0.500)" in scaled and "rgba(0,160,0,1.000)" in scaled  # row's largest magnitude
     by_word = result(True, [0, 0, 1], ["ant", "x"])
     page = by_word.to_html(tmp_path / "words.html")
     assert ">ant</th>" in page and ">##t</th>" not in page

@@ -1,6 +1,7 @@
 """The HTML views rendered by a real headless browser (Chromium): every word is
-on the page, and a DiffMask row that drops everything looks empty while one
-that keeps everything is coloured."""
+on the page, a DiffMask row that drops everything looks empty while one that
+keeps everything is coloured, and every view carries its legend and each
+layer's convergence verdict."""
 
 import shutil
 import subprocess
@@ -33,9 +34,11 @@ def _green_pixels(tmp_path, page):
     return int(((green - red > 0.15) & (green - blue > 0.15)).sum())
 
 
-def _diffmask(kept):
-    scores = torch.full((len(WORDS), 1), kept)
-    return Explanation("DiffMask", [" ".join(WORDS)], ["layer 0"], "max", words=[WORDS], word_scores=[scores])
+def _diffmask(kept, verdicts=()):
+    scores = torch.full((len(WORDS), max(len(verdicts), 1)), kept)
+    columns = [f"layer {k}" for k in range(scores.shape[1])]
+    return Explanation("DiffMask", [" ".join(WORDS)], columns, "max", words=[WORDS], word_scores=[scores],
+                       verdicts=list(verdicts))
 
 
 def test_every_word_is_on_the_rendered_page(tmp_path):
@@ -46,14 +49,50 @@ def test_every_word_is_on_the_rendered_page(tmp_path):
 
 
 def test_a_row_that_drops_everything_looks_empty_and_one_that_keeps_everything_does_not(tmp_path):
-    assert _green_pixels(tmp_path, _diffmask(0.009).to_html()) == 0  # not scaled up to its maximum
-    assert _green_pixels(tmp_path, _diffmask(1.0).to_html()) > 500
+    legend_only = _green_pixels(tmp_path, _diffmask(0.0).to_html())  # the legend's 0..1 swatch
+    assert legend_only > 50
+    assert _green_pixels(tmp_path, _diffmask(0.009).to_html()) == legend_only  # not scaled up to its maximum
+    assert _green_pixels(tmp_path, _diffmask(1.0).to_html()) > legend_only + 500
+
+
+def _legend(dom):
+    return dom.split('<div class="legend">', 1)[1].split("</div>", 1)[0]
+
+
+def test_the_explanation_page_shows_its_legend_and_each_layers_verdict(tmp_path):
+    dom = _chromium(tmp_path, _diffmask(0.5, ["converged", "unsettled"]).to_html(), "--dump-dom").stdout
+    legend = _legend(dom)
+    assert "keep probability" in legend and "from 0" in legend and "to 1" in legend
+    assert "<b>converged</b>" in legend and "not converged" in legend
+    assert "attribution over the row" not in legend  # no signed rows on this page
+    assert 'data-verdict="converged">converged<' in dom
+    assert 'data-verdict="unsettled">not converged: unsettled<' in dom
 
 
 def test_a_comparison_page_renders_every_method_and_token(tmp_path):
     mask = torch.ones(1, len(WORDS), dtype=torch.bool)
     methods = {"DiffMask": MethodResult("DiffMask", torch.zeros(1, len(WORDS)), probabilities=True),
                "IntegratedGradients": MethodResult("IntegratedGradients", torch.linspace(-1, 1, len(WORDS))[None])}
-    page = Comparison(methods, [WORDS], mask, 0, 1.0).to_html()
+    methods["DiffMask"].verdicts = {0: "needed"}
+    methods["DiffMask"].seconds, methods["IntegratedGradients"].seconds = 0.25, 0.5
+    page = Comparison(methods, [WORDS], mask, 0, 1.0, metrics=[]).to_html()
     dom = _chromium(tmp_path, page, "--dump-dom").stdout
-    assert dom.count("class=\"w\"") == 2 * len(WORDS) and dom.count("<tr>") == 2
+    assert dom.count("class=\"w\"") == 2 * len(WORDS)
+    summary = dom.split('<table class="metrics">', 1)[1].split("</table>", 1)[0]
+    assert "<th>x one forward pass</th>" in summary  # the terminal's table, as HTML
+    assert "<td>DiffMask</td>" in summary and "<td>0.25</td>" in summary and "<td>0.5</td>" in summary
+    legend = _legend(dom)
+    assert "keep probability" in legend and "red negative" in legend and "<b>needed</b>" in legend
+    assert 'data-verdict="needed">needed<' in dom
+
+
+def test_a_generation_page_shows_its_legend_and_each_layers_verdict(tmp_path):
+    from captum_diffmask.interface.generation_result import GenerationAttribution
+
+    scores = torch.rand(2, 3, 2)
+    defined = torch.tensor([[True, True, False], [True, True, True]])
+    result = GenerationAttribution(torch.arange(4), 2, scores, defined, ["a", "b", "c", "d"], "DiffMask",
+                                   [0, 1], None, probabilities=True, verdicts={0: "converged", 1: "violated"})
+    dom = _chromium(tmp_path, result.to_html(), "--dump-dom").stdout
+    assert "keep probability" in _legend(dom)
+    assert 'data-verdict="converged">converged<' in dom and 'data-verdict="violated">not converged: violated<' in dom

@@ -25,3 +25,21 @@ def test_the_first_sentence_lines_are_under_ten_and_run(capsys):
     printed = capsys.readouterr().out
     assert "DiffMask (max over word pieces): a film with lovely performances" in printed
     assert "layer 6:" in printed and "performances(" in printed
+
+
+def _install_commands(text):
+    return re.findall(r"(python3 -m venv \.venv && \.venv/bin/pip install [^\n&#]*?)\s*(?:&&|#|\n)", text)
+
+
+def test_the_install_lines_are_the_guides_and_ci_runs_the_test_command():
+    readme = README.read_text()
+    guide = (README.parent / "docs" / "guide" / "getting-started.md").read_text()
+    install = guide.split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    commands = _install_commands(readme)
+    assert len(commands) == 3  # the main job, the tests, the first explanation
+    for command in commands:
+        assert "torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu" in command, command
+        assert command in _install_commands(install), f"the guide's Install lacks: {command}"
+    test_command = re.search(r"Run the tests:\n\n```bash\n(.*?)\n```", readme).group(1)
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert test_command in ci.splitlines()

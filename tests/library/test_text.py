@@ -67,6 +67,16 @@ def test_diffmask_on_text_keeps_a_column_per_depth_and_takes_the_largest_piece(m
     word, pieces = result.word_scores[0][4], result.token_scores[0][5:7]
     assert torch.equal(word, pieces.max(0).values)
     assert ((result.word_scores[1] >= 0) & (result.word_scores[1] <= 1)).all()
+    # each column carries its layer's verdict, in every view
+    assert result.verdicts == [dm.convergence[k]["status"] for k in range(3)]
+    assert all(v in ("converged", "needed", "unsettled", "violated", "open", "closed", "collapsed")
+               for v in result.verdicts)
+    assert result.to_dict()["verdicts"] == result.verdicts
+    assert "layer 2: " in str(result) and f"[{result.verdicts[2]}]" in str(result)
+    page = result.to_html()
+    assert page.count("data-verdict=") == 2 * 3 and "class='legend'" in page
+    one = explain(dm, TEXTS, tokenizer, layer=1)
+    assert one.verdicts == [dm.convergence[1]["status"]]
 
 
 def test_the_views_show_every_word_and_round_trip_as_json(model, tokenizer):
@@ -78,6 +88,8 @@ def test_the_views_show_every_word_and_round_trip_as_json(model, tokenizer):
     assert "performances(" in text and "IntegratedGradients" in text
     page = result.to_html()
     assert page.startswith("<!DOCTYPE html>") and page.count("class='w'") == 5
+    assert result.verdicts == [""] and "data-verdict" not in page  # no fit of its own: no verdict
+    assert "attribution over the row's largest magnitude" in page and "keep probability" not in page
 
 
 def test_an_all_dropped_diffmask_row_is_drawn_empty_not_scaled_up():
@@ -142,7 +154,7 @@ def test_a_comparison_of_texts_has_words_merged_by_each_methods_rule(model, toke
     assert float(result.word_scores("KeepProbability")[4]) == pytest.approx(float(pieces.max()))
     assert float(result.word_scores("Occlusion")[4]) == pytest.approx(float(result.scores["Occlusion"][0, 5:7].sum()))
     assert len(result.to_dict()["word_scores"]["Occlusion"][1]) == 3
-    page = result.to_html(examples=[0])
+    page = result.to_html(examples=[0]).split("class='legend'", 1)[1]  # the examples' rows
     assert ">performances</span>" in page and "##ances" not in page and page.count("class='w'") == 2 * 5
     assert "##ances" in result.to_html(examples=[0], words=False)
     ids_only = compare(model, tokenizer(TEXTS, padding=True, return_tensors="pt")["input_ids"], ["Occlusion"])

@@ -51,6 +51,15 @@ def test_names_and_fitted_explainers_side_by_side(tmp_path):
     again = json.loads(json.dumps(result.to_dict()))
     assert again["methods"]["Guan"]["scores"] == result.scores["Guan"].tolist()
     assert again["layer"] == 1 and len(again["tokens"]) == ids.shape[0]
+    verdicts = {k: dm.convergence[k]["status"] for k in range(3)}
+    assert result.methods["DiffMask"].verdicts == verdicts and result.methods["Guan"].verdicts == {}
+    assert again["methods"]["DiffMask"]["verdicts"] == {str(k): v for k, v in verdicts.items()}
+    page = result.to_html()
+    for name, scores in result.scores.items():  # the terminal's rows, on the page
+        row = f"<td>{name}</td><td>{'x'.join(map(str, scores.shape))}</td><td>{result.methods[name].scored}</td>"
+        assert row in page and f"<td>{result.seconds_per_example(name):.3g}</td>" in page
+    # DiffMask's row at layer 1 and its three per-layer rows, on every example
+    assert page.count("data-verdict=") == 4 * ids.shape[0]
 
 
 def test_a_named_diffmask_is_fitted_within_the_stated_budget():
@@ -197,7 +206,8 @@ def test_the_html_page_sets_the_methods_side_by_side_on_the_same_scales_as_the_f
                      additional_forward_args=(mask,))
     page = result.to_html(examples=[0])
     real = int(mask[0].sum())
-    assert page.startswith("<!DOCTYPE html>") and page.count("<tr>") == 2
+    examples = page.split("class='legend'", 1)[1]  # after the table of times and the legend
+    assert page.startswith("<!DOCTYPE html>") and examples.count("<tr>") == 2
     assert page.count("class='w'") == 2 * real  # every real token once per method, no padding
     assert page.count("rgba(0,160,0,0.009)") == real  # the dropped row stays (almost) empty
     assert "rgba(0,160,0,1.000)" in page or "rgba(200,0,0,1.000)" in page  # IG scaled to its largest

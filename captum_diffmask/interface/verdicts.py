@@ -1,0 +1,52 @@
+"""What a view says of each layer's probe: the convergence status its fit ended
+with (:attr:`DiffMask.convergence`), and what each status means for a reader.
+A method without a fit of its own (gradients, occlusion, the per-example masks)
+has no verdict: its rows show none."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+#: The statuses a reader may read as results, and what each means.
+SETTLED_MEANINGS: Dict[str, str] = {
+    "converged": "the probe settled with the masked output within the KL margin",
+    "needed": "every gate open because the output needs every position",
+}
+#: What the other statuses share: the fit ended before the probe settled.
+UNSETTLED_MEANING = ("any other status (unsettled, violated, open, closed, collapsed) ends a fit that stopped "
+                     "before the probe settled: not a result to read (DiffMask.convergence says why, per layer)")
+#: A probe saved before checkpoints held the verdicts, or a layer no record names.
+NOT_RECORDED = "not recorded"
+
+
+def layer_verdict(method: Any, layer: Optional[int]) -> str:
+    r"""
+    The convergence status of ``method``'s probe at ``layer``.
+
+    Args:
+
+        method: any method; a fitted :class:`~captum_diffmask.DiffMask` has one
+                    per layer in its ``convergence``.
+        layer (int, optional): the layer (None: the mean over every layer, which
+                    has no single verdict).
+
+    Returns:
+        *str*: the status (``"converged"``, ``"needed"``, ``"unsettled"``, ...),
+        :data:`NOT_RECORDED` for a fitted probe without one, or ``""`` for a
+        method without a fit of its own or ``layer=None``.
+    """
+    convergence = getattr(method, "convergence", None)
+    if not isinstance(convergence, Mapping) or layer is None:
+        return ""
+    report = convergence.get(layer)
+    return str(report["status"]) if isinstance(report, Mapping) and "status" in report else NOT_RECORDED
+
+
+def layer_verdicts(method: Any, layers: Sequence[Optional[int]]) -> Dict[Optional[int], str]:
+    r"""``{layer: layer_verdict(method, layer)}`` for each of ``layers``."""
+    return {layer: layer_verdict(method, layer) for layer in layers}
+
+
+def is_settled(verdict: str) -> bool:
+    r"""Whether a verdict is one a reader may read as a result."""
+    return verdict in SETTLED_MEANINGS
