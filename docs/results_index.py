@@ -34,7 +34,7 @@ GROUPS: List[Tuple[str, str, List[str]]] = [
     ("Cost and reach",
      "what DiffMask costs against one forward pass, how a fit scales, which models it runs on, and our metrics "
      "against the peers'",
-     ["attribution-speed", "stacking-speed", "scaling", "first-explanation", "model-zoo", "peer-agreement"]),
+     ["attribution-speed", "stacking-speed", "scaling", "user-path", "model-zoo", "peer-agreement"]),
     ("Choices made on train sentences",
      "the settings the reports use, each chosen on data the reports do not score",
      ["sst-eps-frontier", "sst-eps-layers-input", "sst-eps-layers-hidden", "sst-eps-layers-reseed",

