@@ -43,7 +43,7 @@ def readme_commands(readme: str) -> Dict[str, str]:
     install line)."""
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
     tests = re.search(r"Run the tests:\n\n```bash\n(.*?)\n```", readme, flags=re.S)
-    first = readme.split("## Explain your first sentence", 1)[1]
+    first = readme.partition("## Explain your first sentence")[2]
     install = re.search(r"```bash\n(.*?)\n```", first, flags=re.S)
     if not blocks or tests is None or install is None:
         raise ValueError("README.md: the quick start's commands or the first explanation's install are missing")
@@ -203,19 +203,35 @@ def report(parts: Dict[str, Dict[str, Any]]) -> str:
              "Command: `python -m benchmarks study user-path --markdown docs/results/user-path.md` "
              "(`--parts` for some). Each part on a fresh clone of the committed HEAD (no `../shared`), as the "
              "README gives it; the README's and the guide's times come from this page.", "",
-             "| part | seconds | of which install | when (UTC) | machine |", "|---|---|---|---|---|"]
+             "| part | install s | the rest s | total s | when (UTC) | machine |", "|---|---|---|---|---|---|"]
     for name in PARTS:
         part = parts.get(name)
         if part is None:
-            lines.append(f"| {name} | not run | | | |")
+            lines.append(f"| {name} | not run | | | | |")
             continue
-        install = part.get("install_seconds") or next(
-            (s["seconds"] for s in part.get("steps", []) if "pip install" in s["step"]), "")
+        install, total = install_seconds(part), total_seconds(part)
         where = part["machine"]
-        lines.append(f"| {name} | {part['seconds']:.0f} | {install} | {part['started_utc'][:16]} | "
+        lines.append(f"| {name} | {install:.0f} | {total - install:.0f} | {total:.0f} | {part['started_utc'][:16]} | "
                      f"{where['cpu']}, {where['cores']} cores, load {where['load_1min']} at the start |")
-    lines += [""] + _details(parts)
+    settings = sorted({json.dumps(p["machine"].get("pip_env", {}), sort_keys=True) for p in parts.values()})
+    lines += ["", "pip's environment in these runs: " + "; ".join(
+        ", ".join(f"`{k}={v}`" for k, v in json.loads(s).items()) or "none" for s in settings)
+        + ". Where download.pytorch.org does not resolve (these machines: a mirror and local wheels serve "
+        "torch's CPU build), `PIP_RETRIES=1` keeps each failed lookup to one retry, as `.ci/run` does; "
+        "where it resolves, the retries never happen.", ""] + _details(parts)
     return "\n".join(lines) + "\n"
+
+
+def install_seconds(part: Dict[str, Any]) -> float:
+    r"""A part's install time: its ``pip install`` step (0 for the fit)."""
+    if "install_seconds" in part:
+        return float(part["install_seconds"])
+    return float(sum(s["seconds"] for s in part.get("steps", []) if "pip install" in s["step"]))
+
+
+def total_seconds(part: Dict[str, Any]) -> float:
+    r"""A part's time from a fresh clone's prompt to its end, install included."""
+    return float(part["seconds"]) + float(part.get("install_seconds", 0.0))
 
 
 def _details(parts: Dict[str, Dict[str, Any]]) -> List[str]:
@@ -227,7 +243,7 @@ def _details(parts: Dict[str, Dict[str, Any]]) -> List[str]:
         lines += [f"## {name}", "", f"`{part['command']}`", "", "| step | seconds |", "|---|---|"]
         if name == "first-explanation":
             lines.append(f"| the install | {part['install_seconds']} |")
-        lines += [f"| {s['step'][:90]} | {s['seconds']} |" for s in part["steps"]]
+        lines += [f"| {s['step']} | {s['seconds']} |" for s in part["steps"]]
         if "pytest" in part:
             lines += ["", f"pytest: {part['pytest']}."]
         lines.append("")

@@ -43,3 +43,4 @@ def test_the_install_lines_are_the_guides_and_ci_runs_the_test_command():
     test_command = re.search(r"Run the tests:\n\n```bash\n(.*?)\n```", readme).group(1)
     ci = (README.parent / ".ci" / "run").read_text()
     assert test_command in ci.splitlines()
+

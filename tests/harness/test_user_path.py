@@ -1,0 +1,47 @@
+"""The user-path study: it times the README's own commands, step by step, and
+its report adds the install to each part's time."""
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.studies.user_path import readme_commands, report, run_chain, ROOT, total_seconds
+
+
+def test_the_timed_commands_are_the_readmes_own():
+    readme = (ROOT / "README.md").read_text()
+    commands = readme_commands(readme)
+    assert set(commands) == {"main-job", "tests", "first-explanation"}
+    for command in commands.values():
+        assert command in readme and command.startswith("python3 -m venv .venv && ")
+    assert commands["tests"].endswith("python -m pytest -q")
+    assert commands["main-job"].endswith("benchmarks run toy --quick --out out/toy")
+    assert commands["first-explanation"].endswith('-e ".[sst]"')
+    with pytest.raises(ValueError, match="README.md"):
+        readme_commands("# no commands here")
+
+
+def test_a_chain_is_timed_step_by_step_and_a_failing_step_is_named(tmp_path: Path):
+    rows = run_chain("echo one && sleep 0.2 && echo three", tmp_path)
+    assert [row[0] for row in rows] == ["echo one", "sleep 0.2", "echo three"]
+    assert rows[1][1] >= 0.2 and rows[2][2].strip() == "three"
+    with pytest.raises(RuntimeError, match="'exit 3' exited 3"):
+        run_chain("true && exit 3 && echo never", tmp_path)
+
+
+def test_the_report_adds_the_install_to_each_parts_time():
+    where = {"cpu": "CPU X", "cores": 2, "load_1min": 0.5, "pip_env": {"PIP_RETRIES": "1"}}
+    parts = {
+        "main-job": {"command": "a && b", "seconds": 100.0, "started_utc": "2026-11-29T08:47:00+00:00",
+                     "machine": where, "steps": [{"step": "python3 -m venv .venv", "seconds": 4.0},
+                                                 {"step": ".venv/bin/pip install x", "seconds": 50.0},
+                                                 {"step": "run", "seconds": 46.0}]},
+        "first-explanation": {"command": "c", "seconds": 30.0, "install_seconds": 70.0, "machine": where,
+                              "started_utc": "2026-11-29T08:50:00+00:00",
+                              "steps": [{"step": "fit", "seconds": 30.0}]},
+    }
+    assert total_seconds(parts["main-job"]) == 100.0 and total_seconds(parts["first-explanation"]) == 100.0
+    text = report(parts)
+    assert "| main-job | 50 | 50 | 100 | 2026-11-29T08:47 | CPU X, 2 cores, load 0.5 at the start |" in text
+    assert "| first-explanation | 70 | 30 | 100 |" in text
+    assert "| tests | not run |" in text and "`PIP_RETRIES=1`" in text
