@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import platform
 import re
@@ -42,7 +43,7 @@ def readme_commands(readme: str) -> Dict[str, str]:
     start), ``tests`` (under "Run the tests") and ``first-explanation`` (its
     install line)."""
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
-    tests = re.search(r"Run the tests:\n\n```bash\n(.*?)\n```", readme, flags=re.S)
+    tests = re.search(r"Run the tests[^\n]*:\n\n```bash\n(.*?)\n```", readme, flags=re.S)
     first = readme.partition("## Explain your first sentence")[2]
     install = re.search(r"```bash\n(.*?)\n```", first, flags=re.S)
     if not blocks or tests is None or install is None:
@@ -180,9 +181,16 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     state.parent.mkdir(parents=True, exist_ok=True)
     dm = DiffMask(model, mode="input")
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
+    logger, handler = logging.getLogger("captum_diffmask"), logging.StreamHandler(sys.stderr)
+    logger.addHandler(handler)  # the fit's line per layer and epoch, in this study's log
+    level, logger.level = logger.level, logging.INFO
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
     epochs: Dict[int, Dict[str, Any]] = {}
     for row in history:  # a row per (epoch, layer), the epoch's seconds on each
         epoch = epochs.setdefault(int(row["epoch"]), {"seconds": float(row["seconds"]), "steps": 0})

@@ -40,7 +40,35 @@ def test_the_install_lines_are_the_guides_and_ci_runs_the_test_command():
     for command in commands:
         assert "torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu" in command, command
         assert command in _install_commands(install), f"the guide's Install lacks: {command}"
-    test_command = re.search(r"Run the tests:\n\n```bash\n(.*?)\n```", readme).group(1)
+    test_command = re.search(r"Run the tests[^\n]*:\n\n```bash\n(.*?)\n```", readme).group(1)
     ci = (README.parent / ".ci" / "run").read_text()
     assert test_command in ci.splitlines()
 
+
+def _measured():
+    import json
+
+    path = README.parent / "docs" / "results" / "user-path.json"
+    parts = json.loads(path.read_text())["parts"]
+    return {name: part["seconds"] + part.get("install_seconds", 0.0) for name, part in parts.items()}, parts
+
+
+def _near(claim, measured):
+    # a claim is the committed run's time rounded; 30 % leaves room for the
+    # rounding and for the load of the machine that ran it
+    return abs(claim - measured) <= 0.3 * measured
+
+
+def test_the_readmes_times_are_the_committed_benchmarks():
+    totals, parts = _measured()
+    readme = README.read_text()
+    main_job = float(re.search(r"about ([\d.]+) minutes\s+on 2 CPU cores with the install", readme).group(1))
+    assert _near(main_job * 60, totals["main-job"]), (main_job, totals["main-job"])
+    tests = float(re.search(r"Run the tests \(about ([\d.]+) minutes with the install on 2 CPU cores", readme).group(1))
+    assert _near(tests * 60, totals["tests"]), (tests, totals["tests"])
+    install, steps = map(float, re.search(r"the install takes about (\d+) s and the lines below\s+about (\d+) s",
+                                          readme).groups())
+    assert _near(install, parts["first-explanation"]["install_seconds"])
+    assert _near(steps, parts["first-explanation"]["seconds"])
+    for part in ("main-job", "tests", "first-explanation"):
+        assert parts[part]["machine"]["cores"] == 2  # the machine the README names
