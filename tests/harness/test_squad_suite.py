@@ -222,14 +222,15 @@ def test_the_fit_caveat_counts_converged_and_violated_layers():
     from benchmarks.suites.squad.report import _fit_caveat
 
     def record(statuses, feasible):
-        return {"convergence": {str(i): {"status": s} for i, s in enumerate(statuses)}, "steps": 10,
-                "feasible": feasible, "options": {"eps_valid": 3.0}}
+        # every layer on each batch, one frozen early: 10 batches, not 10 + 6 + 10
+        return {"convergence": {str(i): {"status": s, "steps": n} for i, (s, n) in enumerate(zip(statuses, (10, 6, 10)))},
+                "layers_per_batch": 3, "feasible": feasible, "options": {"eps_valid": 3.0}}
 
     text = _fit_caveat({"diffmask": {"input": record(["converged", "violated", "violated"], True),
                                      "hidden": record(["converged"] * 3, False)}})[0]
-    assert "input: 1 of 3 layers converged, 2 still above the KL bound on the training batches after 10 steps, " \
+    assert "input: 1 of 3 layers converged, 2 still above the KL bound on the training batches after 10 steps (batches), " \
            "validation within" in text
-    assert "hidden: 3 of 3 layers converged after 10 steps, validation outside" in text
+    assert "hidden: 3 of 3 layers converged after 10 steps (batches), validation outside" in text
 
 
 def test_squad_convergence_reports_each_chunk_of_every_layer(tmp_path, monkeypatch):
@@ -252,12 +253,14 @@ def test_squad_convergence_reports_each_chunk_of_every_layer(tmp_path, monkeypat
 def test_the_fit_caveat_counts_probes_by_verdict_and_held_out_kl():
     from benchmarks.suites.squad.report import _fit_caveat
 
-    record = {"convergence": {"0": {"status": "converged"}, "1": {"status": "needed"}, "2": {"status": "unsettled"}},
-              "heldout": {"0": {"kl": 1.2}, "1": {"kl": 1.3}, "2": {"kl": 0.1}}, "steps": 50,
+    # one layer drawn per batch: the batches are the layers' steps summed
+    record = {"convergence": {"0": {"status": "converged", "steps": 20}, "1": {"status": "needed", "steps": 10},
+                              "2": {"status": "unsettled", "steps": 20}}, "layers_per_batch": 1,
+              "heldout": {"0": {"kl": 1.2}, "1": {"kl": 1.3}, "2": {"kl": 0.1}},
               "feasible": False, "options": {"eps": 1.0}}
     text = _fit_caveat({"diffmask": {"input": record, "hidden": record}})[0]
     # layer 0: settled and 1.2 <= 1.25; layer 1: settled but 1.3 over; layer 2: not settled
-    assert "input: 1 of 3 layers converged after 50 steps; 1 of 3 probes count" in text
+    assert "input: 1 of 3 layers converged after 50 steps (batches); 1 of 3 probes count" in text
     assert "eps_valid" not in text
 
 

@@ -41,10 +41,16 @@ def fit_mode(config: Mapping[str, Any], bench: Bench, mode: str, seed: int, verb
     log_to_stderr(verbose, f"[squad] DiffMask {mode}, seed {seed}")
     explainer, record = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid,
                                    {"diffmask": options, "cache": config.get("cache", True)}, seed, verbose)
-    steps = sum(h.get("steps", 0) for h in record["history"])
-    record["steps"] = steps
-    record["window_steps"] = steps * int(options.get("batch_size", 64))
+    record["window_steps"] = fit_batches(record) * int(options.get("batch_size", 64))
     return explainer, record
+
+
+def fit_batches(record: Mapping[str, Any]) -> int:
+    r"""The optimiser steps (batches) of a fit: with every layer trained on each
+    batch, the steps of its longest-training layer (a sum over the layers would
+    count a batch once per layer); with one layer drawn per batch, the sum."""
+    steps = [int(report["steps"]) for report in record["convergence"].values()]
+    return sum(steps) if record.get("layers_per_batch") == 1 and len(steps) > 1 else max(steps)
 
 
 def paper_recipe_config(config: Mapping[str, Any], bench: Bench, mode: str) -> Tuple[Dict[str, Any], int]:

@@ -15,6 +15,7 @@ from benchmarks.common.minilm.convergence import convergence_section, probe_coun
 from benchmarks.common.minilm.fit_cache import fitted_where
 from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
 from benchmarks.suites.squad.analysis import GROUPS
+from benchmarks.suites.squad.fitting import fit_batches
 from benchmarks.suites.squad.observations import MIN_POS_TOKENS, OBSERVATION_MODES
 
 MODES = ("input", "hidden")
@@ -116,7 +117,7 @@ def _fit_caveat(results: Mapping[str, Any]) -> List[str]:
         violated = sum(s == "violated" for s in status.values())
         text = (f"{mode}: {sum(s == 'converged' for s in status.values())} of {len(status)} layers converged"
                 + (f", {violated} still above the KL bound on the training batches" if violated else "")
-                + f" after {record['steps']} steps")
+                + f" after {fit_batches(record)} steps (batches)")
         counted = _counted(record)
         if counted is not None:
             text += (f"; {counted} of {len(status)} probes count (settled, and the deterministic read-out's KL on "
@@ -325,7 +326,8 @@ def _fitted_here(results: Mapping[str, Any], mode: str) -> bool:
 
 def _training_section(results: Mapping[str, Any]) -> List[str]:
     dm = results["diffmask"]
-    rows = [[mode, dm[mode]["steps"], dm[mode]["window_steps"], results["model"]["diffmask_train_windows"],
+    rows = [[mode, fit_batches(dm[mode]), fit_batches(dm[mode]) * int(dm[mode]["options"].get("batch_size", 64)),
+             results["model"]["diffmask_train_windows"],
              dm[mode]["selected_epoch"], "yes" if dm[mode]["feasible"] else "no", fmt_seconds(dm[mode]["seconds"]),
              fitted_where(dm[mode])]
             for mode in MODES]
