@@ -13,7 +13,8 @@ from captum_diffmask.diffmask.fit.loop import run_fit
 from captum_diffmask.diffmask.fit.options import fit_options, FitOptions, grouped_options, signed_with_options
 from captum_diffmask.diffmask.gated_model import GatedModel
 from captum_diffmask.diffmask.gates import layer_sites
-from captum_diffmask.diffmask.saved_probe import check_model, read_checkpoint, save_checkpoint
+from captum_diffmask.diffmask.pretrained import SharedProbe
+from captum_diffmask.diffmask.saved_probe import checkpoint_contents, explainer_from, read_checkpoint, save_checkpoint
 from captum_diffmask.diffmask.stacking import masked_logits
 from captum_diffmask.model.arguments import (
     check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, reject_target,
@@ -25,7 +26,7 @@ from captum_diffmask.model.forward import Batch, frozen
 from captum_diffmask.model.texts import text_batches
 
 
-class DiffMask(GatedModel):
+class DiffMask(GatedModel, SharedProbe):
     r"""
     Differentiable Masking (De Cao, Schlichtkrull, Aziz and Titov, EMNLP 2020).
 
@@ -438,8 +439,7 @@ class DiffMask(GatedModel):
             raise ValueError("DiffMask is not fitted: nothing to save")
         if is_main_process():  # under torch.distributed every rank holds the same probe
             assert self.probe is not None and self.lambdas is not None
-            save_checkpoint(path, self.model, self.locator.describe(), self.config(), self.site_sizes, self.probe,
-                            self.lambdas, self.fitted_layers, self.convergence)
+            save_checkpoint(path, checkpoint_contents(self))
 
     @classmethod
     def load(
@@ -474,15 +474,5 @@ class DiffMask(GatedModel):
             DiffMask checkpoint) or ``model`` (other sites, parameter shapes or,
             with ``check_weights``, weights).
         """
-        checkpoint = read_checkpoint(path)
-        config = dict(checkpoint["config"])
-        config["stretch"] = tuple(config["stretch"])
-        config.setdefault("votes", "tied")  # written before per-depth votes existed
-        explainer = cls(model, sites=sites, forward_func=forward_func, padding_mask_arg=padding_mask_arg,
-                        components=components, **config)
-        check_model(checkpoint, explainer.model, explainer.locator.describe(), check_weights)
-        explainer.restore_probe(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
-        # written before fitted layers were recorded: every layer, as then
-        explainer.fitted_layers = list(checkpoint.get("fitted_layers", range(explainer.num_layers + 1)))
-        explainer.convergence = {int(k): dict(v) for k, v in checkpoint.get("convergence", {}).items()}
-        return explainer
+        return explainer_from(cls, read_checkpoint(path), model, check_weights, sites=sites, forward_func=forward_func,
+                              padding_mask_arg=padding_mask_arg, components=components)

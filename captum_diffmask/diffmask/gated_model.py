@@ -95,6 +95,9 @@ class GatedModel(SiteAttribution):
         #: after :meth:`fit`: layer -> its convergence report (see
         #: :meth:`LayerMonitor.report`); empty before
         self.convergence: Dict[int, Dict[str, Any]] = {}
+        #: after :meth:`fit`: its options, steps and data size
+        #: (:func:`~captum_diffmask.diffmask.fit.record.fit_record`); empty before
+        self.fit_record: Dict[str, Any] = {}
         #: the layers a fit has trained (over every call of :meth:`fit`); the
         #: probe of any other layer is its untrained start, which
         #: :meth:`attribute` refuses

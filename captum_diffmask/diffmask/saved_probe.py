@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Sequence, Union
 
 import torch
 from torch import nn
+
+from captum_diffmask.model.json_values import json_values
 
 #: The current format; format 1 (no weights fingerprint) still loads.
 CHECKPOINT_FORMAT = 2
@@ -32,58 +34,69 @@ def weights_fingerprint(model: nn.Module) -> str:
     return hashlib.sha1("|".join(parts).encode()).hexdigest()
 
 
-def save_checkpoint(
-    path: Union[str, os.PathLike], model: nn.Module, sites: Sequence[Sequence[str]], config: Mapping[str, Any],
-    site_sizes: Mapping[str, int], probe: nn.Module, lambdas: nn.Module, fitted_layers: Sequence[int],
-    convergence: Optional[Mapping[int, Mapping[str, Any]]] = None,
-) -> None:
+def checkpoint_contents(explainer: Any) -> Dict[str, Any]:
     r"""
-    Writes a fitted probe, its baselines and multipliers with what identifies
-    its model: the sites, the parameter shapes and a fingerprint of the weights.
+    What a saved probe holds: the probe, baselines and multipliers with what
+    identifies its model (the sites, the parameter shapes and a fingerprint of
+    the weights), the explainer's options that shape the probe, the layers a
+    fit trained, each layer's convergence report and the fit's record.
 
     Args:
 
-        path (str or PathLike): the file to write.
-        model (nn.Module): the analysed model.
-        sites (sequence): the model's sites as ``SiteLocator.describe()`` gives them.
-        config (dict): the explainer's options that shape the probe.
-        site_sizes (dict): site name -> H.
-        probe (nn.Module): the gate networks and baselines.
-        lambdas (nn.Module): the Lagrange multipliers.
-        fitted_layers (sequence of int): the layers a fit trained.
-        convergence (mapping, optional): layer -> its convergence report (the
-                    explainer's ``convergence``: the verdicts a view shows).
+        explainer (DiffMask): a fitted explainer.
+
+    Returns:
+        *dict*: tensors under ``probe`` and ``lambdas`` (``state_dict``\ s), plain
+        values under every other key.
     """
-    torch.save(
-        {
-            "format": CHECKPOINT_FORMAT,
-            "config": dict(config),
-            "site_sizes": dict(site_sizes),
-            "sites": [list(s) for s in sites],
-            "model_signature": model_signature(model),
-            "weights": weights_fingerprint(model),
-            "probe": probe.state_dict(),
-            "lambdas": lambdas.state_dict(),
-            "fitted_layers": list(fitted_layers),
-            "convergence": _plain(dict(convergence or {})),
-        },
-        path,
-    )
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": dict(explainer.config()),
+        "site_sizes": dict(explainer.site_sizes),
+        "sites": [list(s) for s in explainer.locator.describe()],
+        "model_signature": model_signature(explainer.model),
+        "weights": weights_fingerprint(explainer.model),
+        "probe": explainer.probe.state_dict(),
+        "lambdas": explainer.lambdas.state_dict(),
+        "fitted_layers": list(explainer.fitted_layers),
+        "convergence": json_values(dict(explainer.convergence)),
+        "fit_record": json_values(dict(explainer.fit_record)),
+    }
 
 
-def _plain(value: Any) -> Any:
-    r"""``value`` as the dicts, lists, strings, numbers and None that
-    ``torch.load(weights_only=True)`` reads back (tensors and numpy numbers as
-    Python numbers)."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, bool, int, float)) or value is None:
-        return value
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
+def save_checkpoint(path: Union[str, os.PathLike], contents: Mapping[str, Any]) -> None:
+    r"""Writes :func:`checkpoint_contents` to one file ``path`` (torch's format,
+    read back with ``weights_only=True``)."""
+    torch.save(dict(contents), path)
+
+
+def explainer_from(cls: Any, checkpoint: Mapping[str, Any], model: nn.Module, check_weights: bool,
+                   **options: Any) -> Any:
+    r"""
+    The explainer a checkpoint's contents describe, for ``model``.
+
+    Args:
+
+        cls (type): :class:`~captum_diffmask.DiffMask` (or a subclass).
+        checkpoint (mapping): :func:`checkpoint_contents`, as read back.
+        model (nn.Module): the analysed model; must be the one it was fitted on.
+        check_weights (bool): refuse other parameter values (:func:`check_model`).
+        **options: the constructor's other arguments (``sites``, ...).
+
+    Returns:
+        the explainer, fitted.
+    """
+    config = dict(checkpoint["config"])
+    config["stretch"] = tuple(config["stretch"])
+    config.setdefault("votes", "tied")  # written before per-depth votes existed
+    explainer = cls(model, **options, **config)
+    check_model(checkpoint, explainer.model, explainer.locator.describe(), check_weights)
+    explainer.restore_probe(checkpoint["site_sizes"], checkpoint["probe"], checkpoint["lambdas"])
+    # written before fitted layers were recorded: every layer, as then
+    explainer.fitted_layers = list(checkpoint.get("fitted_layers", range(explainer.num_layers + 1)))
+    explainer.convergence = {int(k): dict(v) for k, v in checkpoint.get("convergence", {}).items()}
+    explainer.fit_record = dict(checkpoint.get("fit_record", {}))
+    return explainer
 
 
 def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, Any]:

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from captum_diffmask.interface.figures import attribution_panels, layer_heatmaps, normalize_unit
 from captum_diffmask.interface.html import legend_for, page, Row, table
+from captum_diffmask.model.json_values import finite, json_values
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -288,11 +289,11 @@ class Comparison:
             methods[name] = {
                 "scores": None if r.scores is None else r.scores.tolist(),
                 "every_layer": None if r.every_layer is None else r.every_layer.tolist(),
-                "seconds": _finite(r.seconds), "setup_seconds": _finite(r.setup_seconds),
-                "seconds_per_example": None if r.scores is None else _finite(self.seconds_per_example(name)),
-                "ratio_to_forward": None if r.scores is None else _finite(self.ratio_to_forward(name)),
-                "error": r.error, "options": _plain(r.options), "scored": r.scored, "probabilities": r.probabilities,
-                "info": _plain(r.info), "metrics": {k: _finite(v) for k, v in r.metrics.items()},
+                "seconds": finite(r.seconds), "setup_seconds": finite(r.setup_seconds),
+                "seconds_per_example": None if r.scores is None else finite(self.seconds_per_example(name)),
+                "ratio_to_forward": None if r.scores is None else finite(self.ratio_to_forward(name)),
+                "error": r.error, "options": json_values(r.options), "scored": r.scored, "probabilities": r.probabilities,
+                "info": json_values(r.info), "metrics": {k: finite(v) for k, v in r.metrics.items()},
                 "verdicts": {str(k): v for k, v in r.verdicts.items()},
             }
         return {"layer": self.layer, "batch_size": self.batch_size, "forward_seconds": self.forward_seconds,
@@ -329,26 +330,6 @@ class Comparison:
 def _beside(path: PathLike, suffix: str) -> str:
     stem, extension = os.path.splitext(os.fspath(path))
     return f"{stem}-{suffix}{extension or '.png'}"
-
-
-def _finite(value: float) -> Optional[float]:
-    return float(value) if math.isfinite(value) else None
-
-
-def _plain(value: Any) -> Any:
-    r"""``value`` with tensors as lists, non-finite floats as None and other
-    objects as their text, so that ``json.dumps`` takes it."""
-    if isinstance(value, Tensor):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float):
-        return _finite(value)
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    return repr(value)
 
 
 def token_labels(ids: Tensor, tokenizer: Any = None, tokens: Optional[Sequence[Sequence[str]]] = None) -> List[List[str]]:

@@ -30,6 +30,7 @@ class Fittable(Protocol):
     site_sizes: Dict[str, int]
     fitted_layers: List[int]
     convergence: Dict[int, Any]
+    fit_record: Dict[str, Any]
 
     @property
     def num_layers(self) -> int: ...  # noqa: E704 - a protocol's signature

@@ -34,6 +34,7 @@ from captum_diffmask.diffmask.fit.fit_state import FitCheckpoint, FitState, rng_
 from captum_diffmask.diffmask.fit.fittable import Fittable
 from captum_diffmask.diffmask.fit.history import epoch_rows, log_epoch
 from captum_diffmask.diffmask.fit.options import FitOptions
+from captum_diffmask.diffmask.fit.record import data_size, fit_record
 from captum_diffmask.diffmask.fit.selection import CheckpointSelection
 from captum_diffmask.diffmask.fit.start import build_optimizers, pin_baselines
 from captum_diffmask.diffmask.fit.step import model_precision, StepPlan, training_step
@@ -54,6 +55,7 @@ def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOption
     explainer.follow_model()
     options = dataclasses.replace(options, seed=shared_seed(options.seed))
     loop = FitLoop(explainer, options, layers)
+    loop.data = data_size(dataloader)
     explainer.fitted_layers = sorted(set(explainer.fitted_layers) | set(loop.trained))
     seeded = preserved_rng(options.seed) if options.seed is not None else contextlib.nullcontext()
     with frozen(explainer.model), seeded:
@@ -103,6 +105,7 @@ class FitLoop:
         self.saver = (None if options.checkpoint is None
                       else FitCheckpoint(options.checkpoint, options.compute.checkpoint_every))
         self.state = FitState(active=list(self.trained))
+        self.data: Dict[str, Any] = {}  # the data's size, for the fit's record
         self.began = time.perf_counter()  # the current epoch's start, less a resumed epoch's earlier part
 
     # ------------------------------------------------------------- the epochs
@@ -248,6 +251,7 @@ class FitLoop:
         if self.selection is not None:
             self.selection.restore(self.explainer, self.state.history)
         self.explainer.convergence = {k: m.report() for k, m in self.monitors.items()}
+        self.explainer.fit_record = fit_record(self.options, self.state, self.data)
         self.state.finished = True
         self.save()
 
