@@ -135,7 +135,9 @@ def _parser() -> argparse.ArgumentParser:
     fit = commands.add_parser("fit", help="fit a DiffMask probe and save it", formatter_class=formatter)
     _model_arguments(fit)
     fit.add_argument("examples", help="a text file (one text per line) or JSON lines with a 'text' field")
-    fit.add_argument("--out", required=True, help="the probe file to write (its folder must exist)")
+    fit.add_argument("--out", required=True, help="where the probe goes: a file for a name ending in .pt "
+                     "(DiffMask.save), else a directory of safetensors, JSON and a model card "
+                     "(DiffMask.save_pretrained); its folder must exist")
     fit.add_argument("--mode", choices=MODES, default="input",
                      help="what is gated: input tokens, hidden states, attention heads or MLP units")
     fit.add_argument("--eps", type=float, default=FIT_DEFAULTS["eps"],
@@ -162,7 +164,8 @@ def _parser() -> argparse.ArgumentParser:
         _model_arguments(command)
         command.add_argument("texts", nargs="*", help="texts to explain (or --file)")
         command.add_argument("--file", help="a text file or JSON lines of texts (default: the texts given)")
-        command.add_argument("--probe", help="a probe file written by 'fit' (DiffMask; default: none)")
+        command.add_argument("--probe", help="a probe written by 'fit', its file or directory (DiffMask; "
+                             "default: none)")
         command.add_argument("--layer", default="0", help="the layer to attribute at, or 'all' (DiffMask)")
         command.add_argument("--out", help="write the result here (default: stdout)")
         command.add_argument("--no-check-weights", dest="check_weights", action="store_false",
@@ -322,7 +325,10 @@ def _fit(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, args.head)
     explainer = DiffMask(model, mode=args.mode)
     explainer.fit(text_batches(texts, tokenizer, args.batch_size, _max_length(args, model)), **options)
-    explainer.save(args.out)
+    if args.out.endswith(".pt"):
+        explainer.save(args.out)
+    else:
+        explainer.save_pretrained(args.out)
     statuses = [report["status"] for report in explainer.convergence.values()]
     settled = sum(status in SETTLED for status in statuses)
     print(f"fitted on {len(texts)} texts ({args.mode} mode, eps {args.eps}); {settled} of {len(statuses)} layers "
@@ -352,11 +358,12 @@ def _method(args: argparse.Namespace, name: str, model: Any, layer: Optional[int
     from captum_diffmask.methods.preparation import prepare_method
 
     if name == "DiffMask":
+        load = DiffMask.from_pretrained if os.path.isdir(args.probe) else DiffMask.load
         try:
-            return DiffMask.load(args.probe, model, check_weights=args.check_weights), {}
+            return load(args.probe, model, check_weights=args.check_weights), {}
         except ValueError as error:  # named as the command line names them
-            text = str(error).replace("check_weights=False", "--no-check-weights").replace("path: ", "--probe ", 1)
-            raise UsageError(text) from None
+            text = str(error).replace("check_weights=False", "--no-check-weights")
+            raise UsageError(text.replace("path: ", "--probe ", 1).replace("directory: ", "--probe ", 1)) from None
     prepared = prepare_method(name, model, layer=layer, verbose=not args.quiet)
     return prepared.explainer, prepared.attribute_kwargs
 
@@ -372,9 +379,9 @@ def _check_methods(args: argparse.Namespace, names: Sequence[str]) -> None:
             raise UsageError(str(error).replace("methods: ", "", 1)) from None
     if "DiffMask" in names:
         if not args.probe:
-            raise UsageError("DiffMask needs --probe, a file written by 'captum-diffmask fit'")
-        if not os.path.isfile(args.probe):
-            raise UsageError(f"--probe {args.probe}: no such file")
+            raise UsageError("DiffMask needs --probe, a file or directory written by 'captum-diffmask fit'")
+        if not os.path.exists(args.probe):
+            raise UsageError(f"--probe {args.probe}: no such file or directory")
 
 
 def _explain(args: argparse.Namespace) -> int:

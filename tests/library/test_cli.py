@@ -92,6 +92,23 @@ def test_off_a_terminal_fit_writes_log_lines_and_leaves_the_logger_as_it_was(sav
     assert (logger.level, list(logger.handlers), warnings.showwarning) == before
 
 
+def test_fit_writes_a_shared_directory_that_explain_reads_like_a_file(saved, probe, capsys, tmp_path):
+    folder = tmp_path / "probe"
+    assert main(["fit", str(saved / "model"), str(saved / "texts.jsonl"), "--out", str(folder), "--max-steps", "3",
+                 "--batch-size", "2", "--quiet"]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "fit_record.json",
+                                                        "probe.safetensors"]
+    capsys.readouterr()
+    for source in (folder, probe):  # the directory and the .pt file explain the same way
+        assert main(["explain", str(saved / "model"), "a film", "--probe", str(source), "--layer", "all",
+                     "--quiet"]) == 0
+        assert "layer 2: " in capsys.readouterr().out
+    (folder / "config.json").write_text("{}")
+    assert main(["explain", str(saved / "model"), "a film", "--probe", str(folder), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (f"captum-diffmask explain: error: --probe {folder / 'config.json'} "
+                                               "is not a saved DiffMask probe's configuration")
+
+
 def test_a_fit_with_a_checkpoint_goes_on_with_a_larger_max_steps(saved, capsys, tmp_path):
     def fit(out, steps, *options):
         assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / out),
