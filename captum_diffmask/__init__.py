@@ -16,6 +16,7 @@ from captum_diffmask.diffmask.explainer import DiffMask
 from captum_diffmask.diffmask.hard_concrete import HardConcrete
 from captum_diffmask.evaluation import fit_stability, seed_std
 from captum_diffmask.interface.comparison import Comparison
+from captum_diffmask.interface.depth_view import depth_view
 from captum_diffmask.interface.explanation import explain, Explanation
 from captum_diffmask.interface.generation import attribute_generation, GenerationAttribution, prefix_batches
 from captum_diffmask.interface.side_by_side import compare
@@ -56,6 +57,7 @@ __all__ = [
     "SiteLocator",
     "attribute_generation",
     "compare",
+    "depth_view",
     "explain",
     "merge_into_words",
     "fit_stability",

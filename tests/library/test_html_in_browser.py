@@ -96,3 +96,45 @@ def test_a_generation_page_shows_its_legend_and_each_layers_verdict(tmp_path):
     dom = _chromium(tmp_path, result.to_html(), "--dump-dom").stdout
     assert "keep probability" in _legend(dom)
     assert 'data-verdict="converged">converged<' in dom and 'data-verdict="violated">not converged: violated<' in dom
+
+
+def _depth_page(tmp_path):
+    from captum_diffmask import depth_view
+
+    scores = torch.tensor([[0.1, 0.9, 0.0], [1.0, 0.5, 0.25], [0.0, 0.2, 1.0], [0.95, 1.0, 0.5], [0.6, 0.01, 0.75]])
+    dm = Explanation("DiffMask", [" ".join(WORDS)], ["layer 0", "layer 1", "layer 2"], "max", words=[WORDS],
+                     word_scores=[scores], verdicts=["converged", "needed", "unsettled"])
+    ig = Explanation("IntegratedGradients", [" ".join(WORDS)], ["score"], "sum", words=[WORDS],
+                     word_scores=[torch.linspace(-1, 1, len(WORDS))[:, None]])
+    path = tmp_path / "depth.html"
+    path.write_text(depth_view(dm, [ig]))
+    return path, scores
+
+
+def _shown(tmp_path, path, layer):
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+               "--dump-dom", path.as_uri() + f"#layer={layer}"]
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path).stdout
+    import re
+
+    cells = re.findall(r'<span class="w d" data-text="0" data-word="(\d)"[^>]*data-score="([\d.]+)"[^>]*'
+                       r'style="background: rgba?\(0, 160, 0(?:, ([\d.]+))?\);"', dom)
+    # the browser writes an opaque colour as rgb(...)
+    return dom, {int(j): (float(score), float(alpha or 1.0)) for j, score, alpha in cells}
+
+
+def test_the_depth_page_shades_the_words_with_the_layer_its_slider_picks(tmp_path):
+    path, scores = _depth_page(tmp_path)
+    for layer in (0, 1, 2):
+        dom, shown = _shown(tmp_path, path, layer)
+        assert sorted(shown) == list(range(len(WORDS)))  # the script shaded every word
+        for j, (score, alpha) in shown.items():
+            assert score == pytest.approx(float(scores[j, layer]), abs=1e-6)
+            assert alpha == pytest.approx(float(scores[j, layer]), abs=2e-3)
+        assert f'id="depth-label">layer {layer}<' in dom
+    dom, _ = _shown(tmp_path, path, 2)
+    assert 'id="depth-verdict"><span class="verdict unsettled" data-verdict="unsettled">not converged: unsettled' in dom
+    legend = _legend(dom)
+    assert "keep probability" in legend and "red negative" in legend and "<b>needed</b>" in legend
+    assert "<th>IntegratedGradients</th>" in dom  # the other method's row beside
+    assert "http" not in path.read_text().replace("http-equiv", "")  # nothing fetched at view time
