@@ -12,6 +12,7 @@ figures, generation, comparisons, the command line)."""
 from captum_diffmask import old_paths
 from captum_diffmask.diffmask.constrained.convergence import Convergence, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
+from captum_diffmask.diffmask.calibration import calibrate_eps, EpsCalibration
 from captum_diffmask.diffmask.explainer import DiffMask
 from captum_diffmask.diffmask.hard_concrete import HardConcrete
 from captum_diffmask.evaluation import fit_stability, seed_std
@@ -39,6 +40,7 @@ __all__ = [
     "Convergence",
     "DiffMask",
     "DiffMaskConvergenceWarning",
+    "EpsCalibration",
     "ExactErasure",
     "Explanation",
     "GenerationAttribution",
@@ -56,6 +58,7 @@ __all__ = [
     "Site",
     "SiteLocator",
     "attribute_generation",
+    "calibrate_eps",
     "compare",
     "depth_view",
     "explain",

@@ -1,0 +1,23 @@
+"""The eps-calibration study's report: its bold headline names the chosen eps,
+its agreement, the next rung's and the cost against one fit."""
+
+from benchmarks.studies.eps_calibration import report
+
+
+def _data(eps):
+    frontier = [{"eps": e, "layer": 1, "agreement": a, "kl": 0.01, "masked": 0.5, "verdict": v, "seconds": 10.0}
+                for e, a, v in ((0.05, 0.99, "converged"), (0.2, 0.97, "converged"), (0.5, 0.8, "unsettled"))]
+    return {"agreement": 0.95, "ladder": [0.05, 0.2, 0.5], "calibration": {"eps": eps, "frontier": frontier,
+            "reason": "why"}, "chosen_on": "half A", "ladder_seconds": 30.0, "one_fit_seconds": 20.0,
+            "environment": {"threads": 2, "cpu": "CPU"},
+            "unseen": {"agreement": 0.98, "kl": 0.01, "l0": 0.5, "js_to_ground_truth": 0.002}}
+
+
+def test_the_headline_names_the_choice_the_next_rung_and_the_cost():
+    text = report(_data(0.2), "python -m benchmarks study eps-calibration --markdown x.md")
+    assert ("**A target of 0.95 picks eps 0.2: held-out agreement 0.970 there, 0.800 at the next rung, eps 0.5; "
+            "the ladder took 1.5x one fit**") in text
+    assert "| 0.5 | 0.800 | 0.0100 | 0.500 | unsettled | 10 |" in text and "Every choice was made on half A" in text
+    none = _data(None)
+    del none["unseen"], none["one_fit_seconds"]
+    assert "**No rung of the ladder keeps 95% of the predictions**" in report(none, "cmd")
