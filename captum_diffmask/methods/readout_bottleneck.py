@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from captum_diffmask.methods.bottleneck import bottleneck_scores, capacity_nats, GaussianBottleneck, noisy_state
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import (
-    ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
+    check_layer, ForwardFunc, InputType, PaddingMaskArg, PreparedCall, resolve_target, site_for_layer,
 )
 from captum_diffmask.model.attribution import attribution_call, SitesType
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
@@ -156,7 +156,7 @@ class ReadoutBottleneck(GaussianBottleneck):
     Examples::
 
         >>> bottleneck = ReadoutBottleneck(model)
-        >>> history = bottleneck.fit(train_loader, layer=3, epochs=2)  # one row per epoch
+        >>> history = bottleneck.fit(train_loader, layers=[3], epochs=2)  # one row per epoch
         >>> bits = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3)
         >>> flowing = bottleneck.attribute(ids, additional_forward_args=(mask,), layer=3, readout="alpha")
     """
@@ -188,13 +188,13 @@ class ReadoutBottleneck(GaussianBottleneck):
         chosen = {"seed": seed, "verbose": verbose, **options}
         if max_steps is not None:
             chosen.setdefault("max_steps", max_steps)
-        history = self.fit(train_data, layer=layer, **chosen)
+        history = self.fit(train_data, layers=[layer], **chosen)
         return {"fit_steps": int(sum(row["steps"] for row in history)), "fit_last": history[-1] if history else {}}
 
     def fit(
         self,
         train_data: Iterable[Batch],
-        layer: int,
+        layers: Optional[Sequence[int]] = None,
         granularity: str = "element",
         readout_sites: Optional[Sequence[str]] = None,
         epochs: int = 10,
@@ -205,15 +205,19 @@ class ReadoutBottleneck(GaussianBottleneck):
         max_steps: Optional[int] = None,
         seed: int = 0,
         verbose: bool = True,
+        layer: Optional[int] = None,
     ) -> List[Dict[str, float]]:
         r"""
-        Estimates the sites' statistics and trains the readout network of ``layer``.
+        Estimates the sites' statistics and trains a readout network for each of
+        ``layers``, one after the other (the contract of :meth:`DiffMask.fit`).
 
         Args:
 
             train_data (iterable): batches as :meth:`DiffMask.fit` takes them,
                         iterated once per epoch (and once for the statistics).
-            layer (int): 0 for the ``input`` site, k for ``hidden.k``.
+            layers (sequence of int, optional): the layers fitted, 0 for the
+                        ``input`` site, k for ``hidden.k``; every layer when None.
+                        Default: None
             granularity (str, optional): ``"element"`` (one alpha per element of
                         the state, IBA's) or ``"token"``. Default: ``"element"``
             readout_sites (sequence of str, optional): the sites the network
@@ -230,26 +234,47 @@ class ReadoutBottleneck(GaussianBottleneck):
             seed (int, optional): seeds the network's initialisation and the
                         noise (the caller's RNG is left as found). Default: 0
             verbose (bool, optional): a progress bar per epoch. Default: True
+            layer (int, optional): release 0.1's one layer: ``layers=[layer]``,
+                        with a ``DeprecationWarning``. Default: None
 
         Returns:
-            *list* of one dict per epoch: ``epoch``, ``steps``, ``loss``, ``task``
+            *list* of one dict per (layer, epoch): ``layer``, ``epoch``, ``steps``, ``loss``, ``task``
             (the mean negative log-likelihood of the target), ``capacity``
             (mean bits per real token) and ``shut`` (the share of real elements
             clamped at alpha = -5), means over the epoch's batches. A fit whose
             last epoch has more than 99 % shut warns that the network collapsed.
         """
-        site = site_for_layer(layer, self.num_layers)
+        chosen = self._fitted_layers(layers, layer)
         check_choice(granularity, _GRANULARITIES, "granularity")
         check_positive_int(epochs, "epochs")
         check_positive_int(max_steps, "max_steps", allow_none=True)
         if beta is not None:
             check_non_negative(beta, "beta")
         sites = self._check_readout_sites(readout_sites)
-        with preserved_rng(seed), frozen(self.model):
-            wanted = [s for s in dict.fromkeys(sites + [site]) if s not in self.statistics]
-            if wanted:
-                self.estimate_statistics(train_data, layer, wanted, min_std, statistics_batches)
-            return self._train(train_data, layer, sites, granularity, (epochs, lr, beta, max_steps), verbose)
+        history: List[Dict[str, float]] = []
+        for k in chosen:
+            with preserved_rng(seed), frozen(self.model):
+                wanted = [s for s in dict.fromkeys(sites + [site_for_layer(k, self.num_layers)])
+                          if s not in self.statistics]
+                if wanted:
+                    self.estimate_statistics(train_data, k, wanted, min_std, statistics_batches)
+                rows = self._train(train_data, k, sites, granularity, (epochs, lr, beta, max_steps), verbose)
+            history += [{"layer": k, **row} for row in rows]
+        return history
+
+    def _fitted_layers(self, layers: Optional[Sequence[int]], layer: Optional[int]) -> List[int]:
+        r"""``layers`` checked (every layer when None), or release 0.1's ``layer``."""
+        if layer is not None:
+            if layers is not None:
+                raise ValueError("give layers=[...] or the deprecated layer=, not both")
+            warnings.warn("ReadoutBottleneck.fit(layer=k) is fit(layers=[k]), the contract of DiffMask.fit; "
+                          "layer= goes with the next release", DeprecationWarning, stacklevel=3)
+            layers = [layer]
+        if layers is None:
+            return list(range(self.num_layers + 1))
+        if isinstance(layers, int) or not list(layers):
+            raise ValueError(f"layers must be a non-empty sequence of layers in 0..{self.num_layers}, got {layers!r}")
+        return [check_layer(k, self.num_layers) for k in layers]
 
     def evaluate(
         self, data: Iterable[Batch], layer: int, beta: Optional[float] = None, seed: int = 0,

@@ -37,7 +37,7 @@ def test_toy_query_digits_carry_more_information(toy_setup):
     data = valid.subset(torch.arange(96))
     truth = toy_ground_truth(data.ids, data.query, data.mask)
     bottleneck = ReadoutBottleneck(model, sites=toy_sites(model), padding_mask_arg=1)
-    history = bottleneck.fit(train.loader(128, shuffle=True, seed=0), layer=1, epochs=10, seed=0, verbose=False)
+    history = bottleneck.fit(train.loader(128, shuffle=True, seed=0), layers=[1], epochs=10, seed=0, verbose=False)
     assert [row["epoch"] for row in history] == list(range(1, 11)) and history[0]["steps"] == 71
     assert history[-1]["loss"] < 0.2 * history[0]["loss"]  # measured 29.1 -> 2.7
     assert history[-1]["shut"] < 0.05  # measured 0.0: nothing clamped shut
@@ -58,7 +58,7 @@ def test_a_network_clamped_shut_is_named_collapsed(toy_setup):
     bottleneck = ReadoutBottleneck(model, sites=toy_sites(model), padding_mask_arg=1)
     # measured: at lr 1e-2 81 % of the elements are shut after one epoch, 100 % after two
     with pytest.warns(UserWarning, match="collapsed"):
-        history = bottleneck.fit(train.loader(128, shuffle=True, seed=0), layer=1, lr=1e-2, epochs=2, verbose=False)
+        history = bottleneck.fit(train.loader(128, shuffle=True, seed=0), layers=[1], lr=1e-2, epochs=2, verbose=False)
     assert history[-1]["shut"] > 0.99
 
 
@@ -66,14 +66,14 @@ def test_the_statistics_are_the_per_sample_bottlenecks_and_every_site_is_read():
     model = tiny_bert()
     batches = [token_batch(seed=i) for i in range(3)]
     readout = ReadoutBottleneck(model)
-    readout.fit(batches, layer=2, epochs=1, verbose=False)
+    readout.fit(batches, layers=[2], epochs=1, verbose=False)
     mean, std = PerSampleBottleneck(model).fit_statistics(batches, layer=2)
     assert torch.equal(readout.statistics["hidden.2"][0], mean) and torch.equal(readout.statistics["hidden.2"][1], std)
     assert readout.readout_sites[2] == readout.site_names
     # the first layer reads every site's states, 32 wide each, and the target
     assert readout.networks[2].layers[0].in_features == 32 * len(readout.site_names) + 32
     assert readout.networks[2].layers[-1].out_features == 32  # one alpha per element
-    readout.fit(batches, layer=1, granularity="token", readout_sites=["hidden.1", "hidden.2"], epochs=1, verbose=False)
+    readout.fit(batches, layers=[1], granularity="token", readout_sites=["hidden.1", "hidden.2"], epochs=1, verbose=False)
     assert readout.networks[1].layers[-1].out_features == 1 and readout.readout_sites[1] == ["hidden.1", "hidden.2"]
 
 
@@ -81,7 +81,7 @@ def test_the_target_is_read_by_the_network_and_refused_where_there_is_none():
     model = tiny_bert()
     ids, mask = token_batch()
     readout = ReadoutBottleneck(model)
-    readout.fit([(ids, mask)] * 3, layer=1, epochs=2, verbose=False)
+    readout.fit([(ids, mask)] * 3, layers=[1], epochs=2, verbose=False)
     by_class = [readout.attribute(ids, target=c, additional_forward_args=(mask,), layer=1) for c in range(3)]
     assert not torch.equal(by_class[0], by_class[1]) and not torch.equal(by_class[1], by_class[2])
     predicted = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
@@ -90,7 +90,7 @@ def test_the_target_is_read_by_the_network_and_refused_where_there_is_none():
     # a language model's per-position distributions: no fixed class set to read
     lm = tiny_causal_lm("gpt2")
     per_position = ReadoutBottleneck(lm, output="all")
-    per_position.fit([(ids, mask)] * 2, layer=1, epochs=1, verbose=False)
+    per_position.fit([(ids, mask)] * 2, layers=[1], epochs=1, verbose=False)
     assert per_position.networks[1].target_embedding is None
     scores = per_position.attribute(ids, additional_forward_args=(mask,), layer=1)
     assert scores.shape == ids.shape and (scores[mask == 0] == 0).all()
@@ -107,7 +107,7 @@ def test_a_seeded_fit_is_repeatable_and_leaves_the_callers_rng_and_model_as_foun
     for _ in range(2):
         readout = ReadoutBottleneck(model)
         state = torch.get_rng_state()
-        readout.fit([(ids, mask)] * 3, layer=2, epochs=2, seed=7, verbose=False)
+        readout.fit([(ids, mask)] * 3, layers=[2], epochs=2, seed=7, verbose=False)
         assert torch.equal(torch.get_rng_state(), state)
         runs.append(readout.attribute(ids, additional_forward_args=(mask,), layer=2))
     assert torch.equal(runs[0], runs[1])
@@ -117,7 +117,7 @@ def test_a_seeded_fit_is_repeatable_and_leaves_the_callers_rng_and_model_as_foun
 
 def test_max_steps_caps_the_fit():
     model = tiny_bert()
-    history = ReadoutBottleneck(model).fit([token_batch()] * 5, layer=1, epochs=3, max_steps=7, verbose=False)
+    history = ReadoutBottleneck(model).fit([token_batch()] * 5, layers=[1], epochs=3, max_steps=7, verbose=False)
     assert [row["steps"] for row in history] == [5, 2]
 
 
@@ -127,7 +127,7 @@ def test_evaluate_scores_the_objective_on_held_out_data_without_training():
     readout = ReadoutBottleneck(model)
     with pytest.raises(ValueError, match="layer"):
         readout.evaluate(batches, layer=1)
-    readout.fit(batches[:2], layer=1, epochs=1, verbose=False)
+    readout.fit(batches[:2], layers=[1], epochs=1, verbose=False)
     weights = {n: p.clone() for n, p in readout.networks[1].state_dict().items()}
     state = torch.get_rng_state()
     held_out = readout.evaluate(batches[2:], layer=1, seed=3)
@@ -161,17 +161,36 @@ def test_bad_options_are_named():
     with pytest.raises(ValueError, match="fit"):
         readout.attribute(ids, additional_forward_args=(mask,), layer=1)
     with pytest.raises(ValueError, match="granularity"):
-        readout.fit([(ids, mask)], layer=1, granularity="pixel")
+        readout.fit([(ids, mask)], layers=[1], granularity="pixel")
     with pytest.raises(ValueError, match="readout_sites"):
-        readout.fit([(ids, mask)], layer=1, readout_sites=["hidden.9"])
+        readout.fit([(ids, mask)], layers=[1], readout_sites=["hidden.9"])
     with pytest.raises(ValueError, match="epochs"):
-        readout.fit([(ids, mask)], layer=1, epochs=0)
+        readout.fit([(ids, mask)], layers=[1], epochs=0)
     with pytest.raises(ValueError, match="layer"):
-        readout.fit([(ids, mask)], layer=5)
+        readout.fit([(ids, mask)], layers=[5])
     with pytest.raises(ValueError, match="no real tokens"):
-        readout.fit([], layer=1)
-    readout.fit([(ids, mask)], layer=1, epochs=1, verbose=False)
+        readout.fit([], layers=[1])
+    readout.fit([(ids, mask)], layers=[1], epochs=1, verbose=False)
     with pytest.raises(ValueError, match="readout"):
         readout.attribute(ids, additional_forward_args=(mask,), layer=1, readout="bits")
     with pytest.raises(ValueError, match="layer"):
         readout.prepare_on_data([(ids, mask)], None, {})
+
+
+def test_fit_takes_diffmasks_layers_contract_and_the_old_layer_with_a_warning():
+    model = tiny_bert()
+    ids, mask = token_batch()
+    readout = ReadoutBottleneck(model)
+    history = readout.fit([(ids, mask)] * 2, epochs=1, verbose=False)  # every layer, as DiffMask.fit
+    assert [row["layer"] for row in history] == [0, 1, 2] and sorted(readout.networks) == [0, 1, 2]
+    for k in (0, 1, 2):
+        assert readout.attribute(ids, additional_forward_args=(mask,), layer=k).shape == ids.shape
+    with pytest.warns(DeprecationWarning, match=r"fit\(layers=\[k\]\)"):
+        old = ReadoutBottleneck(model).fit([(ids, mask)], layer=1, epochs=1, verbose=False)
+    assert [row["layer"] for row in old] == [1]
+    with pytest.raises(ValueError, match="layers must be a non-empty sequence"):
+        readout.fit([(ids, mask)], layers=1)
+    with pytest.raises(ValueError, match="not both"):
+        readout.fit([(ids, mask)], layers=[1], layer=1)
+    with pytest.raises(ValueError, match="layer must be in 0..2"):
+        readout.fit([(ids, mask)], layers=[5])
