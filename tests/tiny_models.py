@@ -204,8 +204,7 @@ def prepared_method(methods, name, model, batch, layers):
         for layer in layers:
             method.fit_statistics([batch], layer=layer)
     if name == "ReadoutBottleneck":
-        for layer in layers:
-            method.fit([batch] * 2, layer=layer, epochs=1, seed=0, verbose=False)
+        method.fit([batch] * 2, layers=list(layers), epochs=1, seed=0, verbose=False)
     return method, options
 
 

@@ -36,8 +36,7 @@ def _make(name, model, ids, mask):
         for layer in (0, 1, 2):
             method.fit_statistics([(ids, mask)], layer=layer)
     if name == "ReadoutBottleneck":
-        for layer in (0, 1, 2):
-            method.fit([(ids, mask)] * 2, layer=layer, epochs=1, verbose=False)
+        method.fit([(ids, mask)] * 2, layers=[0, 1, 2], epochs=1, verbose=False)
     return method, options
 
 
@@ -92,7 +91,7 @@ def test_hooks_are_removed_when_the_forward_raises(name):
             calls["n"] = 0
         with pytest.raises(RuntimeError, match="boom"):
             if name == "ReadoutBottleneck":  # attributes in one pass: its fit's second pass fails
-                method.fit([(ids, mask)], layer=2, epochs=1, verbose=False)
+                method.fit([(ids, mask)], layers=[2], epochs=1, verbose=False)
             else:
                 method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
     assert _hooks(model) == 0
