@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from captum_diffmask.diffmask.fit.distributed import is_main_process
 from captum_diffmask.diffmask.saved_probe import checkpoint_contents, explainer_from
 
@@ -92,7 +93,7 @@ def model_card(config: Mapping[str, Any], record: Mapping[str, Any]) -> str:
     fit = record.get("fit") or {}
     options = fit.get("options") or {}
     convergence = record.get("convergence") or {}
-    settled = sum(report.get("status") in ("converged", "needed") for report in convergence.values())
+    settled = sum(report.get("status") in SETTLED for report in convergence.values())
     named = f" (`{config['model_name']}`)" if config.get("model_name") else ""
     lines = [f"# DiffMask probe for a `{config['model_class']}`{named}", "",
              f"A fitted DiffMask probe (`captum_diffmask`, {config['config']['mode']} mode; {settled} of "

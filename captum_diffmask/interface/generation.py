@@ -255,7 +255,7 @@ def attribute_generation(
     return GenerationAttribution(sequence, len(prompt_ids), scores, defined, tokens, method_name(method),
                                  layers, None if layers is not None else layer, word_ids, words,
                                  bool(method_trait(method, "scores_are_probabilities")), encoder_decoder,
-                                 {k: v for k, v in layer_verdicts(method, layers or [layer]).items() if v})
+                                 layer_verdicts(method, layers or [layer]))
 
 
 def _attribute_prefixes(

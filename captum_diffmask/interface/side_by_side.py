@@ -206,10 +206,9 @@ def _run_one(
     if scores.dim() == 3:  # DiffMask's layer=None: the per-layer scores are the result
         every, scores = scores, scores.mean(-1)
     scored = explainer.scored(setup["layer"]) if callable(getattr(explainer, "scored", None)) else ""
-    verdicts = layer_verdicts(explainer, range(int(getattr(explainer, "num_layers", -1)) + 1))
     return MethodResult(prepared.name, scores, seconds, prepared.setup_seconds, every, None, options, prepared.info,
                         bool(method_trait(explainer, "scores_are_probabilities")), scored,
-                        verdicts={k: v for k, v in verdicts.items() if v})
+                        verdicts=layer_verdicts(explainer, range(int(getattr(explainer, "num_layers", -1)) + 1)))
 
 
 def time_forward(model_forward: ModelForward, ids: Tensor, extra: Tuple[Any, ...], repeats: int = 5) -> float:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-#: The statuses a reader may read as results, and what each means.
+from captum_diffmask.diffmask.constrained.convergence import SETTLED
+
+#: What each status a reader may read as a result (:data:`SETTLED`) means.
 SETTLED_MEANINGS: Dict[str, str] = {
     "converged": "the probe settled with the masked output within the KL margin",
     "needed": "every gate open because the output needs every position",
@@ -42,11 +44,13 @@ def layer_verdict(method: Any, layer: Optional[int]) -> str:
     return str(report["status"]) if isinstance(report, Mapping) and "status" in report else NOT_RECORDED
 
 
-def layer_verdicts(method: Any, layers: Sequence[Optional[int]]) -> Dict[Optional[int], str]:
-    r"""``{layer: layer_verdict(method, layer)}`` for each of ``layers``."""
-    return {layer: layer_verdict(method, layer) for layer in layers}
+def layer_verdicts(method: Any, layers: Sequence[Optional[int]]) -> Dict[int, str]:
+    r"""``{layer: layer_verdict(method, layer)}`` for each of ``layers`` that has
+    a verdict (empty for a method without a fit of its own)."""
+    verdicts = {layer: layer_verdict(method, layer) for layer in layers if layer is not None}
+    return {layer: verdict for layer, verdict in verdicts.items() if verdict}
 
 
 def is_settled(verdict: str) -> bool:
     r"""Whether a verdict is one a reader may read as a result."""
-    return verdict in SETTLED_MEANINGS
+    return verdict in SETTLED
