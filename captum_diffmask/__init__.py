@@ -13,6 +13,7 @@ from captum_diffmask import old_paths
 from captum_diffmask.diffmask.constrained.convergence import Convergence, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask.constrained.multipliers import LagrangeMultipliers
 from captum_diffmask.diffmask.calibration import calibrate_eps, EpsCalibration
+from captum_diffmask.diffmask.certificate import Certificate, CertificateTolerances, certify
 from captum_diffmask.diffmask.explainer import DiffMask
 from captum_diffmask.diffmask.hard_concrete import HardConcrete
 from captum_diffmask.evaluation import fit_stability, seed_std
@@ -36,6 +37,8 @@ old_paths.install()
 
 __all__ = [
     "AttributionPatching",
+    "Certificate",
+    "CertificateTolerances",
     "Comparison",
     "Convergence",
     "DiffMask",
@@ -59,6 +62,7 @@ __all__ = [
     "SiteLocator",
     "attribute_generation",
     "calibrate_eps",
+    "certify",
     "compare",
     "depth_view",
     "explain",

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
+from captum_diffmask import certify
 from captum_diffmask.evaluation.ground_truth import js_to_ground_truth
 from captum_diffmask.evaluation.toy_task import toy_ground_truth, toy_sites
 
@@ -43,7 +44,8 @@ def test_input_mode_layer0_is_needed_and_uniform_and_layer1_concentrates_on_the_
     its verdict: "needed"); conditioned on the FFNN states only the query digits
     are kept (layer 1 converged). Vote 0 serves both depths here, and depth 0's
     constraint holds it open; depth 0 fitted alone drops ~11 % of the tokens
-    within eps 0.1."""
+    within eps 0.1, and the certificate, which judges "needed" without the
+    probe's ranking, says so: the probe does not count as an all-needed answer."""
     model, _, train, valid = toy_setup
     dm = DiffMask(model, mode="input", sites=toy_sites(model), padding_mask_arg=1, probe_reads_input=False,
                   votes="tied")
@@ -53,6 +55,10 @@ def test_input_mode_layer0_is_needed_and_uniform_and_layer1_concentrates_on_the_
     assert dm.convergence[0]["status"] == "needed" and dm.convergence[1]["status"] == "converged"
     # layer 0's measurement: closing the positions its probe ranks least needed breaks the constraint
     assert dm.convergence[0]["windows"][-1]["closure"] > 0.1 * 1.25
+    # each example's cheapest position closed alone keeps the constraint at depth 0
+    certificate = certify(dm, train.loader(128, shuffle=True, seed=1), list(valid.loader(128, shuffle=False, seed=0)))
+    assert certificate.layers[0].single_closure_kl < 0.1 and not certificate.layers[0].counted
+    assert "cheapest single position keeps the constraint" in certificate.layers[0].reasons[-1]
     every = dm.attribute(valid.ids, additional_forward_args=(valid.query, valid.mask), layer=None)
     truth = toy_ground_truth(valid.ids, valid.query, valid.mask)
     real, query = valid.mask, truth.bool()

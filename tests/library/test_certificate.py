@@ -1,0 +1,84 @@
+"""certify: a settled probe trained further stays put and counts, an unsettled one
+moves and does not; the single-position closure that judges "needed" without the
+probe's ranking is each example's cheapest position closed alone."""
+
+import warnings
+
+import pytest
+import torch
+
+from captum_diffmask import certify, CertificateTolerances, DiffMask
+from captum_diffmask.diffmask.certificate import single_closure_kl
+from captum_diffmask.evaluation.toy_task import toy_sites
+from captum_diffmask.model.divergences import example_kl, log_probs
+
+from tiny_models import sensitized, tiny_bert, token_batch
+
+pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConvergenceWarning")
+
+
+def test_a_settled_probe_counts_and_a_capped_one_moves_and_does_not(toy_setup):
+    model, _, train, valid = toy_setup
+    held_out = list(valid.loader(128, shuffle=False, seed=0))
+    settled = DiffMask(model, mode="hidden", sites=toy_sites(model), padding_mask_arg=1)
+    settled.fit(train.loader(128, shuffle=True, seed=0), eps=0.05, layers=[1], seed=0, verbose=False)
+    assert settled.convergence[1]["status"] == "converged"
+    scores = settled.attribute(valid.ids[:64], additional_forward_args=(valid.query[:64], valid.mask[:64]), layer=1)
+
+    certificate = certify(settled, train.loader(128, shuffle=True, seed=1), held_out)
+    layer = certificate.layers[1]
+    assert certificate.counted == [1] and layer.reasons == [] and layer.within_bound
+    assert layer.keep_change < 0.05 and abs(layer.masked_after - layer.masked_before) < 0.02
+    assert 0.3 < layer.masked_before < 0.7  # a mask, not all open or all closed
+    # the explainer is left with the probe the certificate judged
+    again = settled.attribute(valid.ids[:64], additional_forward_args=(valid.query[:64], valid.mask[:64]), layer=1)
+    assert torch.equal(scores, again) and settled.convergence[1]["status"] == "converged"
+    assert certificate.to_dict()["layers"]["1"]["counted"] is True and "1 of 1 probes count" in str(certificate)
+
+    capped = DiffMask(model, mode="hidden", sites=toy_sites(model), padding_mask_arg=1)
+    capped.fit(train.loader(128, shuffle=True, seed=0), eps=0.05, layers=[1], seed=0, verbose=False, max_steps=60)
+    moved = certify(capped, train.loader(128, shuffle=True, seed=1), held_out).layers[1]
+    assert not moved.counted and moved.masked_after - moved.masked_before > 0.2 and moved.keep_change > 0.2
+    assert any("masked share moved" in r for r in moved.reasons) and any("verdict is" in r for r in moved.reasons)
+
+
+def test_single_closure_kl_is_each_examples_cheapest_position_closed_alone():
+    model = sensitized(tiny_bert())  # an untrained tiny BERT barely reads its tokens
+    ids, mask = token_batch(batch=4, length=7, seed=3)
+    mask[1, 5:] = 0  # padding is never closed
+    dm = DiffMask(model, mode="hidden")
+    dm.fit([(ids, mask)], eps=0.1, layers=[0], max_steps=3, seed=0, verbose=False)
+    measured = single_closure_kl(dm, [(ids, mask)], layer=0, examples=3)
+
+    call = dm.prepare_batch((ids, mask), None, "batch")
+    states, original = dm.capture(call, dm.locator.names)
+    site, baseline = dm.gates.masked_site(0)
+    log_p, cheapest = log_probs(original), []
+    for row in range(3):
+        kls = []
+        for position in range(int(mask[row].sum())):
+            replaced = states[site].clone()
+            replaced[row, position] = baseline
+            with torch.no_grad():
+                kls.append(float(example_kl(log_p, log_probs(dm.replaced_logits(call, {site: replaced})))[row]))
+        assert max(kls) > 2 * min(kls)  # the positions differ: the cheapest is a choice
+        cheapest.append(min(kls))
+    assert measured == pytest.approx(sum(cheapest) / 3, rel=1e-4)
+    assert measured > 1e-4
+
+
+def test_clear_errors_name_the_argument():
+    with pytest.raises(ValueError, match="tolerances.steps"):
+        CertificateTolerances(steps=0)
+    with pytest.raises(ValueError, match="tolerances.keep"):
+        CertificateTolerances(keep=-1.0)
+    with pytest.raises(ValueError, match="no fit to certify"):
+        certify(DiffMask(tiny_bert()), [], [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dm = DiffMask(tiny_bert(), mode="hidden")
+        ids, mask = token_batch()
+        dm.fit([(ids, mask)], eps=0.1, layers=[1], max_steps=2, verbose=False)
+    dm.fit_record = {}
+    with pytest.raises(ValueError, match="give eps="):
+        certify(dm, [(ids, mask)], [(ids, mask)])
