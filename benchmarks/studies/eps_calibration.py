@@ -28,6 +28,9 @@ SETUP = ("The toy suite's GRU of seed 0 (cached) and its data; hidden mode at th
          "rungs on the first half, and the chosen probe is scored again on the second.")
 
 
+#: Where the rung is chosen: held-out data the fits never see, apart from the half that is then scored.
+CHOSEN_ON = "the first half of the toy held-out set (never fitted on)"
+
 def measure(agreement: float, seed: int) -> Dict[str, Any]:
     r"""The calibration, the chosen probe on the unseen half, and one fit from
     scratch at the chosen eps (the time reference)."""
@@ -53,7 +56,7 @@ def measure(agreement: float, seed: int) -> Dict[str, Any]:
     ladder_seconds = time.perf_counter() - start
     out: Dict[str, Any] = {"agreement": agreement, "ladder": list(LADDER), "seed": seed, "model": info,
                            "calibration": result.to_dict(), "ladder_seconds": ladder_seconds,
-                           "chosen_on": "the first half of the toy held-out set (never fitted on)",
+                           "chosen_on": {"eps": {"on": "train", "why": CHOSEN_ON}},
                            "environment": environment(), "started_utc": started}
     if result.eps is None:
         return out
@@ -79,7 +82,7 @@ def report(data: Dict[str, Any], command: str) -> str:
     for row in calibration["frontier"]:
         lines.append(f"| {row['eps']:g} | {row['agreement']:.3f} | {row['kl']:.4f} | {row['masked']:.3f} | "
                      f"{row['verdict']} | {row['seconds']:.0f} |")
-    lines += ["", _headline(data), "", f"Why: {calibration['reason']}. Every choice was made on {data['chosen_on']}."]
+    lines += ["", _headline(data), "", f"Why: {calibration['reason']}. Every choice was made on {data['chosen_on']['eps']['why']}."]
     if "unseen" in data:
         unseen = data["unseen"]
         ratio = data["ladder_seconds"] / data["one_fit_seconds"]

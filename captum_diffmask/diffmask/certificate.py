@@ -214,7 +214,8 @@ def _continued_options(explainer: Any, tolerances: CertificateTolerances, seed: 
     options.update(overrides)
     if "eps" not in options:
         raise ValueError("certify: the explainer has no fit record (a probe saved before release 0.2?); give eps=")
-    convergence = dict(options.get("convergence") or {})
+    given = options.get("convergence") or {}
+    convergence = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
     convergence.update(until_converged=False, freeze_converged=False)
     options.update(convergence=convergence, max_steps=tolerances.steps, epochs=None, verbose=verbose)
     if seed is not None:

@@ -240,8 +240,10 @@ class ReadoutBottleneck(GaussianBottleneck):
         Returns:
             *list* of one dict per (layer, epoch): ``layer``, ``epoch``, ``steps``, ``loss``, ``task``
             (the mean negative log-likelihood of the target), ``capacity``
-            (mean bits per real token) and ``shut`` (the share of real elements
-            clamped at alpha = -5), means over the epoch's batches. A fit whose
+            (mean bits per real token), ``shut`` (the share of real elements
+            clamped at alpha = -5) and ``agreement`` (the share of examples
+            whose noisy pass keeps the model's prediction), means over the
+            epoch's batches. A fit whose
             last epoch has more than 99 % shut warns that the network collapsed.
         """
         chosen = self._fitted_layers(layers, layer)
@@ -294,9 +296,9 @@ class ReadoutBottleneck(GaussianBottleneck):
                         caller's RNG is left as found). Default: 0
 
         Returns:
-            *dict* with ``steps`` (batches read), ``loss``, ``task``, ``capacity``
-            and ``shut``, means over the batches, as one epoch of :meth:`fit`'s
-            history.
+            *dict* with ``steps`` (batches read), ``loss``, ``task``, ``capacity``,
+            ``shut`` and ``agreement``, means over the batches, as one epoch of
+            :meth:`fit`'s history.
         """
         if layer not in self.networks:
             raise ValueError(f"layer: no readout network is fitted for layer {layer}; fitted: {sorted(self.networks)}")
@@ -309,7 +311,8 @@ class ReadoutBottleneck(GaussianBottleneck):
             for batch in data:
                 call = self.prepare_batch(batch, layer, "data batch")
                 states, original = self._read(call, sites)
-                terms = self._objective(call, states, network, sites, self._training_target(network, original), beta)
+                terms = self._objective(call, states, network, sites, self._training_target(network, original), beta,
+                                        original)
                 _accumulate(sums, terms)
                 count += 1
         if not count:
@@ -351,7 +354,7 @@ class ReadoutBottleneck(GaussianBottleneck):
                     self.networks[layer], self.readout_sites[layer] = network, sites
                 assert optimizer is not None
                 target = self._training_target(network, original)
-                terms = self._objective(call, states, network, sites, target, beta)
+                terms = self._objective(call, states, network, sites, target, beta, original)
                 optimizer.zero_grad(set_to_none=True)
                 terms["loss"].backward()
                 optimizer.step()
@@ -406,7 +409,7 @@ class ReadoutBottleneck(GaussianBottleneck):
 
     def _objective(
         self, call: PreparedCall, states: Dict[str, Tensor], network: ReadoutNetwork, sites: List[str],
-        target: Tensor, beta: Optional[float],
+        target: Tensor, beta: Optional[float], original: Tensor,
     ) -> Dict[str, Tensor]:
         r"""The training loss of one batch (a mean over its examples) and its terms."""
         state = states[call.site]
@@ -424,7 +427,9 @@ class ReadoutBottleneck(GaussianBottleneck):
         bits = capacity.mean() / math.log(2.0)
         # the share of real elements clamped shut, where the clamp passes no gradient
         shut = ((alpha <= -ALPHA_BOUND) & real).float().sum() / (real.float().sum() * alpha.shape[-1]).clamp(min=1.0)
-        return {"loss": loss, "task": task.detach(), "capacity": bits.detach(), "shut": shut.detach()}
+        # does the noisy pass keep the model's prediction: what the bottleneck lets through is what the output uses
+        kept = (log_q.detach().argmax(-1) == log_probs(original).argmax(-1)).float().mean()
+        return {"loss": loss, "task": task.detach(), "capacity": bits.detach(), "shut": shut.detach(), "agreement": kept}
 
     @attribution_call
     def attribute(

@@ -8,7 +8,7 @@ def _data(eps):
     frontier = [{"eps": e, "layer": 1, "agreement": a, "kl": 0.01, "masked": 0.5, "verdict": v, "seconds": 10.0}
                 for e, a, v in ((0.05, 0.99, "converged"), (0.2, 0.97, "converged"), (0.5, 0.8, "unsettled"))]
     return {"agreement": 0.95, "ladder": [0.05, 0.2, 0.5], "calibration": {"eps": eps, "frontier": frontier,
-            "reason": "why"}, "chosen_on": "half A", "ladder_seconds": 30.0, "one_fit_seconds": 20.0,
+            "reason": "why"}, "chosen_on": {"eps": {"on": "train", "why": "half A"}}, "ladder_seconds": 30.0, "one_fit_seconds": 20.0,
             "environment": {"threads": 2, "cpu": "CPU"},
             "unseen": {"agreement": 0.98, "kl": 0.01, "l0": 0.5, "js_to_ground_truth": 0.002}}
 

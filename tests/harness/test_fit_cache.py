@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from benchmarks.common.minilm.fit_cache import cached_fit, fit_files, fit_key, fitted_where
-from benchmarks.common.minilm.fitting import fit_diffmask
+from benchmarks.common.minilm.fit_cache import cached_fit, certified_fit, fit_files, fit_key, fitted_where
+from benchmarks.common.minilm.fitting import certify_fit, fit_diffmask
 from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST
 from tiny_models import tiny_bert, token_batch
@@ -172,3 +172,27 @@ def test_a_record_says_where_its_fit_ran():
     assert fitted_where({"resumed": True}) == "this run, resumed from a stopped fit's state"
     assert fitted_where({**stored, "resumed": True, "went_on_from_cap": 2500}) == (
         "fit cache (commit abc, 2026-11-28), went on from the state of the fit the cap max_steps=2500 stopped")
+
+
+def test_the_certificate_is_measured_once_kept_with_the_fit_and_not_in_its_key(bench):
+    model, train, valid = bench
+    certified = {**CONFIG, "diffmask": {**CONFIG["diffmask"], "certificate": {"steps": 4, "closure_examples": 2}}}
+    assert fit_key(model, "hidden", train, valid, certified, 0) == fit_key(model, "hidden", train, valid, CONFIG, 0)
+    measured = []
+
+    def certify(*args):
+        measured.append(args[1])
+        return certify_fit(*args)
+
+    _, info = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, certified, 0, False)
+    assert measured == ["hidden"] and info["certificate"]["tolerances"]["steps"] == 4
+    assert sorted(info["certificate"]["layers"]) == ["0", "1", "2"]
+    record = json.loads(fit_files(model, "hidden", train, valid, certified, 0).record.read_text())
+    assert record["info"]["certificate"] == json.loads(json.dumps(info["certificate"]))
+    _, again = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, certified, 0, False)
+    assert measured == ["hidden"] and again["certificate"] == record["info"]["certificate"]  # from the record
+    longer = {**certified, "diffmask": {**certified["diffmask"], "certificate": {"steps": 6, "closure_examples": 2}}}
+    _, other = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, longer, 0, False)
+    assert measured == ["hidden", "hidden"] and other["certificate"]["tolerances"]["steps"] == 6
+    _, none = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, CONFIG, 0, False)
+    assert len(measured) == 2  # no certificate asked for: none measured

@@ -1,5 +1,6 @@
-"""The Readout Bottleneck's learning rate chosen on held-out train sentences: the
-rule skips collapsed networks and takes the lowest held-out objective."""
+"""The Readout Bottleneck's learning rate and beta chosen on held-out train
+sentences: the rule skips collapsed networks and those that do not keep the
+prediction, takes the largest beta left and at it the lowest held-out objective."""
 
 import json
 
@@ -8,9 +9,9 @@ import pytest
 from benchmarks.studies import readout_tuning
 
 
-def _line(lr, loss, shut, suite="sst-erasure"):
-    scores = {"steps": 3, "loss": loss, "task": loss - 0.1, "capacity": 2.0, "shut": shut}
-    return {"suite": suite, "lr": lr, "options": {"batch_size": 64, "max_steps": 400, "lr": lr},
+def _line(lr, loss, shut, suite="sst-erasure", agreement=0.95, beta_mean=10.0):
+    scores = {"steps": 3, "loss": loss, "task": loss - 0.1, "capacity": 2.0, "shut": shut, "agreement": agreement}
+    return {"suite": suite, "lr": lr, "beta_mean": beta_mean, "options": {"batch_size": 64, "max_steps": 400, "lr": lr},
             "fit_seconds": 10.0, "fit_last": dict(scores), "held_out": scores}
 
 
@@ -20,8 +21,20 @@ def test_the_rule_takes_the_lowest_held_out_objective_among_networks_not_collaps
     assert readout_tuning.choose(lines)["lr"] == 1e-4
     assert readout_tuning.choose([_line(1e-3, 1.0, 0.995)]) is None
     table = readout_tuning.summary(lines)
-    assert table.splitlines()[2].startswith("| 3e-05 |") and "Chosen: lr 0.0001." in table
-    assert "every network collapsed" in readout_tuning.summary([_line(1e-3, 1.0, 1.0)])
+    assert table.splitlines()[2].startswith("| 10 | 3e-05 |") and "Chosen: lr 0.0001, beta 10 / H." in table
+    assert "Chosen: none" in readout_tuning.summary([_line(1e-3, 1.0, 1.0)])
+
+
+def test_the_rule_takes_the_largest_beta_that_keeps_the_prediction():
+    lines = [_line(1e-4, 1.9, 0.8, agreement=0.13), _line(1e-4, 1.2, 0.3, agreement=0.93, beta_mean=1.0),
+             _line(1e-3, 1.1, 0.3, agreement=0.91, beta_mean=1.0), _line(1e-4, 0.9, 0.1, agreement=0.99, beta_mean=0.1)]
+    # beta 10 passes no information (agreement 0.13); beta 1 keeps the prediction and is the largest that does;
+    # at it the lowest held-out objective (the objectives of two betas do not compare)
+    chosen = readout_tuning.choose(lines)
+    assert (chosen["beta_mean"], chosen["lr"]) == (1.0, 1e-3)
+    first_grid = dict(lines[1], held_out={k: v for k, v in lines[1]["held_out"].items() if k != "agreement"})
+    assert readout_tuning.choose([first_grid]) is None  # a line without the agreement is not eligible
+    assert "| not measured |" in readout_tuning.summary([first_grid])
 
 
 def test_the_report_names_the_suite_the_options_and_the_command(tmp_path):

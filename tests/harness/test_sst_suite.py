@@ -22,6 +22,7 @@ TINY = {
     "eval_sentences": 24,
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
     "diffmask": {"epochs": 1, "batch_size": 16, "validation_sentences": 24,
+                 "certificate": {"steps": 5, "closure_examples": 2},
                  "hidden": {"epochs": 2}},  # the mode's own epochs win over the shared ones
     "method_options": {
         "IntegratedGradients": {"n_steps": 4},
@@ -104,12 +105,18 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert [r["layer"] for r in layers] == list(range(L + 1))
         assert all(0 <= r["masked_share"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in layers)
         assert dm["stability"]["seeds"] == 2 and 0 <= dm["stability"]["mean_std"] <= 0.5
+        # every probe's certificate: 5 further steps, each layer's drift, and whether it counts
+        for run in dm["runs"]:
+            certificate = run["certificate"]
+            assert certificate["tolerances"]["steps"] == 5 and sorted(certificate["layers"]) == [str(k) for k in range(L + 1)]
+            assert all(0 <= c["keep_change"] <= 1 and isinstance(c["counted"], bool) for c in certificate["layers"].values())
         assert set(results["layers_kept"][mode]["sentiment"]) >= {"[CLS]", "[SEP]"}
         assert all(0 <= g["mean_layers"] <= L + 1 for g in results["layers_kept"][mode]["sentiment"].values())
     for name in suite.METHODS:
         assert results["methods"][name]["status"] == "ok", results["methods"][name]
         assert name in results["cls_share"]
     assert "DiffMask (hidden)" in results["cls_share"]
+    assert results["chosen_on"]["eps"]["on"] == "train" and results["chosen_on"]["model epoch"]["on"] == "rule"
     # fit's own optimisation (no multiplier, lr or votes of the suite's), the mode's own
     # epochs, fit's convergence window, every layer on every batch, and a per-layer
     # convergence report of every fit
@@ -220,14 +227,21 @@ def _run(seed, statuses, heldout, masked, f1):
             "faithfulness": {"unmasked": {"macro_f1": 50.0}, "per_layer": per_layer}}
 
 
-def test_a_probe_counts_with_a_verdict_and_within_the_held_out_bound():
+def test_a_probe_counts_with_a_verdict_within_the_held_out_bound_and_certified():
     from benchmarks.suites.sst.scoring import counted_layers
 
     run = _run(0, ["converged", "unsettled", "converged", "needed"], [0.0124, 0.001, 0.0126, 0.0], [0] * 4, [0] * 4)
-    assert counted_layers(run) == {0: {"settled": True, "within": True}, 1: {"settled": False, "within": True},
-                                         2: {"settled": True, "within": False}, 3: {"settled": True, "within": True}}
+    state = {layer: {k: v for k, v in c.items() if k != "certified"} for layer, c in counted_layers(run).items()}
+    assert state == {0: {"settled": True, "within": True, "counts": True}, 1: {"settled": False, "within": True, "counts": False},
+                     2: {"settled": True, "within": False, "counts": False}, 3: {"settled": True, "within": True, "counts": True}}
+    assert {c["certified"] for c in counted_layers(run).values()} == {None}  # no certificate measured
     # a selected checkpoint's run scored no held-out read-out: the verdict alone
-    assert counted_layers({**run, "heldout": None})[2] == {"settled": True, "within": True}
+    assert counted_layers({**run, "heldout": None})[2]["counts"]
+    # the certificate: a probe that moved when trained further does not count
+    certificate = {"layers": {str(k): {"counted": k != 3} for k in range(4)}}
+    certified = counted_layers({**run, "certificate": certificate})
+    assert [certified[k]["counts"] for k in range(4)] == [True, False, False, False]
+    assert certified[3]["certified"] is False and certified[0]["certified"] is True
 
 
 def test_the_training_table_gives_no_step_cost_for_a_resumed_fit():
@@ -251,6 +265,11 @@ def test_depth_profile_and_verdict_targets_read_the_counted_probes():
     assert lines[0] == ("- verdicts, input: 3 of 4 probes settled (`converged` or `needed`), 2 of them within "
                         "eps x 1.25 on the held-out train sentences")
     assert lines[-1].startswith("- verdicts, both modes: 4 of 6 probes settled (67 %") and lines[-1].endswith("**missed**")
+    # with certificates: the share of probes that count under them (settled, within, and still when trained further)
+    certified = [{**run, "certificate": {"layers": {"0": {"counted": True}, "1": {"counted": True}}}} for run in runs]
+    lines = _verdict_targets({"input": {"runs": certified}, "hidden": {"runs": certified[:1]}})
+    assert lines[-1].startswith("- the certificate (`captum_diffmask.certify`): 3 of 6 probes count") and \
+        lines[-1].endswith("**missed**")
 
 
 @needs_sst
@@ -300,12 +319,13 @@ def test_the_papers_recipe_fits_on_the_suites_split_in_workers_too(monkeypatch):
 def test_fits_in_the_cache_are_loaded_not_given_to_workers(tmp_path, monkeypatch):
     from benchmarks.common.minilm.loading import load_bench
     from benchmarks.suites.sst import orchestration
+    from benchmarks.common.minilm.fit_cache import cached_fit
 
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
     config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2, "cache": True})
     bench = load_bench(config, False)
     for mode in ("input", "hidden"):  # stored by an earlier invocation
-        orchestration.cached_fit(suite.fit_diffmask, bench.model, mode, bench.train, bench.valid, config, 0, False)
+        cached_fit(suite.fit_diffmask, bench.model, mode, bench.train, bench.valid, config, 0, False)
     given = []
     monkeypatch.setattr(orchestration, "run_jobs", lambda jobs, *args: given.extend(jobs) or [])
     fitted = orchestration.fit_in_workers(config, bench, [0], False)

@@ -34,13 +34,23 @@ def probe_counts(status: str, heldout_kl: Optional[float], eps: Optional[float])
     return status in SETTLED, within
 
 
+def certificate_cell(layer: Mapping[str, Any]) -> str:
+    r"""One probe's certificate in a table cell: its drift and whether it counts
+    (with the reasons when it does not)."""
+    drift = (f"{fmt(layer['masked_before'], 3)} -> {fmt(layer['masked_after'], 3)} / {fmt(layer['keep_change'], 3)} / "
+             f"{fmt(layer['kl_before'], 4)} -> {fmt(layer['kl_after'], 4)}")
+    return f"{drift}: **counts**" if layer["counted"] else f"{drift}: no ({'; '.join(layer['reasons'])})"
+
+
 def convergence_section(dm: Mapping[str, Any]) -> List[str]:
     r"""Per fit and layer: the convergence status at the end of the fit and the
     last window's means (``DiffMask.convergence``); empty for runs made before
     fit reported it."""
-    rows, held_out = [], False
+    rows, held_out, certified = [], False, False
     for mode in ("input", "hidden"):
         for run in dm[mode]["runs"]:
+            certificate = (run.get("certificate") or {}).get("layers", {})
+            certified = certified or bool(certificate)
             eps = float(run.get("options", {}).get("eps", math.nan))
             last_epoch = last_rows(run.get("history") or [])
             for layer, report in sorted((run.get("convergence") or {}).items(), key=lambda item: int(item[0])):
@@ -53,12 +63,15 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
                     held_out = True
                     kl = run["heldout"][str(layer)]["kl"]
                     row.append(f"{fmt(kl, 4)} {'ok' if kl <= HELD_OUT_MARGIN * eps else 'over'}")
+                if str(layer) in certificate:
+                    row.append(certificate_cell(certificate[str(layer)]))
                 rows.append(row)
     if not rows:
         return []
     headers = ["mode", "seed", "layer", "status", "steps", "kept share", "KL (constraint)", "KL sampled (last epoch)",
                "KL deployed (last epoch)",
-               "lambda"] + ([f"held-out deterministic KL (<= eps x {HELD_OUT_MARGIN:g})"] if held_out else [])
+               "lambda"] + ([f"held-out deterministic KL (<= eps x {HELD_OUT_MARGIN:g})"] if held_out else []) + \
+        (["certificate: masked share / keep change / KL after further steps"] if certified else [])
     return ["## Convergence per layer", "",
             "Where each fit stood when it stopped (`DiffMask.convergence`): the layer's status, the steps "
             "trained at it, and the means of its last window of steps (kept share of the training gates, the "
@@ -70,5 +83,7 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
             "`needed`: every gate open because closing the positions the probe ranks least needed breaks the "
             "constraint; `unsettled`: still moving when the cap came; `violated`: the constraint above eps x "
             "1.25; `open`: every gate open without that measurement; `closed` / `collapsed`: every gate closed, "
-            "within the constraint / with it broken.", "",
+            "within the constraint / with it broken. The certificate (`captum_diffmask.certify`, where measured): "
+            "the probe trained further with nothing frozen, its held-out drift; **counts** when within the "
+            "tolerances fixed in advance (its JSON holds them).", "",
             table(headers, [r + [""] * (len(headers) - len(r)) for r in rows]), ""]

@@ -38,6 +38,9 @@ CAP = "max_steps"
 #: ``fit(model, mode, train, valid, config, seed, verbose, checkpoint) ->
 #: (explainer, record)``, :func:`benchmarks.common.minilm.fitting.fit_diffmask`.
 Fit = Callable[..., Tuple[DiffMask, Dict[str, Any]]]
+#: ``certify(explainer, mode, train, valid, config, seed, verbose) -> certificate``
+#: (a dict, or None), :func:`benchmarks.common.minilm.fitting.certify_fit`.
+Certify = Callable[..., Optional[Dict[str, Any]]]
 #: What a fit is fitted and held out on: SST sentences or SQuAD windows.
 FitData = Union[EncodedSST, SquadFeatures]
 
@@ -59,7 +62,7 @@ def fit_key(
     step cap (:data:`CAP`; a record holds it) nor the code of the fit is in it:
     a record names the commit it was fitted at."""
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
-    for key in ("input", "hidden", CAP):
+    for key in ("input", "hidden", CAP, "certificate"):  # the certificate is measured of a fit, not part of it
         settings.pop(key, None)
     return {
         "version": FIT_CACHE_VERSION, "captum_diffmask": captum_diffmask.__version__, "mode": mode, "seed": int(seed),
@@ -154,6 +157,17 @@ class FitFiles:
             self.state.unlink()
 
 
+    def add_to_record(self, extra: Mapping[str, Any]) -> None:
+        r"""Adds ``extra`` to the stored record's ``info`` (what was measured of
+        the stored fit later, e.g. its certificate), keeping the record's commit
+        and date, which say when the fit was made."""
+        record = json.loads(self.record.read_text(encoding="utf-8"))
+        record["info"].update(to_jsonable(dict(extra)))
+        tmp = self.record.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, self.record)
+
+
 def _settled(convergence: Mapping[Any, Mapping[str, Any]]) -> bool:
     r"""Whether every layer of a fit's convergence report has its verdict (the fit stopped by itself)."""
     return all(report["status"] in SETTLED for report in convergence.values())
@@ -223,6 +237,44 @@ def cached_fit(
         info["went_on_from_cap"] = earlier[CAP]
     files.store(explainer, info)
     return explainer, info
+
+
+def certified_fit(
+    fit: Fit, certify: Certify, model: nn.Module, mode: str, train: FitData, valid: FitData,
+    config: Mapping[str, Any], seed: int, verbose: bool,
+) -> Tuple[DiffMask, Dict[str, Any]]:
+    r"""
+    :func:`cached_fit`, then :func:`with_certificate`.
+
+    Returns:
+        *tuple* ``(explainer, info)`` as :func:`cached_fit`.
+    """
+    explainer, info = cached_fit(fit, model, mode, train, valid, config, seed, verbose)
+    return explainer, with_certificate(certify, explainer, info, mode, train, valid, config, seed, verbose)
+
+
+def with_certificate(
+    certify: Certify, explainer: DiffMask, info: Dict[str, Any], mode: str, train: FitData, valid: FitData,
+    config: Mapping[str, Any], seed: int, verbose: bool,
+) -> Dict[str, Any]:
+    r"""
+    ``info`` with the fit's convergence certificate in ``info["certificate"]``
+    (``certify(explainer, mode, train, valid, config, seed, verbose)``): when the
+    settings ask for one (``diffmask.certificate``) and ``info`` holds none at
+    these tolerances, it is measured and kept in the fit's stored record.
+
+    Returns:
+        *dict* ``info``, updated in place.
+    """
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    wanted = settings.get("certificate")
+    held = (info.get("certificate") or {}).get("tolerances", {})
+    if wanted and any(held.get(k) != v for k, v in wanted.items()):
+        info["certificate"] = certify(explainer, mode, train, valid, config, seed, verbose)
+        files = fit_files(explainer.model, mode, train, valid, config, seed)
+        if config.get("cache", True) and files.any_cap() is not None:
+            files.add_to_record({"certificate": info["certificate"]})
+    return info
 
 
 def fitted_where(record: Mapping[str, Any]) -> str:

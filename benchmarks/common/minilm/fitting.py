@@ -15,7 +15,7 @@ from torch import nn, Tensor
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import LABEL_NAMES
 from benchmarks.tasks.sst_bert import EncodedSST
-from captum_diffmask import Convergence, DiffMask
+from captum_diffmask import CertificateTolerances, certify, Convergence, DiffMask
 from captum_diffmask.diffmask import Compute, grouped_options
 from captum_diffmask.model.forward import model_device
 
@@ -49,7 +49,24 @@ class OnDevice:
 #: this many times eps at every layer (the criterion's default tol_kl, 0.25).
 HELD_OUT_MARGIN = 1.25
 #: The suite's own ``diffmask`` settings, not :meth:`DiffMask.fit`'s.
-SUITE_KEYS = ("input", "hidden", "validation_sentences", "validation_from", "select_checkpoint")
+SUITE_KEYS = ("input", "hidden", "validation_sentences", "validation_from", "select_checkpoint", "certificate")
+#: The settings that make the explainer rather than the fit.
+INIT_KEYS = ("temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias", "votes")
+
+
+def fit_arguments(config: Mapping[str, Any], mode: str) -> Tuple[Dict[str, Any], Dict[str, Any], int, bool]:
+    r"""The suite's ``diffmask`` settings for ``mode`` (the mode's own win) split
+    into the explainer's arguments, :meth:`DiffMask.fit`'s options (ungrouped),
+    the batch size and whether a checkpoint is selected."""
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    select = bool(settings.get("select_checkpoint", True))
+    options = {k: v for k, v in settings.items() if k not in SUITE_KEYS}
+    if not select:
+        for key in ("eps_valid", "agreement_valid"):
+            options.pop(key, None)
+    batch_size = int(options.pop("batch_size", 64))
+    init = {k: options.pop(k) for k in list(options) if k in INIT_KEYS}
+    return init, options, batch_size, select
 
 
 def fit_diffmask(
@@ -62,16 +79,8 @@ def fit_diffmask(
     deterministic read-out's KL, agreement and kept share). The batches go to
     the model's device; ``checkpoint``: the file the fit's state is written to
     as it goes and resumed from (``DiffMask.fit``'s)."""
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}  # the mode's own win
-    select = bool(settings.get("select_checkpoint", True))
-    options = {k: v for k, v in settings.items() if k not in SUITE_KEYS}
-    if not select:
-        for key in ("eps_valid", "agreement_valid"):
-            options.pop(key, None)
-    batch_size = int(options.pop("batch_size", 64))
+    init, options, batch_size, select = fit_arguments(config, mode)
     last_rate = options.pop("lr_lambda_last", None)
-    init_keys = {"temperature", "stretch", "probe_hidden_size", "l0", "probe_reads_input", "rerun", "init_bias", "votes"}
-    init = {k: options.pop(k) for k in list(options) if k in init_keys}
     torch.manual_seed(seed)
     explainer = DiffMask(model, mode=mode, **init)
     rate = options.get("lr_lambda", 1.0)
@@ -107,6 +116,29 @@ def fit_diffmask(
         "convergence": {str(k): report for k, report in explainer.convergence.items()},
         "layers_per_batch": len(explainer.convergence) if options.get("layers_per_batch", Compute.layers_per_batch) == "all" else 1,
     }
+
+
+def certify_fit(
+    explainer: DiffMask, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
+    verbose: bool,
+) -> Optional[Dict[str, Any]]:
+    r"""The convergence certificate (:func:`captum_diffmask.certify`) of a suite's
+    fit, at the suite's ``diffmask.certificate`` tolerances (None: no
+    certificate): the probe trained further on the fit's batches with the fit's
+    options, its drift measured on the held-out train sentences ``valid``."""
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    if not settings.get("certificate"):
+        return None
+    _, options, batch_size, _ = fit_arguments(config, mode)
+    for key in ("lr_lambda_last", "max_steps", "epochs", "eps_valid", "agreement_valid"):
+        options.pop(key, None)
+    device = model_device(explainer.model)
+    certificate = certify(
+        explainer, OnDevice(train.loader(batch_size, shuffle=True, seed=None, sort_by_length=True), device),
+        OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device),
+        CertificateTolerances(**settings["certificate"]), seed=seed + 1000, verbose=verbose, **grouped_options(options),
+    )
+    return certificate.to_dict()
 
 
 def _feasible(history: List[Dict[str, Any]], epoch: Optional[int], options: Mapping[str, Any]) -> bool:

@@ -35,12 +35,15 @@ def load_model(
     config: Mapping[str, Any], train: Sequence[SSTSentence], dev: Sequence[SSTSentence], verbose: bool
 ) -> Tuple[nn.Module, Any, Dict[str, Any]]:
     r"""The fine-tuned classifier: from the cache when this configuration and data
-    were fine-tuned before, else fine-tuned on ``train``, selected on ``dev``."""
+    were fine-tuned before, else fine-tuned on ``train`` for the configured
+    epochs, the last kept (``dev`` is scored after each epoch, for the record)."""
     options = config["model"]
     model, tokenizer = _build_model(config, train)
     key = {
         "options": options, "train": [s.text for s in train], "train_labels": [s.label for s in train],
         "dev": [s.text for s in dev], "signature": sum(p.numel() for p in model.parameters()),
+        # the last epoch is kept (no epoch is chosen on dev): not the model the best dev epoch gave before
+        "kept_epoch": "last",
     }
 
     def build() -> Dict[str, Any]:

@@ -13,8 +13,8 @@ from benchmarks.suites.faithfulness.orchestration import run
 from benchmarks.suites.faithfulness.rationales import rationale_masks, VARIANTS, word_tokens
 from benchmarks.suites.faithfulness.report import headline, write_report
 from benchmarks.suites.faithfulness.scoring import across_seeds, per_sentence_metrics, summarize
-from benchmarks.suites.faithfulness.settings import DEFAULTS, DESCRIPTION, METHODS, QUICK
+from benchmarks.suites.faithfulness.settings import CHOSEN_ON, DEFAULTS, DESCRIPTION, METHODS, QUICK
 
 __all__ = [
-    "headline","DEFAULTS", "DESCRIPTION", "METHODS", "QUICK", "VARIANTS", "across_seeds", "per_sentence_metrics",
-           "rationale_masks", "run", "summarize", "word_tokens", "write_report"]
+    "headline", "CHOSEN_ON", "DEFAULTS", "DESCRIPTION", "METHODS", "QUICK", "VARIANTS", "across_seeds",
+    "per_sentence_metrics", "rationale_masks", "run", "summarize", "word_tokens", "write_report"]

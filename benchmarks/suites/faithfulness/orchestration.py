@@ -16,14 +16,14 @@ from captum_diffmask.evaluation.faithfulness import TokenEraser
 from benchmarks.methods import MethodContext, prepare
 from benchmarks.progress import log_to_stderr
 from benchmarks.common.minilm.attributions import attribute_at, per_sentence
-from benchmarks.common.minilm.fit_cache import cached_fit
-from benchmarks.common.minilm.fitting import fit_diffmask
+from benchmarks.common.minilm.fit_cache import certified_fit
+from benchmarks.common.minilm.fitting import certify_fit, fit_diffmask
 from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.faithfulness.export import write_jsonl
 from benchmarks.suites.faithfulness.figure import curves_figure
 from benchmarks.suites.faithfulness.rationales import rationale_masks, word_tokens
 from benchmarks.suites.faithfulness.scoring import across_seeds, per_sentence_metrics, summarize
-from benchmarks.suites.faithfulness.settings import METHODS
+from benchmarks.suites.faithfulness.settings import CHOSEN_ON, METHODS
 
 #: name -> per seed, per sentence the (T_i,) scores; and the seconds per sentence of each.
 ScoreSets = Dict[str, List[List[Tensor]]]
@@ -57,6 +57,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "all_seeds_removal": config["all_seeds_removal"], "own_baseline": bool(config.get("own_baseline", False)),
         "metrics": metrics, "seconds_per_sentence": seconds,
         "diffmask_fits": fits, "failures": failures, "figures": {"curves": figure}, "export": export,
+        "chosen_on": CHOSEN_ON,
         "notes": [],
     }
 
@@ -99,7 +100,8 @@ def diffmask_scores(
     baselines: Dict[str, List[Tensor]] = {}
     for seed in seeds:
         log_to_stderr(verbose, f"[faithfulness] DiffMask input, seed {seed}")
-        explainer, info = cached_fit(fit_diffmask, bench.model, "input", bench.train, bench.valid, config, seed, verbose)
+        explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, "input", bench.train, bench.valid, config,
+                                        seed, verbose)
         scores, per = _timed(bench.evaluated, lambda ids, mask: explainer.attribute(
             ids, additional_forward_args=(mask,), layer=None), verbose, "attribute DiffMask")
         seconds.append(per)

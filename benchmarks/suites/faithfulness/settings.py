@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict
 
-from benchmarks.suites.sst import DEFAULTS as SST_DEFAULTS, QUICK as SST_QUICK
+from benchmarks.suites.sst import CHOSEN_ON as SST_CHOSEN_ON, DEFAULTS as SST_DEFAULTS, QUICK as SST_QUICK
 
 DESCRIPTION = (
     "SST-5 with the fine-tuned MiniLM: comprehensiveness, sufficiency and AOPC (ERASER) of every method's "
@@ -17,6 +17,14 @@ DESCRIPTION = (
 #: The comparison methods (registry names) plus ``Attention`` (built in here);
 #: DiffMask (input mode, every layer and the mean over layers) always runs.
 METHODS = ["IntegratedGradients", "Occlusion", "PerSampleBottleneck", "ReadoutBottleneck", "Guan", "Attention", "Random"]
+
+#: What each choice was made on (as the sst suite's :data:`CHOSEN_ON`): the
+#: model, DiffMask's fits and the methods' options are the sst suite's.
+CHOSEN_ON: Dict[str, Dict[str, str]] = {
+    **SST_CHOSEN_ON,
+    "fractions and removals": {"on": "rule", "why": "ERASER's AOPC fractions (1, 5, 10, 20, 50 %) and the removals "
+                                                    "fixed in advance"},
+}
 
 DEFAULTS: Dict[str, Any] = {
     # the sst suite's first two seeds (its DiffMask fits, from the fit cache after its run)

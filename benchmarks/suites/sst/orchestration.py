@@ -23,13 +23,13 @@ from benchmarks.progress import log_to_stderr
 from benchmarks.workers import check_workers, Job, run_jobs
 from benchmarks.common.minilm.attributions import attribute_at, per_sentence, prepare_method
 from benchmarks.suites.sst.figures import groups_figure, heatmaps
-from benchmarks.common.minilm.fit_cache import cached_fit, stored_fit
-from benchmarks.common.minilm.fitting import faithfulness, fit_diffmask
+from benchmarks.common.minilm.fit_cache import certified_fit, stored_fit, with_certificate
+from benchmarks.common.minilm.fitting import certify_fit, faithfulness, fit_diffmask
 from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.sst.scoring import (
     cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability,
 )
-from benchmarks.suites.sst.settings import METHODS
+from benchmarks.suites.sst.settings import CHOSEN_ON, METHODS
 from benchmarks.suites.sst.speed import measure_speed
 
 
@@ -54,7 +54,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "title": f"SST-5 with {bench.model_info['source']} ({L} layers): DiffMask on inputs and hidden states",
         "split": config.get("split", "dev"), "model": bench.model_info, "diffmask": diffmask, "methods": method_records,
         "cls_share": cls_shares, "layers_kept": groups, "speed": speed, "notes": notes, "paper_recipe": paper,
-        "figures": figures, "seeds": seeds,
+        "figures": figures, "seeds": seeds, "chosen_on": CHOSEN_ON,
     }
 
 
@@ -103,9 +103,11 @@ def fit_diffmask_modes(
         for seed in seeds:
             if (mode, seed) in fitted:
                 explainer, info = fitted[(mode, seed)]
+                with_certificate(certify_fit, explainer, info, mode, bench.train, bench.valid, config, seed, verbose)
             else:
                 log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
-                explainer, info = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid, config, seed, verbose)
+                explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid, config, seed,
+                                               verbose)
             info["faithfulness"] = faithfulness(explainer, bench.evaluated, 64, verbose)
             if attribute:
                 attributions[mode].append(per_sentence(
@@ -148,7 +150,8 @@ def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict
     loaded as the suite does, the fit through the fit cache, the probe saved to
     ``path``; the fit's record."""
     bench = load_bench(config, False)
-    explainer, info = cached_fit(fit_diffmask, bench.model, mode, bench.train, bench.valid, config, seed, False)
+    explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid, config, seed,
+                                    False)
     explainer.save(path)
     return info
 

@@ -117,26 +117,32 @@ def layer_means(faithfulness: Mapping[str, Any]) -> Tuple[float, float]:
     return statistics.mean(r["masked_share"] for r in layers), statistics.mean(r["macro_f1"] for r in layers)
 
 
-def counted_layers(run: Mapping[str, Any]) -> Dict[int, Dict[str, bool]]:
+def counted_layers(run: Mapping[str, Any]) -> Dict[int, Dict[str, Any]]:
     r"""
     Per layer of one fit, whether its probe counts
     (:func:`~benchmarks.common.minilm.convergence.probe_counts`): ``settled``
-    (the fit's own verdict is ``converged`` or ``needed``) and ``within`` (its
+    (the fit's own verdict is ``converged`` or ``needed``), ``within`` (its
     deterministic read-out's held-out KL within the bound; True when the run
-    scored none, a selected checkpoint's).
+    scored none, a selected checkpoint's), ``certified`` (the convergence
+    certificate counts it; None when the run has no certificate) and
+    ``counts`` (all three; an unknown certificate does not stop it).
 
     Args:
 
         run (Mapping): one seed's record (``convergence``, ``options``, and
-                    ``heldout`` when no checkpoint was selected).
+                    ``heldout`` when no checkpoint was selected; ``certificate``
+                    when it was measured).
 
     Returns:
-        *dict* ``layer -> {"settled": bool, "within": bool}``.
+        *dict* ``layer -> {"settled", "within", "certified", "counts"}``.
     """
     eps = run.get("options", {}).get("eps")
     heldout = run.get("heldout") or {}
+    certificate = (run.get("certificate") or {}).get("layers")
     counted = {}
     for layer, report in (run.get("convergence") or {}).items():
         settled, within = probe_counts(report["status"], (heldout.get(str(layer)) or {}).get("kl"), eps)
-        counted[int(layer)] = {"settled": settled, "within": within}
+        certified = None if certificate is None else bool(certificate[str(layer)]["counted"])
+        counted[int(layer)] = {"settled": settled, "within": within, "certified": certified,
+                               "counts": settled and within and certified is not False}
     return counted

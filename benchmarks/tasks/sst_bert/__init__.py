@@ -14,7 +14,7 @@ with all-MiniLM-L6-v2 in place of BERT-base).
   :func:`pos_tags` gives every SST word its universal part of speech (the ``pos``
   extra), :func:`character_pos_tags` every character of free text.
 - Training and scoring: :func:`fine_tune` (AdamW, linear warm-up and decay, the
-  epoch with the best dev macro-F1 kept), :func:`evaluate`, :func:`macro_f1`, :func:`class_f1`.
+  last of a fixed number of epochs kept), :func:`evaluate`, :func:`macro_f1`, :func:`class_f1`.
 
 
 One module per concern (``models``, ``encoding``, ``words``, ``scoring``,

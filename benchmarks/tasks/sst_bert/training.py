@@ -1,4 +1,4 @@
-"""Fine-tuning (AdamW, linear warm-up and decay, the epoch with the best dev macro-F1
+"""Fine-tuning (AdamW, linear warm-up and decay, a fixed number of epochs, the last
 kept)."""
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def fine_tune(
 ) -> List[Dict[str, Any]]:
     r"""
     Fine-tunes a sequence classifier on ``train`` (all weights, cross-entropy on
-    the sentence labels) and keeps the epoch with the best ``dev`` macro-F1.
+    the sentence labels) for ``epochs`` epochs and keeps the last: the number of
+    epochs is fixed in advance, so no epoch is chosen on the sentences a suite
+    then scores (``dev`` is evaluated after every epoch, for the record only).
 
     The usual BERT recipe: AdamW (no weight decay on biases and LayerNorm
     weights), the learning rate rising linearly from 0 over the first
@@ -51,7 +53,8 @@ def fine_tune(
                     ``model(input_ids=..., attention_mask=...)`` gives
                     ``.logits`` (B, C). Trained in place.
         train (EncodedSST): training sentences.
-        dev (EncodedSST): model-selection sentences.
+        dev (EncodedSST): sentences scored after every epoch (the history's
+                    ``dev_*`` figures); nothing is chosen on them.
         epochs (int, optional): passes over ``train``. Default: 3
         lr (float, optional): the peak learning rate. Default: 5e-5
         batch_size (int, optional): Default: 32
@@ -70,26 +73,18 @@ def fine_tune(
         ``"dev_accuracy"``, ``"dev_macro_f1"`` (fractions in [0, 1]),
         ``"finetune_epoch_seconds"`` (the training pass alone), ``"seconds"``
         (training and dev evaluation) and ``"selected"`` (True for the epoch whose
-        weights the model holds on return: the best dev macro-F1, the earliest
-        on ties). The model is left in eval mode with the selected weights.
+        weights the model holds on return: the last). The model is left in eval
+        mode.
     """
     _check_fine_tune(train, dev, epochs, batch_size, warmup)
     optimizer, parameters = bert_adamw(model, lr, weight_decay)
     scheduler = warmup_then_decay(optimizer, epochs * -(-len(train) // batch_size), warmup)
     run = _FineTuning(model, train, dev, optimizer, scheduler, parameters, max_grad_norm, batch_size, epochs, seed, verbose)
     history: List[Dict[str, Any]] = []
-    best_f1, best_state = -1.0, None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for epoch in range(1, epochs + 1):
-            history.append(run.epoch(epoch))
-            if history[-1]["dev_macro_f1"] > best_f1:
-                best_f1 = history[-1]["dev_macro_f1"]
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                selected = epoch
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    history[selected - 1]["selected"] = True
+            history.append({**run.epoch(epoch), "selected": epoch == epochs})
     model.eval()
     return history
 

@@ -133,7 +133,7 @@ def test_evaluate_scores_the_objective_on_held_out_data_without_training():
     held_out = readout.evaluate(batches[2:], layer=1, seed=3)
     assert torch.equal(torch.get_rng_state(), state)
     assert all(torch.equal(weights[n], p) for n, p in readout.networks[1].state_dict().items())
-    assert set(held_out) == {"steps", "loss", "task", "capacity", "shut"} and held_out["steps"] == 1
+    assert set(held_out) == {"steps", "loss", "task", "capacity", "shut", "agreement"} and held_out["steps"] == 1
     assert held_out == readout.evaluate(batches[2:], layer=1, seed=3)
     # loss = task + beta * capacity (the capacity reported in bits, weighted in nats)
     nats = held_out["capacity"] * math.log(2.0)
@@ -141,6 +141,13 @@ def test_evaluate_scores_the_objective_on_held_out_data_without_training():
     assert readout.evaluate(batches[2:], layer=1, beta=0.0, seed=3)["loss"] == pytest.approx(held_out["task"], rel=1e-6)
     with pytest.raises(ValueError, match="no batch"):
         readout.evaluate([], layer=1)
+    # agreement: the share of examples whose noisy pass keeps the model's prediction; with every
+    # element flowing (lambda = sigmoid(5)) the noise is 0.7 % of a std and every prediction stays
+    with torch.no_grad():
+        last = readout.networks[1].layers[-1]
+        last.weight.zero_()
+        last.bias.fill_(5.0)
+    assert readout.evaluate(batches[2:], layer=1, seed=3)["agreement"] == 1.0
 
 
 def test_compare_fits_it_on_the_training_data_by_name():
