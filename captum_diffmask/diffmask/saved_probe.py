@@ -10,6 +10,7 @@ from typing import Any, Dict, Mapping, Sequence, Union
 import torch
 from torch import nn
 
+from captum_diffmask.model.fingerprint import weights_fingerprint
 from captum_diffmask.model.json_values import json_values
 
 #: The current format; format 1 (no weights fingerprint) still loads.
@@ -23,17 +24,6 @@ def model_signature(model: nn.Module) -> str:
 
 
 @torch.no_grad()
-def weights_fingerprint(model: nn.Module) -> str:
-    r"""A fingerprint of a model's parameter values: per parameter the sum and the
-    sum of squares in float64, rounded to 6 significant digits (the same weights on
-    another device or in another order of summation give the same text)."""
-    parts = []
-    for name, p in model.named_parameters():
-        values = p.detach().double()
-        parts.append(f"{name}:{float(values.sum()):.6g}:{float(values.pow(2).sum()):.6g}")
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()
-
-
 def checkpoint_contents(explainer: Any) -> Dict[str, Any]:
     r"""
     What a saved probe holds: the probe, baselines and multipliers with what

@@ -85,6 +85,10 @@ def test_a_finished_fit_is_restored_not_trained_again_and_another_probe_is_refus
                        first.attribute(ids, additional_forward_args=(mask,), layer=1))
     with pytest.raises(ValueError, match="checkpoint: .* another probe or other layers"):
         DiffMask(tiny_bert(), mode="input").fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path)
+    # the same architecture with other weights: a probe is its model's, so its state is refused
+    with pytest.raises(ValueError, match="checkpoint: .* a fit on another model"):
+        DiffMask(tiny_bert(seed=1), mode="hidden").fit([(ids, mask)] * 2, epochs=2, seed=0, verbose=False,
+                                                       checkpoint=path)
     with pytest.raises(ValueError, match="checkpoint_every must be an int >= 1"):
         DiffMask(tiny_bert()).fit([(ids, mask)], epochs=1, verbose=False, checkpoint=path,
                                   compute={"checkpoint_every": 0})

@@ -21,7 +21,7 @@ from torch import nn
 
 import captum_diffmask
 from captum_diffmask import DiffMask
-from captum_diffmask.diffmask.saved_probe import weights_fingerprint
+from captum_diffmask.model.fingerprint import weights_fingerprint
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from benchmarks.tasks.squad import SquadFeatures
 from benchmarks.tasks.sst_bert import EncodedSST

@@ -143,9 +143,11 @@ class FitCheckpoint:
         torch.save({"format": FIT_STATE_FORMAT, **state}, temporary)
         os.replace(temporary, self.path)
 
-    def read(self, config: Mapping[str, Any], layers: List[int]) -> Dict[str, Any]:
+    def read(self, config: Mapping[str, Any], layers: List[int], model: Optional[str] = None) -> Dict[str, Any]:
         r"""The state written by a fit of the same probe (its ``config``) and
-        ``layers``; ValueError naming ``checkpoint`` otherwise."""
+        ``layers`` on the same model (``model``: the fingerprint of its weights;
+        a state written before states held one is not checked); ValueError
+        naming ``checkpoint`` otherwise."""
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as error:
@@ -165,4 +167,7 @@ class FitCheckpoint:
                 f"checkpoint: {self.path} was written by a fit of another probe or other layers "
                 f"({state['config']}, layers {state['layers']}); pass a new path to start afresh"
             )
+        if model is not None and state.get("model", model) != model:
+            raise ValueError(f"checkpoint: {self.path} was written by a fit on another model (other weights); "
+                             "a probe is tied to its model's weights: pass a new path to start afresh")
         return state

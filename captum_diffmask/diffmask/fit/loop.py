@@ -39,6 +39,7 @@ from captum_diffmask.diffmask.fit.selection import CheckpointSelection
 from captum_diffmask.diffmask.fit.start import build_optimizers, pin_baselines
 from captum_diffmask.diffmask.fit.step import model_precision, StepPlan, training_step
 from captum_diffmask.diffmask.gates import COMPONENT_MODES
+from captum_diffmask.model.fingerprint import weights_fingerprint
 from captum_diffmask.model.forward import Batch, frozen
 from captum_diffmask.model.rng import preserved_rng
 
@@ -60,7 +61,7 @@ def run_fit(explainer: Fittable, dataloader: Iterable[Batch], options: FitOption
     seeded = preserved_rng(options.seed) if options.seed is not None else contextlib.nullcontext()
     with frozen(explainer.model), seeded:
         if loop.saver is not None and loop.saver.exists():
-            loop.resume(loop.saver.read(explainer.config(), layers))
+            loop.resume(loop.saver.read(explainer.config(), layers, weights_fingerprint(explainer.model)))
             loop.reopen()
         if not loop.state.finished:
             loop.train(dataloader)
@@ -276,6 +277,7 @@ class FitLoop:
         assert explainer.probe is not None and explainer.lambdas is not None
         self.saver.write({
             "config": explainer.config(), "layers": self.layers, "site_sizes": explainer.site_sizes,
+            "model": weights_fingerprint(explainer.model),
             "probe": explainer.probe.state_dict(), "lambdas": explainer.lambdas.state_dict(),
             "probe_optimizer": probe_opt.state_dict(), "multipliers": multipliers.state_dict(),
             "state": self.state.state_dict(), "layer_draw": self.layer_draw.getstate(),
