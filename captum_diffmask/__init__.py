@@ -16,7 +16,7 @@ from captum_diffmask.diffmask.calibration import calibrate_eps, EpsCalibration
 from captum_diffmask.diffmask.certificate import Certificate, CertificateTolerances, certify
 from captum_diffmask.diffmask.explainer import DiffMask
 from captum_diffmask.diffmask.hard_concrete import HardConcrete
-from captum_diffmask.evaluation import fit_stability, seed_std
+from captum_diffmask.evaluation import fit_stability, seed_std, swap_test
 from captum_diffmask.interface.comparison import Comparison
 from captum_diffmask.interface.depth_view import depth_view
 from captum_diffmask.interface.explanation import explain, Explanation
@@ -69,6 +69,7 @@ __all__ = [
     "merge_into_words",
     "fit_stability",
     "seed_std",
+    "swap_test",
     "js_divergence",
     "kl_divergence",
     "prefix_batches",

@@ -9,10 +9,10 @@ from captum_diffmask.evaluation.bootstrap import paired_bootstrap
 from captum_diffmask.evaluation.faithfulness import (
     eraser_scores, plausibility, token_infidelity, token_sensitivity, TokenEraser,
 )
-from captum_diffmask.evaluation.stability import fit_stability, seed_std
+from captum_diffmask.evaluation.stability import fit_stability, seed_std, swap_test
 
 __all__ = [
-    "fit_stability", "seed_std", "eraser_scores", "plausibility", "token_infidelity", "token_sensitivity",
+    "fit_stability", "seed_std", "swap_test", "eraser_scores", "plausibility", "token_infidelity", "token_sensitivity",
     "TokenEraser", "paired_bootstrap",
 ]
 

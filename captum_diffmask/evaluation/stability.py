@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 from torch import nn, Tensor
 
-from captum_diffmask.model.forward import Batch, format_additional_args
+from captum_diffmask.model.forward import Batch, format_additional_args, frozen
 
 
 def seed_std(per_seed: Sequence[Tensor], mask: Optional[Tensor] = None) -> Dict[str, Any]:
@@ -112,3 +112,64 @@ def fit_stability(
     result = seed_std(attributions, mask)
     result.update({"attributions": torch.stack(attributions), "convergence": reports})
     return result
+
+
+@torch.no_grad()
+def swap_test(
+    explainers: Sequence[Any], dataloader: Iterable[Batch], layers: Optional[Sequence[int]] = None,
+) -> Dict[str, Any]:
+    r"""
+    Do seeds differ because the objective cannot tell their masks apart, or
+    because the optimiser stops short? Each fit's deterministic mask is scored
+    under the same objective on the same sentences (its masked share, the L0
+    side, and its mean KL, the constraint side), and every two fits' masks are
+    compared position by position. Masks that differ while their objective
+    values agree support the objective's indifference; values that differ say
+    the optimiser, not the objective, sets the spread.
+
+    Args:
+
+        explainers (sequence of DiffMask): fitted explainers of one model (one
+                    per seed, at least two), each fitted at ``layers``.
+        dataloader (iterable): batches as :meth:`DiffMask.fit` takes them;
+                    iterated once per explainer and once more.
+        layers (sequence of int, optional): the layers compared; the first
+                    explainer's fitted ones when None. Default: None
+
+    Returns:
+        *dict* with ``fits``: per explainer and layer ``{"masked", "kl"}`` (the
+        share of real positions closed and the mean KL, nats); and ``pairs``:
+        per pair ``(i, j)`` and layer ``{"disagreement"`` (the share of real
+        positions where the two binary masks differ), ``"masked_gap"``,
+        ``"kl_gap"}`` (absolute differences of the objective's two sides).
+    """
+    if len(explainers) < 2:
+        raise ValueError(f"explainers: the swap test compares at least two fits, got {len(explainers)}")
+    chosen = list(explainers[0].fitted_layers if layers is None else layers)
+    fits = []
+    for explainer in explainers:
+        scores = explainer.evaluate(dataloader, chosen)
+        fits.append({k: {"masked": 1.0 - scores[k]["l0"], "kl": scores[k]["kl"]} for k in chosen})
+    differ = {(i, j): {k: 0.0 for k in chosen} for i in range(len(explainers)) for j in range(i + 1, len(explainers))}
+    positions = 0.0
+    for batch in dataloader:
+        masks = [_deterministic_masks(explainer, batch, chosen) for explainer in explainers]
+        real = masks[0][1]
+        positions += float(real.sum())
+        for (i, j), per_layer in differ.items():
+            for k in chosen:
+                per_layer[k] += float(((masks[i][0][k] != masks[j][0][k]) & real).sum())
+    pairs = [{"fits": [i, j], "layer": k, "disagreement": per_layer[k] / max(positions, 1.0),
+              "masked_gap": abs(fits[i][k]["masked"] - fits[j][k]["masked"]), "kl_gap": abs(fits[i][k]["kl"] - fits[j][k]["kl"])}
+             for (i, j), per_layer in differ.items() for k in chosen]
+    return {"layers": chosen, "fits": [{str(k): v for k, v in fit.items()} for fit in fits], "pairs": pairs}
+
+
+def _deterministic_masks(explainer: Any, batch: Batch, layers: Sequence[int]) -> Any:
+    r"""Per layer the (B, T) binary deterministic mask (kept = True) of one
+    batch, and the batch's real positions."""
+    call = explainer.prepare_batch(batch, None, "dataloader batch")
+    with frozen(explainer.model):
+        states, _ = explainer.capture(call, explainer.locator.names)
+    real = call.mask.bool()
+    return {k: explainer.gates.deterministic(states, k, "threshold", call.mask) > 0 for k in layers}, real

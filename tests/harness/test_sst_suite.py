@@ -105,6 +105,9 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         assert [r["layer"] for r in layers] == list(range(L + 1))
         assert all(0 <= r["masked_share"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in layers)
         assert dm["stability"]["seeds"] == 2 and 0 <= dm["stability"]["mean_std"] <= 0.5
+        # the swap test: the two seeds' masks under one objective, at every layer
+        assert [p["layer"] for p in dm["swap"]["pairs"]] == list(range(L + 1))
+        assert all(0 <= p["disagreement"] <= 1 and p["masked_gap"] >= 0 for p in dm["swap"]["pairs"])
         # every probe's certificate: 5 further steps, each layer's drift, and whether it counts
         for run in dm["runs"]:
             certificate = run["certificate"]
@@ -154,7 +157,8 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     for heading in ("Faithfulness", "Stability", "[CLS] share", "Layers a token is kept", "heatmaps", "Speed",
                     "Convergence per layer", "fit's defaults, hidden", "other / default", "The depth profile on the probes that count",
                     "The paper's recipe, as a reference",
-                    "verdicts, both modes"):
+                    "verdicts, both modes", "Stability across seeds, both ways", "swap test: masks differ at",
+                    "the certificate (`captum_diffmask.certify`)", "certified (count)"):
         assert heading in report
     # the macro-F1 change's interval and the changed predictions' gap, per layer, mean over the seeds
     assert "F1 change: 95 % interval width" in report and "changed: median top-2 gap" in report

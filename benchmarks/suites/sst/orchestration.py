@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from captum_diffmask import DiffMask
+from captum_diffmask import DiffMask, swap_test
+from captum_diffmask.model.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import SSTSentence
 from benchmarks.tasks.sst_bert import EncodedSST
@@ -24,7 +25,7 @@ from benchmarks.workers import check_workers, Job, run_jobs
 from benchmarks.common.minilm.attributions import attribute_at, per_sentence, prepare_method
 from benchmarks.suites.sst.figures import groups_figure, heatmaps
 from benchmarks.common.minilm.fit_cache import certified_fit, stored_fit, with_certificate
-from benchmarks.common.minilm.fitting import certify_fit, faithfulness, fit_diffmask
+from benchmarks.common.minilm.fitting import certify_fit, faithfulness, fit_diffmask, OnDevice
 from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.sst.scoring import (
     cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability,
@@ -99,7 +100,7 @@ def fit_diffmask_modes(
     explainers: Dict[str, DiffMask] = {}
     fitted = fit_in_workers(config, bench, seeds, verbose)
     for mode in ("input", "hidden"):
-        runs = []
+        runs, every = [], []
         for seed in seeds:
             if (mode, seed) in fitted:
                 explainer, info = fitted[(mode, seed)]
@@ -115,9 +116,13 @@ def fit_diffmask_modes(
                     lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
                     verbose, f"attribute {mode}"))
             runs.append({"seed": seed, **info})
+            every.append(explainer)
             if seed == seeds[0]:
                 explainers[mode] = explainer
+        # the seeds' masks under one objective, on the held-out train sentences
+        held_out = OnDevice(bench.valid.loader(128, shuffle=False, sort_by_length=True), model_device(bench.model))
         diffmask[mode] = {"runs": runs, "stability": stability(attributions[mode]),
+                          "swap": swap_test(every, held_out) if len(every) > 1 else None,
                           "faithfulness": mean_faithfulness([r["faithfulness"] for r in runs])}
     return diffmask, attributions, explainers
 

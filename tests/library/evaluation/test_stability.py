@@ -56,3 +56,39 @@ def test_fit_stability_matches_its_fits_and_leaves_the_rng_as_found():
     assert result["mean_std"] > 0  # two seeds, two different probes
     with pytest.raises(ValueError, match="seeds: at least two different"):
         fit_stability(model, loader, ids, additional_forward_args=(mask,), seeds=[3, 3])
+
+
+def test_the_swap_test_scores_each_fits_mask_and_compares_them_position_by_position():
+    import copy
+    import warnings
+
+    from captum_diffmask import swap_test
+
+    model = tiny_bert()
+    ids, mask = token_batch(batch=6, length=7, seed=1)
+    batches = [(ids, mask)]
+    first = DiffMask(model, mode="hidden")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first.fit(batches * 3, layers=[1, 2], max_steps=5, seed=0, verbose=False)
+    other = copy.deepcopy(first)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # another fit's probe: the same gates' networks, moved
+        for parameter in other.probe.parameters():
+            parameter.add_(2.0 * torch.randn(parameter.shape, generator=generator))
+
+    itself = swap_test([first, first], batches)
+    assert all(p["disagreement"] == 0.0 and p["masked_gap"] == 0.0 and p["kl_gap"] == 0.0 for p in itself["pairs"])
+    result = swap_test([first, other], batches)
+    assert result["layers"] == [1, 2] and len(result["pairs"]) == 2
+    real = mask.bool()
+    for pair in result["pairs"]:
+        k = pair["layer"]
+        kept = [e.attribute(ids, additional_forward_args=(mask,), layer=k) > 0.5 for e in (first, other)]
+        assert pair["disagreement"] == pytest.approx(float(((kept[0] != kept[1]) & real).sum()) / float(real.sum()))
+        masked = [1.0 - float((m & real).sum()) / float(real.sum()) for m in kept]
+        assert [result["fits"][i][str(k)]["masked"] for i in (0, 1)] == pytest.approx(masked)
+        assert pair["masked_gap"] == pytest.approx(abs(masked[0] - masked[1]))
+    assert max(p["disagreement"] for p in result["pairs"]) > 0.1  # the moved probe keeps other positions
+    with pytest.raises(ValueError, match="at least two fits"):
+        swap_test([first], batches)
