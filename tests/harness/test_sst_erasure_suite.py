@@ -257,3 +257,24 @@ def test_default_masks_come_from_each_methods_own_objective():
     # the same budget: steps, eps, the checks and the optimiser
     for key in ("steps", "eps", "select", "check_every", "optimizer", "lr_lambda", "divergence"):
         assert len({options[name][key] for name in rows}) == 1, key
+
+
+def test_the_report_states_each_rows_tuning_budget_and_what_it_says():
+    from benchmarks.suites.sst_erasure.prose import budgets_paragraphs
+    from benchmarks.suites.sst_erasure.scoring import tuning_budget
+
+    def line(row, eps, lr, f1):
+        return {"row": row, "shared": {"eps": eps}, "per_row": {"lr": lr}, "options": {"steps": 1000}, "f1": f1,
+                "sentences": 86, "searched": 120}
+
+    lines = [line(row, eps, lr, f1 + lr) for row, f1 in (("PerExampleDiffMask", 90.0), ("REINFORCE", 60.0))
+             for eps in (0.3, 0.69) for lr in (0.02, 0.05)]
+    budget = tuning_budget(lines, ["PerExampleDiffMask", "REINFORCE"])
+    assert budget["rows"]["REINFORCE"] == {"trials": 4, "steps": [1000], "tried": {"eps": [0.3, 0.69], "lr": [0.02, 0.05]},
+                                           "best_f1": {"eps 0.3": 60.05, "eps 0.69": 60.05}}
+    comparison = {"first": "PerExampleDiffMask", "second": "REINFORCE", "metrics": {"f1": {"low": 20.0, "high": 30.0}}}
+    text = budgets_paragraphs({"tuning": budget, "comparisons": [comparison]})
+    assert text[0].startswith("Every per-example row was tuned on the same 86 train sentences (of 120 searched")
+    assert "with the same budget: `PerExampleDiffMask` 4 trials of 1000 steps over eps {0.3, 0.69}" in text[0]
+    assert text[1].endswith("ahead of `REINFORCE` on F1.")
+    assert budgets_paragraphs({}) == []

@@ -4,6 +4,7 @@ seed), the figure, and the results."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -30,7 +31,7 @@ from benchmarks.suites.sst_erasure.loading import Bench, load_bench
 from benchmarks.suites.sst_erasure.prose import summary_notes
 from benchmarks.suites.sst_erasure.scoring import (
     checks, compare_pairs, empty_optimum_scores, erasure_statistics, exact_erasure_record, mean_per_sentence,
-    miss_breakdown, over_seeds, Reference,
+    miss_breakdown, over_seeds, Reference, tuning_budget,
 )
 from benchmarks.suites.sst_erasure.settings import (
     BASELINE_KINDS, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, SCORE_KEYS,
@@ -68,9 +69,21 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "figures": figures,
         "suite_seconds": time.perf_counter() - run_start,
     }
+    results["tuning"] = _tuning(config)
     results["checks"] = checks(results, config)
     results["notes"] = summary_notes(results, config) + notes
     return results
+
+
+def _tuning(config: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    r"""The per-example rows' tuning budgets (:func:`tuning_budget`) from the
+    tuning's lines (``config["tuning_lines"]``, from the repository's root);
+    None when there are none."""
+    path = Path(__file__).resolve().parents[3] / str(config.get("tuning_lines") or "")
+    if not config.get("tuning_lines") or not path.is_file():
+        return None
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return tuning_budget(lines, [name for name in MASK_METHODS if any(line["row"] == name for line in lines)])
 
 
 def erasure_reference(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Reference:

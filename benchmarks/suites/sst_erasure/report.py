@@ -11,7 +11,7 @@ from benchmarks.report import (
     checks_section, configuration_section, environment_section, fmt, fmt_seconds, notes_section, reproduce_command,
     run_line, table,
 )
-from benchmarks.suites.sst_erasure.prose import MISS_LABELS, row_label, versus_paragraph
+from benchmarks.suites.sst_erasure.prose import budgets_paragraphs, MISS_LABELS, row_label, versus_paragraph
 from benchmarks.suites.sst_erasure.settings import DESCRIPTION, MASK_METHODS, METRICS, PAPER, SCORE_KEYS
 
 
@@ -38,6 +38,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines += _protocol_section(results)
     lines += _seeds_section(methods)
     lines += _comparison_section(results)
+    lines += _budgets_section(results)
     lines += _misses_section(methods)
     lines += _top_k_section(methods)
     lines += _all_solved_section(methods)
@@ -125,6 +126,14 @@ def _protocol_section(results: Mapping[str, Any]) -> List[str]:
             table(["", "the paper (De Cao et al. 2020, and the authors' code)", "this run"], rows), "",
             "The paper's script for this table was never released; the authors' per-example classes for the GRU "
             "do not run as released, so its settings beyond what the paper states are unknown.", ""]
+
+
+def _budgets_section(results: Mapping[str, Any]) -> List[str]:
+    r"""The per-example rows' tuning budgets and what they say (:func:`budgets_paragraphs`)."""
+    paragraphs = budgets_paragraphs(results)
+    if not paragraphs:
+        return []
+    return ["## Tuning budgets", ""] + [line for paragraph in paragraphs for line in (paragraph, "")]
 
 
 def _seeds_section(methods: Mapping[str, Any]) -> List[str]:

@@ -213,3 +213,35 @@ def checks(results: Mapping[str, Any], config: Mapping[str, Any]) -> List[Dict[s
                 "value": f"{seconds / 60:.1f} min (suite run; torch threads: {torch.get_num_threads()})",
                 "met": seconds <= limit})
     return out
+
+
+def tuning_budget(lines: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> Dict[str, Any]:
+    r"""
+    What each per-example row's tuning cost and found, from the tuning's lines
+    (``python -m benchmarks study sst-erasure-tuning``): its trials, the steps of
+    a trial, the train sentences scored and searched, the values tried, and its
+    best train F1 at each shared value.
+
+    Args:
+
+        lines (sequence of dict): the tuning's JSON lines.
+        rows (sequence of str): the rows compared.
+
+    Returns:
+        *dict* ``{"sentences", "searched", "rows": {row: {"trials", "steps",
+        "tried": {option: [values]}, "best_f1": {shared (JSON): F1}}}}``.
+    """
+    budget: Dict[str, Any] = {"sentences": sorted({int(line["sentences"]) for line in lines}),
+                              "searched": sorted({int(line["searched"]) for line in lines}), "rows": {}}
+    for row in rows:
+        mine = [line for line in lines if line["row"] == row]
+        tried: Dict[str, set] = {}
+        best: Dict[str, float] = {}
+        for line in mine:
+            for key, value in {**line["shared"], **line["per_row"]}.items():
+                tried.setdefault(key, set()).add(value)
+            shared = ", ".join(f"{k} {v:g}" for k, v in sorted(line["shared"].items()))
+            best[shared] = max(best.get(shared, -math.inf), float(line["f1"]))
+        budget["rows"][row] = {"trials": len(mine), "steps": sorted({int(line["options"]["steps"]) for line in mine}),
+                               "tried": {k: sorted(v) for k, v in tried.items()}, "best_f1": best}
+    return budget

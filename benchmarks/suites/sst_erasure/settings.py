@@ -108,6 +108,9 @@ DEFAULTS: Dict[str, Any] = {
     # DiffMask - REINFORCE: a paired bootstrap over the scored sentences (each
     # sentence's scores averaged over the seeds) of the F1, optimality and L0 differences
     "comparisons": [["PerExampleDiffMask", "REINFORCE"], ["PerExampleDiffMask", "REINFORCE-corrected"]],
+    # the per-example rows' tuning on train sentences (python -m benchmarks study
+    # sst-erasure-tuning): its lines, read for the report's budgets
+    "tuning_lines": "docs/results/sst-erasure-class-tuning.jsonl",
     "bootstrap": {"resamples": 10_000, "seed": 0},
     "chunk": 128,  # sentences per attribute call (sorted by length)
     # sentences whose optimal set is empty (the prediction survives erasing every
