@@ -47,7 +47,7 @@ GROUPS: List[Tuple[str, str, List[str]]] = [
       "squad-fits"]),
     ("The components' ground truth",
      "what a per-input score can reach against tracr's programs",
-     ["components-ceiling"]),
+     ["components-activity"]),
 ]
 #: A suite's name as its JSON records it -> the package whose ``headline`` reads it.
 SUITE_PACKAGES = {"toy-robustness": "toy_robustness", "sst-erasure": "sst_erasure", "toy-lm": "toy_lm"}

@@ -1,4 +1,5 @@
-"""How far a per-input score can follow tracr's "used" components.
+"""Against tracr's "used" components, the score that follows each input's own
+activity: a reference line, not a ceiling.
 
 The components suite scores each held-out input's component scores against the
 components the compiled program uses anywhere (ROC AUC per input, averaged).
@@ -6,15 +7,15 @@ On one input, a used component that is idle there (its output or activation
 zero at every real position) does nothing: closing it changes no output, just as
 closing an unused one. A score that follows the input's own activity
 exactly (1 for the used components active on the input, 0 for every other)
-is the most a mask judged by its effect on that input can be asked for; this
-study gives its ROC AUC against the used components, per program, kind and
-seed (the suite's held-out inputs), with the share of used components active on
-an input. What a method reaches above it comes from what it carries across
-inputs, not from the input it explains.
+is what the input's own effects support; this study gives its ROC AUC against
+the used components, per program, kind and seed (the suite's held-out inputs),
+with the share of used components active on an input. It is not an upper
+bound: a method can exceed it by scoring idle used components above unused
+ones, from what it carries across inputs, not from the input it explains.
 
 Run::
 
-    python -m benchmarks study component-ceiling --markdown docs/results/components-ceiling.md
+    python -m benchmarks study component-activity --markdown docs/results/components-activity.md
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from benchmarks.suites.components import DEFAULTS
 from benchmarks.tasks import tracr_models as tm
 
 #: The question this study answers (``python -m benchmarks list``).
-QUESTION = "how far a per-input score can follow tracr's used components: the most a per-input mask judged by its effect reaches"
+QUESTION = "the ROC AUC against tracr's used components of a score that follows each input's own activity (a reference line)"
 
 
-def ceiling(name: str, kind: str, seeds: Sequence[int], inputs: int = DEFAULTS["tracr"]["held_out"]) -> List[Dict[str, Any]]:
+def activity_line(name: str, kind: str, seeds: Sequence[int], inputs: int = DEFAULTS["tracr"]["held_out"]) -> List[Dict[str, Any]]:
     r"""
     Per seed, the activity-following score's ROC AUC against the used components.
 
@@ -62,14 +63,14 @@ def markdown(rows: Sequence[Dict[str, Any]], command: str) -> str:
     body = [[r["program"], r["kind"], str(r["seed"]), f"{r['used']} / {r['components']}", fmt(r["active_share"], 3),
              f"{fmt(r['auc'], 3)} ({fmt(r['auc_min'], 3)})"] for r in rows]
     return "\n".join([
-        "# The most a per-input score reaches against tracr's used components", "",
+        "# Against tracr's used components: the score that follows each input's own activity", "",
         f"Command: `{command}`. On the components suite's held-out inputs ({DEFAULTS['tracr']['held_out']} per seed), "
         "the score that follows "
         "each input's own activity exactly (1 for the used components active on the input, 0 for the others) "
         "scored as the suite scores a method: ROC AUC per input against every component the program uses, the "
         "mean and (in brackets) the lowest over the inputs. A used component idle on an input changes nothing "
-        "there when closed, as an unused one does; a method above this line ranks such components by what it "
-        "carries across inputs.", "",
+        "there when closed, as an unused one does. This is a reference line, not a ceiling: a method above it "
+        "ranks such idle components above unused ones, by what it carries across inputs.", "",
         table(["program", "kind", "seed", "used / all", "used and active on an input (share)",
                "ROC AUC against the used (mean, min)"], body), ""])
 
@@ -79,9 +80,9 @@ def main(argv: Sequence[str] = ()) -> None:
         __doc__.splitlines()[0], DEFAULTS["tracr"]["programs"], argv,
         lambda parser: parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULTS["seeds"])))
     torch.set_num_threads(1)
-    rows = [row for name in args.programs for kind in args.kinds for row in ceiling(name, kind, args.seeds)]
+    rows = [row for name in args.programs for kind in args.kinds for row in activity_line(name, kind, args.seeds)]
     print(markdown(rows, "-"))
-    write_study_markdown(args.markdown, "benchmarks.studies.component_ceiling", arguments, lambda command: markdown(rows, command))
+    write_study_markdown(args.markdown, "benchmarks.studies.component_activity", arguments, lambda command: markdown(rows, command))
 
 
 if __name__ == "__main__":  # pragma: no cover
