@@ -88,7 +88,7 @@ def tune(out: Path, rates: Sequence[float], hold_out: int, seed: int, verbose: b
     lines = read_lines(out)
     if any(line.get("suite", "sst-erasure") != suite for line in lines):
         raise ValueError(f"--out: {out} holds another suite's lines; give {suite} a file of its own")
-    done = {(line["lr"], line.get("beta_mean", BETA_MEAN)) for line in lines}
+    done = {_key(line["lr"], line.get("beta_mean", BETA_MEAN), line["options"]) for line in lines}
     model, train, options, context, loading = SUITES[suite](seed, verbose)
     every = torch.arange(len(train))
     fitted, held = train.subset(every[every % hold_out != hold_out - 1]), train.subset(every[every % hold_out == hold_out - 1])
@@ -96,7 +96,7 @@ def tune(out: Path, rates: Sequence[float], hold_out: int, seed: int, verbose: b
     width = None
     for beta_mean in betas:
         for lr in rates:
-            if (lr, beta_mean) in done:
+            if _key(lr, beta_mean, options) in done:
                 continue
             ctx = MethodContext(
                 model=model, **context, layer=0, seed=seed, verbose=verbose,
@@ -116,6 +116,11 @@ def tune(out: Path, rates: Sequence[float], hold_out: int, seed: int, verbose: b
             print(f"lr {lr:g}, beta {beta_mean:g} / H: held-out loss {scores['loss']:.3f} (task {scores['task']:.3f}, "
                   f"{scores['capacity']:.2f} bits, {100 * scores['shut']:.1f} % shut, agreement "
                   f"{scores['agreement']:.3f}), fit {prepared.setup_seconds:.0f} s", file=sys.stderr)
+
+
+def _key(lr: float, beta_mean: float, options: Mapping[str, Any]) -> Tuple[float, float, str]:
+    r"""What names a line: its learning rate, beta and what the network is trained to keep."""
+    return lr, beta_mean, str(options.get("target", "sampled"))
 
 
 def _input_width(ctx: MethodContext, loader: Any) -> int:

@@ -32,6 +32,7 @@ from captum_diffmask.model.forward import Batch, frozen
 from captum_diffmask.model.rng import preserved_rng
 
 _GRANULARITIES = ("element", "token")
+_TARGETS = ("sampled", "predicted")
 _READOUTS = ("capacity", "alpha")
 #: IBA's bound on the predicted alpha (lambda between sigmoid(-5) and sigmoid(5)).
 ALPHA_BOUND = 5.0
@@ -196,6 +197,7 @@ class ReadoutBottleneck(GaussianBottleneck):
         train_data: Iterable[Batch],
         layers: Optional[Sequence[int]] = None,
         granularity: str = "element",
+        target: str = "sampled",
         readout_sites: Optional[Sequence[str]] = None,
         epochs: int = 10,
         lr: float = 1e-3,
@@ -220,6 +222,15 @@ class ReadoutBottleneck(GaussianBottleneck):
                         Default: None
             granularity (str, optional): ``"element"`` (one alpha per element of
                         the state, IBA's) or ``"token"``. Default: ``"element"``
+            target (str, optional): what the network is trained to keep:
+                        ``"sampled"``: it reads a target class (a learned
+                        embedding) and is trained on classes drawn from the
+                        model's own distribution, so that ``attribute`` takes a
+                        ``target``; ``"predicted"``: it reads no target and is
+                        trained on the model's prediction, the class ``attribute``
+                        explains by default (a network that reads the target can
+                        steer the noisy output toward it instead of keeping what
+                        the model uses). Default: ``"sampled"``
             readout_sites (sequence of str, optional): the sites the network
                         reads; None: every site. Default: None
             epochs (int, optional): passes over ``train_data``. Default: 10
@@ -248,6 +259,7 @@ class ReadoutBottleneck(GaussianBottleneck):
         """
         chosen = self._fitted_layers(layers, layer)
         check_choice(granularity, _GRANULARITIES, "granularity")
+        check_choice(target, _TARGETS, "target")
         check_positive_int(epochs, "epochs")
         check_positive_int(max_steps, "max_steps", allow_none=True)
         if beta is not None:
@@ -260,7 +272,7 @@ class ReadoutBottleneck(GaussianBottleneck):
                           if s not in self.statistics]
                 if wanted:
                     self.estimate_statistics(train_data, k, wanted, min_std, statistics_batches)
-                rows = self._train(train_data, k, sites, granularity, (epochs, lr, beta, max_steps), verbose)
+                rows = self._train(train_data, k, sites, (granularity, target), (epochs, lr, beta, max_steps), verbose)
             history += [{"layer": k, **row} for row in rows]
         return history
 
@@ -330,10 +342,11 @@ class ReadoutBottleneck(GaussianBottleneck):
         return chosen
 
     def _train(
-        self, train_data: Iterable[Batch], layer: int, sites: List[str], granularity: str,
+        self, train_data: Iterable[Batch], layer: int, sites: List[str], shape: Tuple[str, str],
         schedule: Tuple[int, float, Optional[float], Optional[int]], verbose: bool,
     ) -> List[Dict[str, float]]:
-        r"""The training epochs of :meth:`fit` (statistics in place)."""
+        r"""The training epochs of :meth:`fit` (statistics in place); ``shape``:
+        its ``granularity`` and ``target``."""
         epochs, lr, beta, max_steps = schedule
         network: Optional[ReadoutNetwork] = None
         optimizer: Optional[torch.optim.Optimizer] = None
@@ -349,7 +362,7 @@ class ReadoutBottleneck(GaussianBottleneck):
                 call = self.prepare_batch(batch, layer, "train_data batch")
                 states, original = self._read(call, sites)
                 if network is None:
-                    network = self._new_network(states, sites, call.site, granularity, original)
+                    network = self._new_network(states, sites, call.site, shape, original)
                     optimizer = torch.optim.Adam(network.parameters(), lr=lr)
                     self.networks[layer], self.readout_sites[layer] = network, sites
                 assert optimizer is not None
@@ -383,12 +396,14 @@ class ReadoutBottleneck(GaussianBottleneck):
         return states, original
 
     def _new_network(
-        self, states: Dict[str, Tensor], sites: List[str], site: str, granularity: str, original: Tensor,
+        self, states: Dict[str, Tensor], sites: List[str], site: str, shape: Tuple[str, str], original: Tensor,
     ) -> ReadoutNetwork:
+        granularity, target = shape
         features = sum(states[s].shape[-1] for s in sites)
         out = states[site].shape[-1] if granularity == "element" else 1
         log_q = log_probs(original)
-        classes = log_q.shape[-1] if log_q.dim() == 2 and self.model_forward.output in ("classes", "last") else None
+        one_distribution = log_q.dim() == 2 and self.model_forward.output in ("classes", "last")
+        classes = log_q.shape[-1] if one_distribution and target == "sampled" else None
         return ReadoutNetwork(features, out, classes).to(states[site].device)
 
     @staticmethod

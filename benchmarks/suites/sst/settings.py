@@ -85,7 +85,7 @@ DEFAULTS: Dict[str, Any] = {
         # benchmarks.studies.readout_tuning --suite sst (docs/results/sst-readout-tuning.md:
         # 3e-5, the grid's lowest; 1e-4 and above end 98.6-99.7 % shut). The committed
         # sst and faithfulness reports predate it: its rows come with their next run
-        "ReadoutBottleneck": {"batch_size": 64, "max_steps": 400, "lr": 3e-5},
+        "ReadoutBottleneck": {"batch_size": 64, "max_steps": 400, "lr": 3e-5, "target": "predicted"},
     },
     "cls_sentences": None,  # None: every sentence of the evaluated split
     "heatmap_sentences": 3,

@@ -96,6 +96,14 @@ def test_the_target_is_read_by_the_network_and_refused_where_there_is_none():
     assert scores.shape == ids.shape and (scores[mask == 0] == 0).all()
     with pytest.raises(ValueError, match="target must be None"):
         per_position.attribute(ids, target=1, additional_forward_args=(mask,), layer=1)
+    # target="predicted": a classifier's network reads no target and is trained on the prediction
+    kept = ReadoutBottleneck(model)
+    kept.fit([(ids, mask)] * 3, layers=[1], epochs=1, target="predicted", verbose=False)
+    assert kept.networks[1].target_embedding is None
+    assert torch.equal(kept._training_target(kept.networks[1], model(input_ids=ids, attention_mask=mask).logits),
+                       predicted)
+    with pytest.raises(ValueError, match="target must be None"):
+        kept.attribute(ids, target=1, additional_forward_args=(mask,), layer=1)
 
 
 def test_a_seeded_fit_is_repeatable_and_leaves_the_callers_rng_and_model_as_found():
@@ -169,6 +177,8 @@ def test_bad_options_are_named():
         readout.attribute(ids, additional_forward_args=(mask,), layer=1)
     with pytest.raises(ValueError, match="granularity"):
         readout.fit([(ids, mask)], layers=[1], granularity="pixel")
+    with pytest.raises(ValueError, match="target"):
+        readout.fit([(ids, mask)], layers=[1], target="gold")
     with pytest.raises(ValueError, match="readout_sites"):
         readout.fit([(ids, mask)], layers=[1], readout_sites=["hidden.9"])
     with pytest.raises(ValueError, match="epochs"):
