@@ -186,6 +186,7 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path, monkeypatch):
             "side_by_side": {"examples": 1, "max_tokens": 32}, "heatmap_examples": 1,
             "speed": {"windows": 2, "batch_size": 2, "ig_steps": 2}, "paper_recipe": {"diffmask": {"max_steps": 4}}}
     results = runner.run_suite("squad", tmp_path / "out", quick=True, overrides=tiny, verbose=False)
+    assert results["chosen_on"]["eps"]["on"] == "rule" and all(c["on"] == "rule" for c in results["chosen_on"].values())
     model = results["model"]
     assert model["split"]["held_out_articles"] == 2 and model["split"]["train_articles"] == 8
     assert model["layers"] == 2 and results["questions"]["count"] == model["analysed_questions"]

@@ -33,8 +33,8 @@ from benchmarks.suites.squad.fitting import fit_mode, paper_recipe_config
 from benchmarks.suites.squad.loading import Bench, load_bench, load_qa_model, load_squad_split
 from benchmarks.suites.squad.orchestration import run
 from benchmarks.suites.squad.report import headline, write_report
-from benchmarks.suites.squad.settings import DEFAULTS, DESCRIPTION, OBSERVATIONS, QUICK, SIDE_BY_SIDE
+from benchmarks.suites.squad.settings import CHOSEN_ON, DEFAULTS, DESCRIPTION, OBSERVATIONS, QUICK, SIDE_BY_SIDE
 
 __all__ = [
-    "headline","Bench", "DEFAULTS", "DESCRIPTION", "OBSERVATIONS", "QUICK", "SIDE_BY_SIDE", "fit_mode", "load_bench",
+    "headline", "Bench", "CHOSEN_ON", "DEFAULTS", "DESCRIPTION", "OBSERVATIONS", "QUICK", "SIDE_BY_SIDE", "fit_mode", "load_bench",
            "load_qa_model", "load_squad_split", "paper_recipe_config", "run", "write_report"]
