@@ -21,7 +21,7 @@ def test_the_rule_takes_the_lowest_held_out_objective_among_networks_not_collaps
     assert readout_tuning.choose(lines)["lr"] == 1e-4
     assert readout_tuning.choose([_line(1e-3, 1.0, 0.995)]) is None
     table = readout_tuning.summary(lines)
-    assert table.splitlines()[2].startswith("| 10 | 3e-05 |") and "Chosen: lr 0.0001, beta 10 / H." in table
+    assert table.splitlines()[2].startswith("| sampled | 10 | 3e-05 |") and "Chosen: lr 0.0001, beta 10 / H, target sampled." in table
     assert "Chosen: none" in readout_tuning.summary([_line(1e-3, 1.0, 1.0)])
 
 
@@ -35,13 +35,22 @@ def test_the_rule_takes_the_largest_beta_that_keeps_the_prediction():
     first_grid = dict(lines[1], held_out={k: v for k, v in lines[1]["held_out"].items() if k != "agreement"})
     assert readout_tuning.choose([first_grid]) is None  # a line without the agreement is not eligible
     assert "| not measured |" in readout_tuning.summary([first_grid])
+    # the networks of another target do not compete: their objectives are another task's
+    predicted = dict(lines[3], options={**lines[3]["options"], "target": "predicted"})
+    assert readout_tuning.choose(lines[:3] + [predicted], target="predicted") is predicted
+    assert readout_tuning.choose(lines[:3] + [predicted], target="sampled")["beta_mean"] == 1.0
 
 
 def test_the_report_names_the_suite_the_options_and_the_command(tmp_path):
     lines = [_line(1e-4, 2.1, 0.5, suite="sst"), _line(1e-3, 2.0, 0.2, suite="sst")]
     text = readout_tuning.report(lines, tmp_path / "t.jsonl", tmp_path / "t.md")
-    assert text.startswith("# The Readout Bottleneck's learning rate for sst,")
+    assert text.startswith("# The Readout Bottleneck's learning rate and beta for sst,")
     assert '{"batch_size": 64, "max_steps": 400}' in text and "--suite sst" in text and "--lr 0.0001 0.001" in text
+    assert "What information costs the objective" not in text
+    (tmp_path / "t-information.json").write_text(json.dumps([
+        {"lambda": 0.9, "sampled": 1.088, "predicted": 0.658, "agreement": 0.966, "capacity": 848.2, "beta_capacity": 22.089}]))
+    text = readout_tuning.report(lines, tmp_path / "t.jsonl", tmp_path / "t.md")
+    assert "| 0.9 | 1.088 | 0.658 | 0.966 | 848.2 | 22.089 |" in text
 
 
 def test_an_out_file_of_another_suite_is_refused(tmp_path):
