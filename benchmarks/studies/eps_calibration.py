@@ -1,5 +1,5 @@
-r"""calibrate_eps on the toy task: the eps a target agreement picks, the frontier
-it climbs, the chosen masks checked on held-out data the calibration did not
+r"""calibrate_eps on the toy task: the eps a target agreement picks, the rungs
+it walks, the chosen masks checked on held-out data the calibration did not
 see, and the ladder's time against one fit from scratch at the chosen eps.
 
 Command: ``python -m benchmarks study eps-calibration --markdown docs/results/eps-calibration-toy.md``.
@@ -75,8 +75,9 @@ def report(data: Dict[str, Any], command: str) -> str:
     calibration = data["calibration"]
     lines = ["# calibrate_eps on the toy task", "", f"Command: `{command}`. {SETUP}",
              "", f"Target: keep the model's prediction on at least {data['agreement']:.0%} of the held-out "
-             f"examples. Ladder: {', '.join(f'{e:g}' for e in data['ladder'])} nats, climbed from the tightest, "
-             "each rung warm-started from the one before.", "",
+             f"examples. Ladder: {', '.join(f'{e:g}' for e in data['ladder'])} nats, walked from the middle "
+             "(looser while the rungs meet the target, else tighter), each rung warm-started from the one before "
+             "and given 10 of the criterion's windows to settle; the rows in the order walked.", "",
              "| eps | held-out agreement | KL (nats) | masked share | verdict | the rung's fit, s |",
              "|---|---|---|---|---|---|"]
     for row in calibration["frontier"]:

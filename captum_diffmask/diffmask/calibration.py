@@ -2,11 +2,12 @@
 
 DiffMask's one real knob is eps, in nats, which no user can read.
 :func:`calibrate_eps` takes instead the share of the model's predictions the
-masked model must keep on held-out data (``agreement``), fits DiffMask at a short
-ladder of eps values from the tightest up, each fit warm-started from the one
-before (so the ladder costs about one fit and a fraction), scores each rung on
-the held-out batches the fits never see, and returns the sparsest rung whose
-every layer settled and kept the target, with the whole frontier.
+masked model must keep on held-out data (``agreement``), fits DiffMask at the
+middle of a short ladder of eps values, then walks looser while the rungs keep
+the target (or tighter until one does), each fit warm-started from the one
+before, scores each rung on the held-out batches the fits never see, and
+returns the sparsest rung whose every layer settled and kept the target, with
+the frontier it walked.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from captum_diffmask.diffmask.constrained.convergence import SETTLED
 
 #: The default ladder, in nats: from about the SST suite's tightest to the paper's SST bound.
 LADDER = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+#: The windows of the criterion a warm-started rung has to settle in.
+WARM_WINDOWS = 10
 
 
 @dataclass
@@ -98,17 +101,21 @@ def calibrate_eps(
     ladder: Sequence[float] = LADDER,
     tokenizer: Any = None,
     explainer_options: Optional[Mapping[str, Any]] = None,
+    warm_windows: int = WARM_WINDOWS,
     **fit_options: Any,
 ) -> EpsCalibration:
     r"""
     The sparsest eps on ``ladder`` whose masks keep the model's prediction on
     at least ``agreement`` of the held-out examples at every layer.
 
-    The rungs are fitted from the tightest up, each warm-started from the probe
-    of the one before; each is scored on ``held_out`` with deterministic gates
-    (:meth:`DiffMask.evaluate`). The climb stops at the first rung that misses
-    the target or whose probes do not all settle: the rung before is the
-    answer (a looser eps keeps less).
+    The middle rung is fitted first; then the walk goes looser while the rungs
+    meet the target (the last that does is the answer) or tighter until one
+    does (the first that does is the answer), each rung warm-started from the
+    probe of the one before and scored on ``held_out`` with deterministic
+    gates (:meth:`DiffMask.evaluate`). A rung meets the target when every
+    layer keeps ``agreement`` with its probe settled. A warm rung starts from a
+    trained probe, so it gets ``warm_windows`` windows of the criterion to
+    settle (the criterion's ``max_windows``), not a cold fit's budget.
 
     Args:
 
@@ -122,6 +129,8 @@ def calibrate_eps(
         tokenizer (optional): for texts, as :meth:`DiffMask.fit` takes it.
         explainer_options (mapping, optional): the constructor's other
                     arguments (``sites``, ``forward_func``, ...). Default: None
+        warm_windows (int, optional): the windows of steps a warm-started rung
+                    has to settle. Default: :data:`WARM_WINDOWS`
         **fit_options: :meth:`DiffMask.fit`'s options but ``eps`` (``layers``,
                     ``seed``, ``max_steps``, ...).
 
@@ -136,27 +145,67 @@ def calibrate_eps(
     if tokenizer is not None:
         train, held_out = text_batches(train, tokenizer), text_batches(held_out, tokenizer)
     dm = DiffMask(model, mode=mode, **dict(explainer_options or {}))
-    result, chosen = EpsCalibration(None, float(agreement)), None
-    for eps in rungs:
-        start = time.perf_counter()
-        dm.fit(train, eps=eps, **fit_options)
-        seconds = time.perf_counter() - start
-        for layer, scores in sorted(dm.evaluate(held_out, fit_options.get("layers")).items()):
-            result.frontier.append({"eps": eps, "layer": layer, "agreement": scores["agreement"], "kl": scores["kl"],
-                                    "masked": 1.0 - scores["l0"], "verdict": dm.convergence[layer]["status"],
-                                    "seconds": seconds})
-        if not result.meets(eps):
-            result.reason = _missed(result, eps, chosen)
-            break
-        chosen = (eps, copy.deepcopy(dm.probe.state_dict()), copy.deepcopy(dm.lambdas.state_dict()),
-                  copy.deepcopy(dm.convergence))
-    else:
-        result.reason = f"every rung up to eps {rungs[-1]:g} met the target: the ladder may stop too early"
-    if chosen is not None:
-        dm.restore_probe(dm.site_sizes, chosen[1], chosen[2])
-        dm.convergence = chosen[3]
-        result.eps, result.explainer = chosen[0], dm
+    result = EpsCalibration(None, float(agreement))
+    walk = _Walk(dm, train, held_out, result, fit_options, warm_windows)
+    index = (len(rungs) - 1) // 2
+    step = 1 if walk.fit(rungs[index]) else -1
+    while 0 <= index + step < len(rungs) and walk.met[-1] == (step == 1):
+        index += step
+        walk.fit(rungs[index])
+    walk.finish(rungs, step)
     return result
+
+
+class _Walk:
+    r"""The rungs :func:`calibrate_eps` fits, in order, and the probe of each
+    that meets the target."""
+
+    def __init__(self, dm: Any, train: Any, held_out: Any, result: EpsCalibration, fit_options: Mapping[str, Any],
+                 warm_windows: int) -> None:
+        if isinstance(warm_windows, bool) or not isinstance(warm_windows, int) or warm_windows < 4:
+            raise ValueError(f"warm_windows must be an int >= 4 (the criterion's patience + 1), got {warm_windows!r}")
+        self.dm, self.train, self.held_out, self.result = dm, train, held_out, result
+        self.options, self.warm_windows = dict(fit_options), warm_windows
+        self.met: List[bool] = []
+        self.kept: Dict[float, tuple] = {}
+
+    def fit(self, eps: float) -> bool:
+        r"""Fits and scores the rung ``eps``; whether it meets the target."""
+        options = dict(self.options)
+        if self.met:  # warm: the probe has learnt its ranking, a few windows settle it
+            convergence = dict(options.get("convergence") or {})
+            convergence.setdefault("max_windows", self.warm_windows)
+            options["convergence"] = convergence
+        start = time.perf_counter()
+        self.dm.fit(self.train, eps=eps, **options)
+        seconds = time.perf_counter() - start
+        for layer, scores in sorted(self.dm.evaluate(self.held_out, self.options.get("layers")).items()):
+            self.result.frontier.append({"eps": eps, "layer": layer, "agreement": scores["agreement"], "kl": scores["kl"],
+                                         "masked": 1.0 - scores["l0"], "verdict": self.dm.convergence[layer]["status"],
+                                         "seconds": seconds})
+        self.met.append(self.result.meets(eps))
+        if self.met[-1]:
+            self.kept[eps] = (copy.deepcopy(self.dm.probe.state_dict()), copy.deepcopy(self.dm.lambdas.state_dict()),
+                              copy.deepcopy(self.dm.convergence))
+        return self.met[-1]
+
+    def finish(self, rungs: Sequence[float], step: int) -> None:
+        r"""The answer (the sparsest rung that met the target), its probe
+        restored, and the reason."""
+        result, result_rungs = self.result, self.result.rungs()
+        chosen = max(self.kept) if self.kept else None
+        if chosen is None:
+            result.reason = _missed(result, result_rungs[0], None)
+            return
+        looser = [eps for eps in result_rungs if eps > chosen]
+        if looser:
+            result.reason = _missed(result, looser[0], (chosen,))
+        else:
+            result.reason = f"every rung up to eps {rungs[-1]:g} met the target: the ladder may stop too early"
+        probe, lambdas, convergence = self.kept[chosen]
+        self.dm.restore_probe(self.dm.site_sizes, probe, lambdas)
+        self.dm.convergence = convergence
+        result.eps, result.explainer = chosen, self.dm
 
 
 def _checked(agreement: float, ladder: Sequence[float], fit_options: Mapping[str, Any]) -> List[float]:

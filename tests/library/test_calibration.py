@@ -16,14 +16,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConverg
 SCRIPT = {0.01: (1.0, "converged"), 0.1: (0.97, "needed"), 1.0: (0.90, "converged"), 10.0: (0.5, "converged")}
 
 
+class _Fitted(list):
+    r"""The rungs fitted, in order, and the options each fit was given (``given``)."""
+
+
 @pytest.fixture
 def scripted(monkeypatch):
     r"""DiffMask.fit and evaluate replaced by a script: each fit marks its probe
     with its eps (the first baseline's first value), so the restored probe says
     which rung it is."""
-    fitted = []
+    fitted = _Fitted()
+    given = []
 
     def fit(self, data, eps, **options):
+        given.append(options)
         if self.probe is None:
             self.site_sizes = {name: 32 for name in ["input"] + [f"hidden.{k}" for k in range(3)]}
             self._make_modules()
@@ -40,19 +46,29 @@ def scripted(monkeypatch):
 
     monkeypatch.setattr(DiffMask, "fit", fit)
     monkeypatch.setattr(DiffMask, "evaluate", evaluate)
+    fitted.given = given
     return fitted
 
 
 def test_the_sparsest_rung_that_keeps_the_target_is_chosen_and_its_probe_restored(scripted):
     result = calibrate_eps(tiny_bert(), [], [], agreement=0.95, ladder=(10.0, 0.1, 1.0, 0.01))
-    assert scripted == [0.01, 0.1, 1.0]  # tightest first; the climb stops at the first miss
+    assert scripted == [0.1, 1.0]  # the middle first, cold; the climb stops at the first miss
+    # the warm rung settles within a few of the criterion's windows, not a cold fit's budget
+    assert "convergence" not in scripted.given[0] and scripted.given[1]["convergence"] == {"max_windows": 10}
     assert result.eps == 0.1 and result.meets(0.1) and not result.meets(1.0)
     assert next(result.explainer.probe.parameters()).view(-1)[0].item() == pytest.approx(0.1)
     assert result.explainer.convergence[0]["status"] == "needed"
     assert "eps 0.1 is the sparsest rung" in result.reason and "agreement below 0.95" in result.reason
-    assert result.rungs() == [0.01, 0.1, 1.0] and len(result.frontier) == 3 * 3
+    assert result.rungs() == [0.1, 1.0] and len(result.frontier) == 2 * 3
     assert {r["masked"] for r in result.frontier if r["eps"] == 1.0} == {0.5}
     assert json.loads(json.dumps(result.to_dict()))["eps"] == 0.1
+
+
+def test_a_middle_rung_that_misses_walks_tighter_to_the_first_that_meets(scripted):
+    result = calibrate_eps(tiny_bert(), [], [], agreement=0.98, ladder=(0.01, 0.1, 1.0, 10.0))
+    assert scripted == [0.1, 0.01] and result.eps == 0.01
+    assert next(result.explainer.probe.parameters()).view(-1)[0].item() == pytest.approx(0.01)
+    assert result.reason.startswith("eps 0.01 is the sparsest rung that meets the target; the next, eps 0.1, misses it")
 
 
 def test_no_rung_that_meets_the_target_says_so_and_unsettled_rungs_do_not_count(scripted):
@@ -75,6 +91,8 @@ def test_clear_errors_name_the_argument():
         calibrate_eps(model, [], [], ladder=(0.0, 0.1))
     with pytest.raises(ValueError, match="give ladder="):
         calibrate_eps(model, [], [], eps=0.1)
+    with pytest.raises(ValueError, match="warm_windows must be an int >= 4"):
+        calibrate_eps(model, [], [], warm_windows=2)
 
 
 def test_a_real_ladder_on_a_tiny_bert_scores_every_rung_on_the_held_out_batches(tmp_path):
