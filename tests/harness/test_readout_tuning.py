@@ -5,6 +5,7 @@ prediction, takes the largest beta left and at it the lowest held-out objective.
 import json
 
 import pytest
+import torch
 
 from benchmarks.studies import readout_tuning
 
@@ -60,3 +61,21 @@ def test_an_out_file_of_another_suite_is_refused(tmp_path):
         readout_tuning.tune(out, [1e-3], 10, 0, False, suite="sst-erasure")
     with pytest.raises(SystemExit):
         readout_tuning.main(["--out", str(out), "--hold-out", "1"])
+
+
+def test_information_costs_capacity_that_falls_with_the_share_let_through(monkeypatch):
+    from benchmarks.tasks.sst_bert import EncodedSST
+    from tiny_models import sensitized, tiny_bert, token_batch
+
+    ids, mask = token_batch(batch=12, length=7, seed=2)
+    data = EncodedSST(ids, mask, ids[:, 0] % 3, torch.zeros_like(ids), [None] * 12)
+    model = sensitized(tiny_bert())
+    setup = (model, data, {"batch_size": 4}, {"sites": lambda: None, "padding_mask_arg": "auto"}, {})
+    monkeypatch.setitem(readout_tuning.SUITES, "tiny", lambda seed, verbose: setup)
+    rows = readout_tuning.information_cost("tiny", hold_out=2, seed=0)
+    assert [r["lambda"] for r in rows] == list(readout_tuning.UNIFORM_LAMBDAS) and rows[0]["sentences"] == 6
+    assert rows[0]["agreement"] == 1.0  # every element let through: the model itself
+    capacities = [r["capacity"] for r in rows]
+    assert capacities == sorted(capacities, reverse=True) and capacities[-1] == 0.0 and capacities[0] > 100
+    assert rows[1]["beta_capacity"] == pytest.approx(10.0 / 32 * rows[1]["capacity"])
+    assert "| 0.5 |" in readout_tuning.information_table(rows)
