@@ -188,6 +188,18 @@ def information_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _information_reading(rows: Sequence[Mapping[str, Any]]) -> str:
+    r"""What the information table says, in one sentence from its rows."""
+    by = {r["lambda"]: r for r in rows}
+    if 0.9 not in by or 0.0 not in by:
+        return ""
+    gain = by[0.0]["predicted"] - by[0.9]["predicted"]
+    return (f"Letting every element through at 0.9 keeps {by[0.9]['agreement']:.0%} of the predictions and lowers the "
+            f"task's loss by {gain:.2f} nats against letting nothing through, and costs {by[0.9]['beta_capacity']:.1f} "
+            "nats at IBA's beta: at that beta the objective's optimum lets almost nothing through, and what a network "
+            "keeps is no evidence of what the model uses.")
+
+
 def read_lines(path: Path) -> List[Dict[str, Any]]:
     r"""The JSON lines of ``path`` (none when it does not exist)."""
     if not path.exists():
@@ -316,7 +328,8 @@ def report(lines: Sequence[Mapping[str, Any]], lines_path: Path, markdown: Path)
                  "sentences: the task's negative log-likelihood of a class drawn from the model and of its "
                  "prediction, the share of predictions kept, and the capacity (nats per token) with IBA's "
                  "weight on it. A network pays the capacity where it lets information through and gains the "
-                 "task's drop.", "", information_table(json.loads(information.read_text())), ""]
+                 "task's drop.", "", information_table(json.loads(information.read_text())), "",
+                 _information_reading(json.loads(information.read_text())), ""]
     return "\n".join(text)
 
 
