@@ -14,8 +14,10 @@ through :func:`captum_diffmask.attribute_generation`) and the figures.
 The package: :mod:`.orchestration` (its run and report) and :mod:`.extras` (the scoring, the first seed's extras and figures).
 """
 
+from benchmarks.suites.toy_lm.extras import position_groups
 from benchmarks.suites.toy_lm.orchestration import (
     checks, DEFAULTS, DESCRIPTION, extra_sections, load_decoder, METRICS, notes, QUICK, run,
 )
 
-__all__ = ["DEFAULTS", "DESCRIPTION", "METRICS", "QUICK", "checks", "extra_sections", "load_decoder", "notes", "run"]
+__all__ = ["DEFAULTS", "DESCRIPTION", "METRICS", "QUICK", "checks", "extra_sections", "load_decoder", "notes",
+           "position_groups", "run"]
