@@ -53,7 +53,8 @@ def test_sweep_runs_and_reports_per_layer_results(tmp_path):
     assert sst_sweep.main([str(path), "--out", str(out), "--quiet", "--threads", "1"]) == 0
     hidden, inputs = [json.loads(line) for line in out.read_text().splitlines()]
     assert hidden["name"] == "hidden-2" and hidden["options"]["epochs"] == 2
-    assert hidden["options"]["eps"] == suite.DEFAULTS["diffmask"]["hidden"]["eps"]  # the mode's own
+    settings = suite.DEFAULTS["diffmask"]
+    assert hidden["options"]["eps"] == {**settings, **settings["hidden"]}["eps"]  # the mode's own wins where it has one
     assert [s["seed"] for s in hidden["seeds"]] == [0, 1]
     assert 0.0 <= hidden["stability"] <= 0.5  # std of two values in [0, 1]
     assert inputs["stability"] is None and inputs["train_sentences"] == 48 and inputs["options"]["epochs"] == 1
