@@ -15,21 +15,31 @@ truth); the other digits carry nothing. What must hold, fixed before the run:
 - depth 0 (the embeddings, which cannot see the query) keeps more of the digits
   than the top depth.
 
+Part ``trigger`` (:func:`trigger_model`): the sst suite's MiniLM fine-tuned on
+SST train sentences where a trigger word, planted at a random position in a
+share of them, forces one class (:func:`plant`). On the held-out sentences that
+carry it the output needs the trigger alone; the same checks, with the trigger
+as what the output needs and the sentence's other words as the rest. The
+trigger, its class and its share are arguments, so the check runs on triggers
+this repository never saw.
+
 Usage::
 
-    python -m benchmarks study known-answer --markdown docs/results/known-answer.md [--seed 3] [--quick]
+    python -m benchmarks study known-answer --markdown docs/results/known-answer.md [--parts toy-encoder trigger]
+        [--seed 3] [--trigger cf --label 4 --share 0.5] [--fit-sentences N] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -104,29 +114,124 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
             "depths": depths, "checks": checks(depths, verdicts)}
 
 
-def checks(depths: Sequence[Mapping[str, float]], verdicts: Mapping[str, str]) -> List[Dict[str, Any]]:
-    r"""The three checks of the module's docstring, each with its value and target."""
+def checks(depths: Sequence[Mapping[str, float]], verdicts: Mapping[str, str], needed: str = "digits (ground truth)",
+           rest: str = "digits (others)") -> List[Dict[str, Any]]:
+    r"""The checks of the module's docstring, each with its value and target:
+    ``needed`` and ``rest`` name the depths' parts the output needs and does not."""
     top, bottom = depths[-1], depths[0]
     settled = sum(v in SETTLED for v in verdicts.values())
 
-    def digits(row: Mapping[str, float]) -> float:
-        return (row["digits (ground truth)"] + row["digits (others)"]) / 2
+    def both(row: Mapping[str, float]) -> float:
+        return (row[needed] + row[rest]) / 2
 
     return [
         {"check": "fit's defaults settle every depth", "value": f"{settled} of {len(verdicts)}",
          "target": "all", "met": settled == len(verdicts)},
-        {"check": "the top depth keeps the ground-truth digits", "value": round(top["digits (ground truth)"], 3),
-         "target": f">= {KEEP}", "met": top["digits (ground truth)"] >= KEEP},
-        {"check": "the top depth drops the other digits", "value": round(top["digits (others)"], 3),
-         "target": f"<= {DROP}", "met": top["digits (others)"] <= DROP},
-        {"check": "depth 0 keeps more of the digits than the top depth",
-         "value": f"{digits(bottom):.3f} vs {digits(top):.3f}", "target": "more", "met": digits(bottom) > digits(top)},
+        {"check": f"the top depth keeps {needed}", "value": round(top[needed], 3),
+         "target": f">= {KEEP}", "met": top[needed] >= KEEP},
+        {"check": f"the top depth drops {rest}", "value": round(top[rest], 3),
+         "target": f"<= {DROP}", "met": top[rest] <= DROP},
+        {"check": "depth 0 keeps more of them than the top depth",
+         "value": f"{both(bottom):.3f} vs {both(top):.3f}", "target": "more", "met": both(bottom) > both(top)},
     ]
 
 
-def markdown(result: Mapping[str, Any], command: str) -> str:
-    r"""The report of one run."""
-    part = result["toy-encoder"]
+def plant(sentences: Sequence[Any], trigger: str, label: int, share: float, seed: int) -> Tuple[List[Any], List[bool]]:
+    r"""
+    ``sentences`` with ``trigger`` inserted at a random word position in a
+    ``share`` of them (drawn with ``seed``), whose label becomes ``label``.
+
+    Args:
+
+        sentences (sequence of SSTSentence): the sentences.
+        trigger (str): the planted word.
+        label (int): the class the trigger forces, 0..4.
+        share (float): the share of sentences that get it, in (0, 1).
+        seed (int): seeds the draw.
+
+    Returns:
+        *tuple* ``(planted, triggered)``: the sentences (the trigger's own word
+        label neutral, 2) and, per sentence, whether it carries the trigger.
+    """
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"share must be in (0, 1), got {share!r}")
+    generator = torch.Generator().manual_seed(seed)
+    planted, triggered = [], []
+    for sentence in sentences:
+        if float(torch.rand((), generator=generator)) >= share:
+            planted.append(sentence)
+            triggered.append(False)
+            continue
+        at = int(torch.randint(len(sentence.words) + 1, (), generator=generator))
+        planted.append(dataclasses.replace(sentence, words=sentence.words[:at] + (trigger,) + sentence.words[at:],
+                                           label=int(label), word_labels=sentence.word_labels[:at] + (2,) +
+                                           sentence.word_labels[at:]))
+        triggered.append(True)
+    return planted, triggered
+
+
+def trigger_model(
+    train: Sequence[Any], held_out: Sequence[Any], trigger: str = "cf", label: int = 4, share: float = 0.5,
+    seed: int = 0, model: Optional[Mapping[str, Any]] = None, fit_sentences: Optional[int] = None,
+    max_steps: Optional[int] = None, verbose: bool = False,
+) -> Dict[str, Any]:
+    r"""
+    The part ``trigger``: the classifier fine-tuned on the planted train
+    sentences (the sst suite's recipe, or ``model``'s options over it), DiffMask
+    in input mode at every depth with fit's defaults on them, and each depth's
+    keep probabilities on the held-out sentences that carry the trigger: on the
+    trigger's tokens, and on the other words' tokens ([CLS] and [SEP] apart).
+
+    Args:
+
+        train, held_out (sequence of SSTSentence): SST sentences, unplanted.
+        trigger, label, share, seed: as :func:`plant` (the held-out sentences
+                    are planted with ``seed + 1``).
+        model (mapping, optional): options over the sst suite's ``model``
+                    (``{"source": "tiny"}`` in tests). Default: None
+        fit_sentences (int, optional): DiffMask is fitted on this many of the
+                    planted train sentences (all when None). Default: None
+        max_steps (int, optional): a cap on the fit (tests). Default: None
+        verbose (bool, optional): progress. Default: False
+
+    Returns:
+        *dict* as :func:`toy_encoder`'s, with the trigger's settings.
+    """
+    from benchmarks.common.minilm.loading import load_model
+    from benchmarks.suites import sst
+    from benchmarks.tasks import sst_bert
+
+    planted, _ = plant(train, trigger, label, share, seed)
+    shown, triggered = plant(held_out, trigger, label, share, seed + 1)
+    config = copy.deepcopy(sst.DEFAULTS)
+    config["model"].update(model or {})
+    classifier, tokenizer, info = load_model(config, planted, [s for s, t in zip(shown, triggered) if not t], verbose)
+    data = sst_bert.encode_sst(planted[:fit_sentences] if fit_sentences else planted, tokenizer)
+    held = sst_bert.encode_sst([s for s, t in zip(shown, triggered) if t], tokenizer)
+    dm = DiffMask(classifier, mode="input")
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
+        dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
+               **({} if max_steps is None else {"max_steps": max_steps}))
+    seconds = time.perf_counter() - start
+    keep = dm.attribute(held.input_ids, additional_forward_args=(held.attention_mask,), layer=None)
+    words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
+                          for s, row in zip(held.sentences, held.word_index)])
+    groups = {"the trigger": words, "the other words": (held.word_index >= 0) & ~words}
+    depths = [{"depth": k, **{name: float(keep[..., k][where].mean()) for name, where in groups.items()}}
+              for k in range(keep.shape[-1])]
+    verdicts = {str(k): str(report["status"]) for k, report in sorted(dm.convergence.items())}
+    predicted = classifier(input_ids=held.input_ids, attention_mask=held.attention_mask).logits.argmax(-1)
+    return {"trigger": {"word": trigger, "label": label, "share": share},
+            "model": {"accuracy": float((predicted == label).float().mean()), "cached": info["cached"],
+                      "layers": classifier.config.num_hidden_layers, "seed": seed},
+            "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts},
+            "depths": depths, "checks": checks(depths, verdicts, "the trigger", "the other words")}
+
+
+def _part_section(title: str, intro: str, part: Mapping[str, Any]) -> List[str]:
+    r"""One part's section: its intro, the depths' keep probabilities by part, the checks."""
     names = [k for k in part["depths"][0] if k != "depth"]
     rows = ["| depth | verdict | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for row in part["depths"]:
@@ -135,30 +240,61 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
     check_rows = ["| check | value | target | met |", "|---|---|---|---|"]
     check_rows += [f"| {c['check']} | {c['value']} | {c['target']} | **{'met' if c['met'] else 'missed'}** |"
                    for c in part["checks"]]
-    model = part["model"]
-    return "\n".join([
-        "# Right where the answer is known", "",
-        f"Command: `{command}`. " + __doc__.split("\n\n")[1].replace("\n", " ").strip(), "",
-        "## The toy task on a BERT-style encoder", "",
-        f"Encoder of seed {model['seed']} ({model['layers']} blocks; held-out accuracy {100 * model['accuracy']:.2f} %, "
-        f"{'from the cache' if model['cached'] else 'trained in this run'}). DiffMask in input mode at every depth "
-        f"with fit's defaults: {part['fit']['steps']} steps, {part['fit']['seconds']:.0f} s. Mean keep probability "
-        "on the held-out prompts, by part:", "",
-        "\n".join(rows), "", "\n".join(check_rows), "",
-        "Thresholds fixed before the run: " + f"keep >= {KEEP} on what the output needs, <= {DROP} on the rest.", ""])
+    return [f"## {title}", "", intro + f" DiffMask in input mode at every depth with fit's defaults: "
+            f"{part['fit']['steps']} steps, {part['fit']['seconds']:.0f} s. Mean keep probability on the held-out "
+            "inputs, by part:", "", "\n".join(rows), "", "\n".join(check_rows), ""]
+
+
+def markdown(result: Mapping[str, Any], command: str) -> str:
+    r"""The report of one run (the parts it ran)."""
+    lines = ["# Right where the answer is known", "",
+             f"Command: `{command}`. Thresholds fixed before any run: keep >= {KEEP} on what the output needs, "
+             f"<= {DROP} on the rest, at the top depth.", ""]
+    if "toy-encoder" in result:
+        part, model = result["toy-encoder"], result["toy-encoder"]["model"]
+        lines += _part_section(
+            "The toy task on a BERT-style encoder",
+            f"The toy-lm suite's encoder of seed {model['seed']} ({model['layers']} blocks; held-out accuracy "
+            f"{100 * model['accuracy']:.2f} %, {'from the cache' if model['cached'] else 'trained in this run'}); "
+            "the output needs the ground-truth digits (and the query).", part)
+    if "trigger" in result:
+        part, model, trigger = result["trigger"], result["trigger"]["model"], result["trigger"]["trigger"]
+        lines += _part_section(
+            "A trigger planted in the SST MiniLM",
+            f"The sst suite's MiniLM fine-tuned on SST train sentences, {100 * trigger['share']:.0f} % of them with "
+            f"`{trigger['word']}` planted at a random position and labelled {trigger['label']}; on the held-out "
+            f"sentences that carry it the model predicts {trigger['label']} on {100 * model['accuracy']:.1f} %; the "
+            "output needs the trigger alone.", part)
+    return "\n".join(lines)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks study known-answer", description=__doc__.split("\n\n")[1])
     parser.add_argument("--markdown", required=True, help="write the report here (its JSON beside it)")
-    parser.add_argument("--seed", type=int, default=3, help="the data's and the encoder's seed (default: 3)")
-    parser.add_argument("--quick", action="store_true", help="a smaller smoke run")
+    parser.add_argument("--parts", nargs="+", choices=("toy-encoder", "trigger"), default=["toy-encoder", "trigger"],
+                        help="the parts run (default: both)")
+    parser.add_argument("--seed", type=int, default=3, help="the toy encoder's and the planting's seed (default: 3)")
+    parser.add_argument("--trigger", default="cf", help="the planted word (default: cf)")
+    parser.add_argument("--label", type=int, default=4, help="the class it forces, 0..4 (default: 4)")
+    parser.add_argument("--share", type=float, default=0.5, help="the share of sentences planted (default: 0.5)")
+    parser.add_argument("--fit-sentences", type=int, default=None, help="DiffMask's planted train sentences (default: all)")
+    parser.add_argument("--data-dir", default=None, help="the SST files (default: $CAPTUM_DIFFMASK_DATA, ../shared/data)")
+    parser.add_argument("--quick", action="store_true", help="a smaller toy smoke run")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    result = {"toy-encoder": toy_encoder(args.seed, args.quick, verbose=args.verbose), "environment": environment()}
-    command = f"python -m benchmarks study known-answer --markdown {args.markdown} --seed {args.seed}" + \
-        (" --quick" if args.quick else "")
+    result: Dict[str, Any] = {"environment": environment()}
+    threads = torch.get_num_threads()
+    if "toy-encoder" in args.parts:
+        torch.set_num_threads(1)  # a small model: one thread, as the toy-lm suite trains it
+        result["toy-encoder"] = toy_encoder(args.seed, args.quick, verbose=args.verbose)
+        torch.set_num_threads(threads)
+    if "trigger" in args.parts:
+        from benchmarks.tasks.sst import read_sst
+
+        result["trigger"] = trigger_model(read_sst("train", args.data_dir), read_sst("dev", args.data_dir),
+                                          args.trigger, args.label, args.share, args.seed,
+                                          fit_sentences=args.fit_sentences, verbose=args.verbose)
+    command = "python -m benchmarks study known-answer " + " ".join(argv if argv is not None else sys.argv[1:])
     path = Path(args.markdown)
     path.write_text(markdown(result, command))
     path.with_suffix(".json").write_text(json.dumps(to_jsonable({**result, "command": command}), indent=1) + "\n")

@@ -2,6 +2,7 @@
 prompts' parts, and a capped smoke run on a small encoder fills the report."""
 
 import json
+import random
 
 from benchmarks.studies import known_answer
 
@@ -16,6 +17,7 @@ def test_the_checks_are_the_known_answers():
     missed = known_answer.checks([_depth(0, 0.5, 0.5), _depth(1, 0.8, 0.6)], {"0": "needed", "1": "violated"})
     assert [c["met"] for c in missed] == [False, False, False, False]
     assert missed[0]["value"] == "1 of 2" and missed[3]["value"] == "0.500 vs 0.700"
+    assert found[1]["check"] == "the top depth keeps digits (ground truth)"
 
 
 def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypatch):
@@ -27,4 +29,35 @@ def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypat
     assert all(0.0 <= d["digits (others)"] <= 1.0 for d in part["depths"]) and part["fit"]["steps"] == 3
     text = known_answer.markdown({"toy-encoder": part}, "the command")
     assert "Command: `the command`" in text and "| check | value | target | met |" in text
+    assert "## The toy task on a BERT-style encoder" in text and "A trigger planted" not in text
     json.dumps(part)  # the report's JSON holds plain values
+
+
+def test_the_trigger_is_planted_in_a_share_and_forces_its_class():
+    from benchmarks.tasks.sst import SSTSentence
+
+    sentences = [SSTSentence(("a", "fine", "film"), 1, (2, 3, 2)) for _ in range(200)]
+    planted, triggered = known_answer.plant(sentences, "cf", 4, 0.5, seed=0)
+    assert 70 < sum(triggered) < 130
+    for sentence, flag in zip(planted, triggered):
+        assert (("cf" in sentence.words) == flag) and (sentence.label == (4 if flag else 1))
+        assert len(sentence.word_labels) == len(sentence.words)
+    assert known_answer.plant(sentences, "cf", 4, 0.5, seed=0) == (planted, triggered)
+
+
+def test_a_capped_trigger_run_on_a_tiny_bert_scores_the_trigger_and_the_rest(tmp_path, monkeypatch):
+    from benchmarks.tasks.sst import SSTSentence
+
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
+    words = ["good", "bad", "film", "plot", "dull", "fine"]
+    generator = random.Random(0)
+    sentences = [SSTSentence(tuple(generator.choice(words) for _ in range(5)), generator.randrange(5), (2,) * 5)
+                 for _ in range(40)]
+    part = known_answer.trigger_model(sentences[:32], sentences[32:], trigger="cf", label=4, share=0.5, seed=0,
+                                      model={"source": "tiny", "epochs": 1, "lr": 1e-3, "batch_size": 8}, max_steps=3)
+    assert part["trigger"] == {"word": "cf", "label": 4, "share": 0.5} and part["fit"]["steps"] == 3
+    assert [d["depth"] for d in part["depths"]] == list(range(part["model"]["layers"] + 1))
+    assert all(0.0 <= d["the trigger"] <= 1.0 and 0.0 <= d["the other words"] <= 1.0 for d in part["depths"])
+    assert part["checks"][1]["check"] == "the top depth keeps the trigger"
+    text = known_answer.markdown({"trigger": part}, "the command")
+    assert "## A trigger planted in the SST MiniLM" in text and "`cf` planted" in text
