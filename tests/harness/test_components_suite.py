@@ -174,6 +174,7 @@ def test_a_tiny_sst_run_counts_heads_per_block_for_both_masks(tmp_path):
         "diffmask": {"validation_sentences": 24}, "cache": False},
         "train_sentences": 32, "eval_sentences": 8, "batch_size": 8, "max_steps": 10, "figure_sentences": 2}}
     results = runner.run_suite("components", tmp_path, overrides=overrides, verbose=False)
+    assert results["chosen_on"]["amortised DiffMask's variant"]["on"] == "development"
     sst = results["sst"]
     assert sst["train_sentences"] == 32 and sst["eval_sentences"] == 8
     for name in ("DiffMask", "per-task mask"):

@@ -4,11 +4,30 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from benchmarks.suites.sst import CHOSEN_ON as SST_CHOSEN_ON
+
 DESCRIPTION = (
     "components: amortised DiffMask over heads and MLP units, the per-task mask and attribution patching, "
     "scored against the components tracr's compiled programs use (ROC AUC per input), and the heads per layer "
     "each SST sentence needs on the fine-tuned MiniLM; figures and cost"
 )
+
+
+#: What each choice was made on (never the programs and SST sentences scored):
+#: ``development`` is the development programs (palindrome, sort_desc,
+#: reverse_sorted, sort_freq_asc), which are not the scored ones.
+CHOSEN_ON: Dict[str, Dict[str, str]] = {
+    "amortised DiffMask's variant": {
+        "on": "development", "why": "the joint mask, the L0 gradient floor 0.1, lr 1e-3 and the heads' score "
+                                    "gradient, chosen on the development programs "
+                                    "(docs/results/components-dev-joint.md, components-dev-score.md)"},
+    "per-task lr": {"on": "rule", "why": "0.03: under Adam a bias moves about lr a step, and fit's 3e-3 moves the "
+                                         "per-task mask's too slowly (docs/guide/components.md)"},
+    "SST heads' options": {"on": "train", "why": "the joint masks and the multipliers' ceiling 2 000, on held-out SST "
+                                                 "train sentences (docs/results/components-sst-per-task.md)"},
+    "SST model epoch": SST_CHOSEN_ON["model epoch"],
+    "SST eps": SST_CHOSEN_ON["eps"],
+}
 
 DEFAULTS: Dict[str, Any] = {
     # every method at the first seed; the variants of amortised DiffMask (below) at
