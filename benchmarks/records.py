@@ -203,6 +203,15 @@ def from_json_number(value: Any) -> float:
     return float(value)
 
 
+def read_json_lines(path: Union[str, os.PathLike]) -> List[Dict[str, Any]]:
+    r"""The JSON lines of ``path`` (a study's appended records), none when it
+    does not exist; blank lines skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def write_json(results: Mapping[str, Any], path: Union[str, os.PathLike]) -> None:
     r"""Writes ``results`` as strict JSON (no bare ``Infinity``/``NaN``)."""
     with open(path, "w", encoding="utf-8") as handle:

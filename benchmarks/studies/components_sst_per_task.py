@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from benchmarks.common.minilm.loading import load_bench
-from benchmarks.records import to_jsonable
+from benchmarks.records import read_json_lines, to_jsonable
 from benchmarks.report import fmt, table
 from benchmarks.runner import limit_onednn_cache, merge
 from benchmarks.suites.components import DEFAULTS, fit_arguments, quiet_warnings, score_heads, spread, sst_config
@@ -142,7 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{record['name']}: {record['verdict']} after {record['steps']} steps, held-out KL "
               f"{record['held_out']['kl']:.4f} with {record['held_out']['heads_kept']:.0f} heads", flush=True)
     if args.markdown:
-        records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+        records = read_json_lines(out)
         command = "python -m benchmarks study components-sst-per-task " + " ".join(
             argv if argv is not None else sys.argv[1:])
         Path(args.markdown).write_text(markdown(records, command), encoding="utf-8")

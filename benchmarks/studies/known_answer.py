@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.records import environment, to_jsonable
+from benchmarks.runner import merge
 from benchmarks.suites import toy_lm
 from benchmarks.suites.toy import seed_data
 from benchmarks.tasks.toy_lm import decoder_accuracy, encode_toy
@@ -64,13 +65,6 @@ ENCODER = {"model": {"architecture": "encoder"}}
 QUICK = {"data": {"num_examples": 3000}, "model": {"epochs": 2}}
 
 
-def _merged(base: Mapping[str, Any], change: Mapping[str, Any]) -> Dict[str, Any]:
-    out = copy.deepcopy(dict(base))
-    for key, value in change.items():
-        out[key] = _merged(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
-    return out
-
-
 def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None, verbose: bool = False) -> Dict[str, Any]:
     r"""
     The part ``toy-encoder``: the encoder trained (or from the cache), DiffMask
@@ -89,9 +83,9 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
         seconds, verdicts), ``depths`` (per depth the mean keep probability of
         each part) and ``checks`` (name, value, target, met).
     """
-    config = _merged(toy_lm.DEFAULTS, ENCODER)
+    config = merge(toy_lm.DEFAULTS, ENCODER)
     if quick:
-        config = _merged(config, QUICK)
+        config = merge(config, QUICK)
     train_data, valid_data = seed_data(config, seed)
     digits = int(config["data"]["vocab_size"])
     train, valid = encode_toy(train_data, digits), encode_toy(valid_data, digits)

@@ -42,7 +42,7 @@ import torch
 
 from benchmarks.common.minilm import loading as sst_loading
 from benchmarks.methods import MethodContext, prepare
-from benchmarks.records import to_jsonable
+from benchmarks.records import read_json_lines, to_jsonable
 from benchmarks.suites import sst, sst_erasure
 from benchmarks.tasks.sst.classifier import sst_sites
 from captum_diffmask.methods.bottleneck import capacity_nats, noisy_state
@@ -201,10 +201,8 @@ def _information_reading(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def read_lines(path: Path) -> List[Dict[str, Any]]:
-    r"""The JSON lines of ``path`` (none when it does not exist)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    r"""The JSON lines of a tuning file (none when it does not exist)."""
+    return read_json_lines(path)
 
 
 def choose(lines: Sequence[Mapping[str, Any]], target: Optional[str] = None) -> Optional[Mapping[str, Any]]:

@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import torch
 
-from benchmarks.records import to_jsonable
+from benchmarks.records import read_json_lines, to_jsonable
 from benchmarks.runner import merge
 from benchmarks.suites import sst_erasure
 from benchmarks.suites.sst_erasure import (
@@ -105,9 +105,7 @@ def tune(spec: Mapping[str, Any], out: Path, sentences: int, seed: int, verbose:
 
 def read_lines(path: Path) -> List[Dict[str, Any]]:
     r"""The JSON lines of a tuning file (none when it does not exist)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_json_lines(path)
 
 
 def choose(

@@ -4,7 +4,6 @@ seed), the figure, and the results."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -23,6 +22,7 @@ from benchmarks.tasks.sst import SSTData, sst_sites
 
 from benchmarks.methods import MethodContext
 from benchmarks.progress import bar, error_text, log
+from benchmarks.records import read_json_lines
 from benchmarks.suites.sst_erasure.attributions import (
     MaskedPredictor, MaskRun, run_erasure, run_mask_method, run_scoring_method,
 )
@@ -82,7 +82,7 @@ def _tuning(config: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     path = Path(__file__).resolve().parents[3] / str(config.get("tuning_lines") or "")
     if not config.get("tuning_lines") or not path.is_file():
         return None
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = read_json_lines(path)
     return tuning_budget(lines, [name for name in MASK_METHODS if any(line["row"] == name for line in lines)])
 
 
