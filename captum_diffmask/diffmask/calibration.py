@@ -152,7 +152,7 @@ def calibrate_eps(
     while 0 <= index + step < len(rungs) and walk.met[-1] == (step == 1):
         index += step
         walk.fit(rungs[index])
-    walk.finish(rungs, step)
+    walk.finish(rungs)
     return result
 
 
@@ -189,7 +189,7 @@ class _Walk:
                               copy.deepcopy(self.dm.convergence))
         return self.met[-1]
 
-    def finish(self, rungs: Sequence[float], step: int) -> None:
+    def finish(self, rungs: Sequence[float]) -> None:
         r"""The answer (the sparsest rung that met the target), its probe
         restored, and the reason."""
         result, result_rungs = self.result, self.result.rungs()
