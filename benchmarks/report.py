@@ -235,6 +235,27 @@ def notes_section(notes: Sequence[str]) -> List[str]:
     return ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
 
 
+#: What a choice's ``on`` means, for the reports.
+CHOSEN_ON_KINDS = {
+    "train": "training data the fits and the scores do not use (held-out train sentences or examples)",
+    "development": "other tasks or data sets than the scored ones",
+    "rule": "a rule fixed in advance, nothing measured",
+}
+
+
+def chosen_on_section(results: Mapping[str, Any]) -> List[str]:
+    r"""``## What each choice was made on``: a row per entry of the run's
+    ``chosen_on`` (``{choice: {"on", "why"}}``); nothing when it has none."""
+    chosen = results.get("chosen_on") or {}
+    if not chosen:
+        return []
+    kinds = "; ".join(f"`{kind}`: {text}" for kind, text in CHOSEN_ON_KINDS.items())
+    rows = [[choice, f"`{entry.get('on')}`", entry.get("why", "")] for choice, entry in chosen.items()]
+    return ["## What each choice was made on", "",
+            f"No choice below was made on what this report scores. {kinds[0].upper()}{kinds[1:]}.", "",
+            table(["choice", "made on", "how"], rows), ""]
+
+
 def configuration_section(config: Mapping[str, Any]) -> List[str]:
     r"""The run's configuration as a JSON block."""
     return ["## Configuration", "", "```json", json.dumps(to_jsonable(config), indent=2), "```", ""]
@@ -311,6 +332,7 @@ def write_report(results: Mapping[str, Any], path: Union[str, "os.PathLike[str]"
     for section in (checks_section, failures_section, figures_section):
         lines += section(results)
     lines += notes_section(results.get("notes") or [])
+    lines += chosen_on_section(results)
     lines += per_seed_section(results)
     lines += configuration_section(config)
     lines += environment_section(env)

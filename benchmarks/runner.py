@@ -199,6 +199,9 @@ def run_suite(
         "json_conventions": JSON_CONVENTIONS,
         **results,
     }
+    if getattr(suite, "CHOSEN_ON", None):
+        # what every choice of the configuration was made on, as the suite declares it
+        results["chosen_on"] = suite.CHOSEN_ON
     json_path = out_dir / f"{stem or 'results'}.json"
     write_json(results, json_path)
     writer = getattr(suite, "write_report", None) or write_report

@@ -1,5 +1,6 @@
 """The benchmark harness: a tiny toy run end to end, and the pieces it is made of."""
 
+import dataclasses
 import json
 import math
 
@@ -97,8 +98,12 @@ def test_tiny_run_writes_report_and_figures(tiny_run):
     report = (out / "report.md").read_text()
     for name in results["methods"]:
         assert f"`{name}`" in report
-    for section in ("## Scores", "## Speed", "## Figures", "## Configuration", "## Environment", "## Reproduce"):
+    for section in ("## Scores", "## Speed", "## Figures", "## What each choice was made on", "## Configuration",
+                    "## Environment", "## Reproduce"):
         assert section in report
+    # the runner writes what the suite declares each choice was made on
+    assert results["chosen_on"] == load_suite("toy").CHOSEN_ON
+    assert "| model epoch | `train` |" in report
     assert "0.27" in report and "0.18" in report  # the paper's numbers beside ours
     files = [figure["file"] for figure in results["figures"]]
     assert files == ["figures/toy_attributions.png", "figures/toy_hidden_states.png"]
@@ -261,3 +266,22 @@ def test_set_options_become_overrides_and_unknown_settings_are_refused():
         parse_settings(["fit={optimizer: rmsprop}"])
     with pytest.raises(ValueError, match="overrides: fits is not a setting of this suite"):
         build_config(load_suite("toy-robustness"), overrides={"fits": {}})
+
+
+def test_a_toy_model_is_not_chosen_on_the_held_out_set_it_is_scored_on():
+    from benchmarks.suites.toy import load_toy_model, seed_data, stopping_data
+
+    config = build_config(load_suite("toy"), True, None, None,
+                          {"data": {"num_examples": 600, "stopping_examples": 200}, "model": {"epochs": 3},
+                           "cache": False})
+    train, valid = seed_data(config, 0)
+    flipped = dataclasses.replace(valid, labels=1 - valid.labels)  # a held-out set that would pick other epochs
+    first, info = load_toy_model(config, 0, train, valid, verbose=False)
+    second, flipped_info = load_toy_model(config, 0, train, flipped, verbose=False)
+    for name, tensor in first.state_dict().items():
+        assert torch.equal(tensor, second.state_dict()[name]), name
+    # the accuracy reported is the held-out set's, the stopping examples' beside it
+    assert info["accuracy"] + flipped_info["accuracy"] == pytest.approx(1.0)
+    assert info["stopping_accuracy"] == flipped_info["stopping_accuracy"]
+    stopping = stopping_data(config["data"], 0)
+    assert len(stopping) == 200 and not torch.equal(stopping.ids[:50], valid.ids[:50])

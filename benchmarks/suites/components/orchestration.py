@@ -9,7 +9,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from benchmarks.common.minilm.loading import load_bench
 from benchmarks.progress import log_to_stderr
 from benchmarks.suites.components.figures import sst_figure, tracr_figures
-from benchmarks.suites.components.settings import CHOSEN_ON
 from benchmarks.suites.components.sst_heads import MASKS, merge_sst, run_sst, sst_config
 from benchmarks.suites.components.tracr import KINDS, score_program
 from benchmarks.workers import check_workers, Job, run_jobs
@@ -62,7 +61,6 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         results["tracr"] = _tracr_results(tracr_jobs, done[len(sst_jobs):], tracr, out_dir, figures, verbose)
     results["figures"] = figures
     results["checks"] = checks(results)
-    results["chosen_on"] = CHOSEN_ON
     return results
 
 

@@ -23,7 +23,7 @@ from benchmarks.suites.faithfulness.export import write_jsonl
 from benchmarks.suites.faithfulness.figure import curves_figure
 from benchmarks.suites.faithfulness.rationales import rationale_masks, word_tokens
 from benchmarks.suites.faithfulness.scoring import across_seeds, per_sentence_metrics, summarize
-from benchmarks.suites.faithfulness.settings import CHOSEN_ON, METHODS
+from benchmarks.suites.faithfulness.settings import METHODS
 
 #: name -> per seed, per sentence the (T_i,) scores; and the seconds per sentence of each.
 ScoreSets = Dict[str, List[List[Tensor]]]
@@ -57,7 +57,6 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "all_seeds_removal": config["all_seeds_removal"], "own_baseline": bool(config.get("own_baseline", False)),
         "metrics": metrics, "seconds_per_sentence": seconds,
         "diffmask_fits": fits, "failures": failures, "figures": {"curves": figure}, "export": export,
-        "chosen_on": CHOSEN_ON,
         "notes": [],
     }
 

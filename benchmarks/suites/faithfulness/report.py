@@ -8,7 +8,7 @@ from typing import Any, List, Mapping
 
 from benchmarks.common.minilm.convergence import probe_counts
 from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
-from benchmarks.report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from benchmarks.report import chosen_on_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from benchmarks.suites.faithfulness.rationales import VARIANTS
 
 
@@ -35,6 +35,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     lines += _export_section(results["export"])
     notes = list(results.get("notes") or []) + [f"{n} failed: {e}" for n, e in results.get("failures", {}).items()]
     lines += notes_section(notes)
+    lines += chosen_on_section(results)
     lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
     text = "\n".join(lines)
     Path(path).write_text(text, encoding="utf-8")

@@ -25,7 +25,6 @@ from benchmarks.suites.squad.fitting import agreement, fit_mode, fit_paper_recip
 from benchmarks.suites.squad.loading import Bench, load_bench
 from benchmarks.suites.squad.observations import MIN_POS_TOKENS, observations
 from benchmarks.suites.squad.side_by_side import run_side_by_side, select_examples
-from benchmarks.suites.squad.settings import CHOSEN_ON
 from benchmarks.suites.squad.speed import measure_speed
 
 MODES = ("input", "hidden")
@@ -64,7 +63,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "seeds": [seed], "model": bench.model_info, "diffmask": fits, **scores,
         "observations": observations(scores), "side_by_side": _side_by_side_record(bench, shown, compared),
         "speed": speed, "figures": figures, "notes": notes, "stages": lap.seconds, "paper_recipe": paper,
-        "load_average": load, "chosen_on": CHOSEN_ON,
+        "load_average": load,
     }
 
 

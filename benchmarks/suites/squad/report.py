@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
 from benchmarks.report import (
-    configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table,
+    chosen_on_section, configuration_section, environment_section, fmt, fmt_ratio, fmt_seconds, notes_section, table,
 )
 from benchmarks.common.minilm.convergence import convergence_section, probe_counts
 from benchmarks.common.minilm.fit_cache import fitted_where
@@ -34,6 +34,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
                     _time_section):
         lines += section(results)
     lines += notes_section(results.get("notes") or [])
+    lines += chosen_on_section(results)
     lines += configuration_section(results.get("config", {}))
     lines += environment_section(env)
     lines += [f"All numbers are in `{json_name}`.", ""]

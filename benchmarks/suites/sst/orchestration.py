@@ -30,7 +30,7 @@ from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.sst.scoring import (
     cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability,
 )
-from benchmarks.suites.sst.settings import CHOSEN_ON, METHODS
+from benchmarks.suites.sst.settings import METHODS
 from benchmarks.suites.sst.speed import measure_speed
 
 
@@ -55,7 +55,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "title": f"SST-5 with {bench.model_info['source']} ({L} layers): DiffMask on inputs and hidden states",
         "split": config.get("split", "dev"), "model": bench.model_info, "diffmask": diffmask, "methods": method_records,
         "cls_share": cls_shares, "layers_kept": groups, "speed": speed, "notes": notes, "paper_recipe": paper,
-        "figures": figures, "seeds": seeds, "chosen_on": CHOSEN_ON,
+        "figures": figures, "seeds": seeds,
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any, List, Mapping
 
 from benchmarks.tasks.sst import LABEL_NAMES
 
-from benchmarks.report import fmt, fmt_ratio, fmt_seconds, notes_section, table
+from benchmarks.report import chosen_on_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from captum_diffmask.diffmask.fit.history import last_rows
 
 from benchmarks.common.minilm.convergence import convergence_section, probe_counts
@@ -44,6 +44,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
                                results["speed"]["per_sentence_seconds"]["forward"])
     lines += convergence_section(results["diffmask"])
     lines += notes_section(results.get("notes") or [])
+    lines += chosen_on_section(results)
     lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
     text = "\n".join(lines)
     Path(path).write_text(text, encoding="utf-8")

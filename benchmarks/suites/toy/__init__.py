@@ -16,8 +16,12 @@ seeds, the targets), :mod:`.orchestration` (:func:`run`), :mod:`.figures` and
 """
 
 from benchmarks.suites.toy.orchestration import run
-from benchmarks.suites.toy.scoring import aggregate, checks, load_toy_model, method_context, score, seed_data
-from benchmarks.suites.toy.settings import DEFAULTS, DESCRIPTION, METRICS, PAPER, PAPER_SOURCE, QUICK
+from benchmarks.suites.toy.scoring import (
+    aggregate, checks, load_toy_model, method_context, score, seed_data, stopping_data,
+)
+from benchmarks.suites.toy.settings import (
+    CHOSEN_ON, DEFAULTS, DESCRIPTION, METRICS, MODEL_EPOCH_CHOSEN_ON, PAPER, PAPER_SOURCE, QUICK,
+)
 
-__all__ = ["DEFAULTS", "DESCRIPTION", "METRICS", "PAPER", "PAPER_SOURCE", "QUICK", "aggregate", "checks",
-           "load_toy_model", "method_context", "run", "score", "seed_data"]
+__all__ = ["CHOSEN_ON", "DEFAULTS", "DESCRIPTION", "METRICS", "MODEL_EPOCH_CHOSEN_ON", "PAPER", "PAPER_SOURCE", "QUICK", "aggregate", "checks",
+           "load_toy_model", "method_context", "run", "score", "seed_data", "stopping_data"]

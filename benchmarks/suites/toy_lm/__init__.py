@@ -16,8 +16,8 @@ The package: :mod:`.orchestration` (its run and report) and :mod:`.extras` (the 
 
 from benchmarks.suites.toy_lm.extras import position_groups
 from benchmarks.suites.toy_lm.orchestration import (
-    checks, DEFAULTS, DESCRIPTION, extra_sections, load_decoder, METRICS, notes, QUICK, run,
+    CHOSEN_ON, checks, DEFAULTS, DESCRIPTION, extra_sections, load_decoder, METRICS, notes, QUICK, run,
 )
 
-__all__ = ["DEFAULTS", "DESCRIPTION", "METRICS", "QUICK", "checks", "extra_sections", "load_decoder", "notes",
+__all__ = ["CHOSEN_ON", "DEFAULTS", "DESCRIPTION", "METRICS", "QUICK", "checks", "extra_sections", "load_decoder", "notes",
            "position_groups", "run"]

@@ -14,8 +14,8 @@ The package: :mod:`.orchestration` (its run and report).
 """
 
 from benchmarks.suites.toy_robustness.orchestration import (
-    data_set_cells, DEFAULTS, DESCRIPTION, fit_cell, headline, QUICK, run, summarize_cells, write_report,
+    CHOSEN_ON, data_set_cells, DEFAULTS, DESCRIPTION, fit_cell, headline, QUICK, run, summarize_cells, write_report,
 )
 
-__all__ = ["DEFAULTS", "DESCRIPTION", "QUICK", "data_set_cells", "fit_cell", "headline", "run", "summarize_cells",
+__all__ = ["CHOSEN_ON", "DEFAULTS", "DESCRIPTION", "QUICK", "data_set_cells", "fit_cell", "headline", "run", "summarize_cells",
            "write_report"]
