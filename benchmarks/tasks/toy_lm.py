@@ -172,7 +172,8 @@ def train_decoder(
     r"""
     Trains :func:`toy_decoder` (of ``architecture``) on the answer token (cross-entropy at the last
     column, AdamW, a linear warm-up over the first epoch and a cosine decay), keeping the state of
-    the best held-out accuracy; stops early at ``target_accuracy``.
+    the best accuracy on ``valid`` (the examples it stops on: keep them apart from any scored set);
+    stops early at ``target_accuracy``.
 
     Returns:
         *tuple* ``(model in eval mode, info)``, info with ``accuracy``,
@@ -200,7 +201,7 @@ def train_decoder(
                 schedule.step()
             accuracy = decoder_accuracy(model, valid)
             if log is not None:
-                log(f"epoch {epoch}: held-out accuracy {accuracy:.4f}")
+                log(f"epoch {epoch}: accuracy {accuracy:.4f} on the examples it stops on")
             if accuracy > best:
                 best, best_state = accuracy, copy.deepcopy(model.state_dict())
             if best >= target_accuracy:
