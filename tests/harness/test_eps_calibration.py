@@ -1,6 +1,8 @@
 """The eps-calibration study's report: its bold headline names the chosen eps,
 its agreement, the next rung's and the cost against one fit."""
 
+import pytest
+
 from benchmarks.studies.eps_calibration import report
 
 
@@ -21,3 +23,17 @@ def test_the_headline_names_the_choice_the_next_rung_and_the_cost():
     none = _data(None)
     del none["unseen"], none["one_fit_seconds"]
     assert "**No rung of the ladder keeps 95% of the predictions**" in report(none, "cmd")
+
+
+def test_the_sst_report_sets_the_calibration_beside_the_suites_frontier():
+    from benchmarks.studies.eps_calibration import _suite_frontier
+
+    before = _suite_frontier("input", 3)
+    assert [row["eps"] for row in before] == [0.005, 0.01, 0.02, 0.04, 0.08]
+    assert before[1]["agreement"] == pytest.approx(0.925) and before[1]["masked"] == pytest.approx(0.2312)  # shares
+    data = {**_data(0.2), "task": "sst", "mode": "input", "layer": 3, "frontier_before": before}
+    del data["unseen"]["js_to_ground_truth"]
+    text = report(data, "python -m benchmarks study eps-calibration --task sst --markdown x.md")
+    assert text.startswith("# calibrate_eps on the SST MiniLM") and "input mode, layer 3." in text
+    assert "On the suite's 400 validation sentences, the chosen probe keeps the prediction on 0.980" in text
+    assert "## Beside the suite's frontier" in text and "| 0.01 | 0 | 0.925 | 0.231 | converged | 669 |" in text
