@@ -4,7 +4,7 @@ stood when it stopped."""
 from __future__ import annotations
 
 import math
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from captum_diffmask.diffmask.fit.history import last_rows
@@ -87,3 +87,48 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
             "the probe trained further with nothing frozen, its held-out drift; **counts** when within the "
             "tolerances fixed in advance (its JSON holds them).", "",
             table(headers, [r + [""] * (len(headers) - len(r)) for r in rows]), ""]
+
+
+#: The bands of the multiplier's last move (a share of its scale) the
+#: tolerance section counts probes in; the criterion allows up to 0.5.
+MULTIPLIER_BANDS = (0.1, 0.25, 0.5)
+
+
+def multiplier_move(report: Mapping[str, Any], floor: float = 2.0) -> Optional[float]:
+    r"""How far a settled layer's multiplier moved between its last two windows,
+    as a share of its scale ``max(lambda, floor)`` (the criterion's
+    ``tol_lambda`` measures the same); None with fewer than two windows."""
+    windows = report.get("windows") or []
+    if len(windows) < 2:
+        return None
+    before, after = float(windows[-2]["lam"]), float(windows[-1]["lam"])
+    return abs(after - before) / max(before, after, floor)
+
+
+def multiplier_tolerance_section(dm: Mapping[str, Any]) -> List[str]:
+    r"""Is the criterion's 50 % tolerance on the multiplier too loose? Every
+    converged probe with a certificate, by how far its multiplier moved at the
+    end (:func:`multiplier_move`), and how many of each band the certificate
+    counts: a loose tolerance shows as probes in the upper bands that further
+    training moves. Empty without certificates."""
+    bands: Dict[str, List[bool]] = {}
+    for mode in ("input", "hidden"):
+        for run in dm[mode]["runs"]:
+            certificate = (run.get("certificate") or {}).get("layers", {})
+            for layer, report in (run.get("convergence") or {}).items():
+                move = multiplier_move(report)
+                if report["status"] != "converged" or move is None or str(layer) not in certificate:
+                    continue
+                upper = next((b for b in MULTIPLIER_BANDS if move <= b), None)
+                name = f"<= {upper:.0%}" if upper is not None else f"> {MULTIPLIER_BANDS[-1]:.0%} (noise allowance)"
+                bands.setdefault(name, []).append(bool(certificate[str(layer)]["counted"]))
+    if not bands:
+        return []
+    order = [f"<= {b:.0%}" for b in MULTIPLIER_BANDS] + [f"> {MULTIPLIER_BANDS[-1]:.0%} (noise allowance)"]
+    rows = [[name, len(bands[name]), sum(bands[name])] for name in order if name in bands]
+    return ["## The multiplier's tolerance, measured", "",
+            "The criterion calls a layer settled when, among other things, its multiplier's window means moved by at "
+            "most 50 % of max(lambda, 2). Is that loose enough to call a moving probe settled? Each converged, "
+            "certified probe by how far its multiplier moved between its last two windows, and how many the "
+            "certificate counts (further training left it within the tolerances fixed in advance):", "",
+            table(["multiplier's last move", "converged probes", "certificate counts"], rows), ""]
