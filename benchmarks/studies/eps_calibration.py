@@ -161,7 +161,7 @@ def report(data: Dict[str, Any], command: str) -> str:
     r"""The markdown report."""
     task = data.get("task", "toy")
     calibration = data["calibration"]
-    where = f" {data['mode']} mode, layer {data['layer']}." if task == "sst" else ""
+    where = f" {data['mode'].capitalize()} mode, layer {data['layer']}." if task == "sst" else ""
     lines = [f"# {TITLES[task]}", "", f"Command: `{command}`. {SETUP[task]}{where}",
              "", f"Target: keep the model's prediction on at least {data['agreement']:.0%} of the held-out "
              f"examples. Ladder: {', '.join(f'{e:g}' for e in data['ladder'])} nats, walked from the middle "
