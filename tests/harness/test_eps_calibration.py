@@ -34,6 +34,6 @@ def test_the_sst_report_sets_the_calibration_beside_the_suites_frontier():
     data = {**_data(0.2), "task": "sst", "mode": "input", "layer": 3, "frontier_before": before}
     del data["unseen"]["js_to_ground_truth"]
     text = report(data, "python -m benchmarks study eps-calibration --task sst --markdown x.md")
-    assert text.startswith("# calibrate_eps on the SST MiniLM") and "input mode, layer 3." in text
+    assert text.startswith("# calibrate_eps on the SST MiniLM") and "No dev sentence is read. Input mode, layer 3." in text
     assert "On the suite's 400 validation sentences, the chosen probe keeps the prediction on 0.980" in text
     assert "## Beside the suite's frontier" in text and "| 0.01 | 0 | 0.925 | 0.231 | converged | 669 |" in text
