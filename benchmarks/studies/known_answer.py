@@ -216,7 +216,8 @@ def trigger_model(
     depths = [{"depth": k, **{name: float(keep[..., k][where].mean()) for name, where in groups.items()}}
               for k in range(keep.shape[-1])]
     verdicts = {str(k): str(report["status"]) for k, report in sorted(dm.convergence.items())}
-    predicted = classifier(input_ids=held.input_ids, attention_mask=held.attention_mask).logits.argmax(-1)
+    with torch.no_grad():
+        predicted = classifier(input_ids=held.input_ids, attention_mask=held.attention_mask).logits.argmax(-1)
     return {"trigger": {"word": trigger, "label": label, "share": share},
             "model": {"accuracy": float((predicted == label).float().mean()), "cached": info["cached"],
                       "layers": classifier.config.num_hidden_layers, "seed": seed},

@@ -88,7 +88,7 @@ SUITES: Dict[str, Callable[[int, bool], SuiteSetup]] = {"sst-erasure": _sst_eras
 def tune(out: Path, rates: Sequence[float], hold_out: int, seed: int, verbose: bool, suite: str = "sst-erasure",
          betas: Sequence[float] = (BETA_MEAN,)) -> None:
     r"""Fits and scores one network per (learning rate, beta on the mean) not yet in ``out``."""
-    lines = read_lines(out)
+    lines = read_json_lines(out)
     if any(line.get("suite", "sst-erasure") != suite for line in lines):
         raise ValueError(f"--out: {out} holds another suite's lines; give {suite} a file of its own")
     done = {_key(line["lr"], line.get("beta_mean", BETA_MEAN), line["options"]) for line in lines}
@@ -200,11 +200,6 @@ def _information_reading(rows: Sequence[Mapping[str, Any]]) -> str:
             "keeps is no evidence of what the model uses.")
 
 
-def read_lines(path: Path) -> List[Dict[str, Any]]:
-    r"""The JSON lines of a tuning file (none when it does not exist)."""
-    return read_json_lines(path)
-
-
 def choose(lines: Sequence[Mapping[str, Any]], target: Optional[str] = None) -> Optional[Mapping[str, Any]]:
     r"""By the module's rule: among the networks trained to keep ``target``
     (any when None; objectives of two targets do not compare) that did not
@@ -278,7 +273,7 @@ def main(argv: Sequence[str] = None) -> int:
         tune(Path(args.out), args.lr, args.hold_out, args.seed, args.verbose, args.suite, args.beta_mean)
         if args.information:
             _information_path(Path(args.out)).write_text(json.dumps(information_cost(args.suite, args.hold_out, args.seed)))
-    lines = read_lines(Path(args.out))
+    lines = read_json_lines(Path(args.out))
     print(summary(lines, suite_target(args.suite)))
     if args.markdown:
         Path(args.markdown).write_text(report(lines, Path(args.out), Path(args.markdown)))

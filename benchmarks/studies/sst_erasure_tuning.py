@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Sequence, Tuple
 
 import torch
 
@@ -78,7 +78,7 @@ def tune(spec: Mapping[str, Any], out: Path, sentences: int, seed: int, verbose:
     """
     config = merge(merge(sst_erasure.DEFAULTS, spec.get("base")), {"split": "train", "max_sentences": sentences,
                                                                   "include_empty_optimum": False})
-    done = {_key(line["row"], line["options"]) for line in read_lines(out)}
+    done = {_key(line["row"], line["options"]) for line in read_json_lines(out)}
     bench = load_bench(config, seed, verbose)
     reference = erasure_reference(config, bench, verbose)
     predictor = MaskedPredictor(bench.model, bench.baseline)
@@ -101,11 +101,6 @@ def tune(spec: Mapping[str, Any], out: Path, sentences: int, seed: int, verbose:
                 if verbose:
                     print(f"{row} {json.dumps(shared)} {json.dumps(per_row)}: F1 {line['f1']:.2f} optimality "
                           f"{line['optimality']:.2f} L0 {line['l0']:.2f} ({line['seconds']:.0f} s)", flush=True)
-
-
-def read_lines(path: Path) -> List[Dict[str, Any]]:
-    r"""The JSON lines of a tuning file (none when it does not exist)."""
-    return read_json_lines(path)
 
 
 def choose(
@@ -166,7 +161,7 @@ def main(argv: Sequence[str] = None) -> int:
     spec = json.loads(Path(args.grid).read_text(encoding="utf-8"))
     out = Path(args.out)
     if args.summary:
-        print(summary(read_lines(out), spec["rows"], float(spec.get("min_sufficiency", 0.0))))
+        print(summary(read_json_lines(out), spec["rows"], float(spec.get("min_sufficiency", 0.0))))
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)

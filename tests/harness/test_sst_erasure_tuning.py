@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.records import read_json_lines
 from benchmarks.studies import sst_erasure_tuning as tuning
 from benchmarks.suites import sst_erasure
 from captum_diffmask.methods import REINFORCE
@@ -68,14 +69,14 @@ def test_a_tiny_grid_runs_and_resumes(tmp_path, monkeypatch, capsys):
     grid.write_text(json.dumps(spec), encoding="utf-8")
     out = tmp_path / "tuning.jsonl"
     assert tuning.main([str(grid), "--out", str(out), "--sentences", "12"]) == 0
-    first = tuning.read_lines(out)
+    first = read_json_lines(out)
     assert len(first) == 4 and {(x["row"], x["per_row"]["lr"]) for x in first} == {
         ("PerExampleDiffMask", 0.05), ("PerExampleDiffMask", 0.1), ("REINFORCE", 0.05), ("REINFORCE", 0.1)}
     for x in first:
         assert x["options"]["eps"] == 0.3 and x["options"]["steps"] == 20 and 0 <= x["f1"] <= 100
         assert x["sentences"] <= x["searched"] <= 12
     assert tuning.main([str(grid), "--out", str(out), "--sentences", "12"]) == 0  # nothing new to run
-    assert tuning.read_lines(out) == first
+    assert read_json_lines(out) == first
     capsys.readouterr()
     assert tuning.main([str(grid), "--out", str(out), "--summary"]) == 0
     assert "Chosen shared settings" in capsys.readouterr().out
@@ -87,7 +88,7 @@ def test_the_committed_grid_names_known_rows_and_options():
     known = set(inspect.signature(REINFORCE.fit_masks).parameters) | set(inspect.signature(REINFORCE.__init__).parameters)
     assert set(spec["shared"]) | set(spec["per_row"]) <= known
     # the committed results are this grid's: every row at every point, on train sentences
-    lines = tuning.read_lines(Path(__file__).parents[2] / "docs" / "results" / "sst-erasure-class-tuning.jsonl")
+    lines = read_json_lines(Path(__file__).parents[2] / "docs" / "results" / "sst-erasure-class-tuning.jsonl")
     expected = len(spec["rows"]) * len(list(tuning.combinations(spec["shared"]))) * len(list(tuning.combinations(spec["per_row"])))
     assert len(lines) == expected == 27
     shared, best = tuning.choose(lines, spec["rows"], spec["min_sufficiency"])
