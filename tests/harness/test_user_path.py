@@ -45,3 +45,15 @@ def test_the_report_adds_the_install_to_each_parts_time():
     assert "| main-job | 50 | 50 | 100 | 2026-11-29T08:47 | CPU X, 2 cores, load 0.5 at the start |" in text
     assert "| first-explanation | 70 | 30 | 100 |" in text
     assert "| tests | not run |" in text and "`PIP_RETRIES=1`" in text
+
+
+def test_the_report_holds_the_default_fit_its_verdicts_and_whether_it_was_resumed():
+    where = {"cpu": "CPU X", "cores": 2, "load_1min": 0.5, "pip_env": {}}
+    fit = {"call": "DiffMask(...).fit(...)", "sentences": 10, "model": "M", "seconds": 600.0, "install_seconds": 0.0,
+           "this_run_wall_seconds": 120.0, "epochs": 2, "steps": 40, "verdicts": {"0": "converged", "1": "collapsed"},
+           "settled": 1, "warnings": [], "started_utc": "2026-11-29T17:22:00+00:00", "machine": where}
+    text = report({"default-fit": fit})
+    assert "| default-fit | 0 | 600 | 600 |" in text
+    assert "10 minutes of fitting (2 epochs, 40 steps), 1 of 2 layers settled" in text
+    assert "several runs" in text and "took 2 minutes" in text and "| 1 | collapsed |" in text
+    assert "several runs" not in report({"default-fit": {**fit, "this_run_wall_seconds": 610.0}})

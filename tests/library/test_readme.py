@@ -72,3 +72,17 @@ def test_the_readmes_times_are_the_committed_benchmarks():
     assert _near(steps, parts["first-explanation"]["seconds"])
     for part in ("main-job", "tests", "first-explanation"):
         assert parts[part]["machine"]["cores"] == 2  # the machine the README names
+
+
+def test_the_guides_default_fit_time_and_verdicts_are_the_committed_benchmarks():
+    totals, parts = _measured()
+    guide = (README.parent / "docs" / "guide" / "diffmask.md").read_text()
+    claim = re.search(r"every\s+default of the SST MiniLM's fit .*? takes about ([\d.]+) minutes on 2 CPU cores", guide,
+                      flags=re.S)
+    assert _near(float(claim.group(1)) * 60, totals["default-fit"]), (claim.group(1), totals["default-fit"])
+    fit = parts["default-fit"]
+    cap = f"{fit['epochs']} epochs to its {fit['steps']:,}-step cap".replace(",", " ")
+    assert fit["machine"]["cores"] == 2 and cap in " ".join(guide.split())
+    verdicts = fit["verdicts"]
+    assert fit["settled"] == 0 and "ends with no depth settled" in " ".join(guide.split())
+    assert verdicts[max(verdicts, key=int)] == "collapsed" and "the top depth collapsed" in " ".join(guide.split())
