@@ -37,7 +37,7 @@ GROUPS: List[Tuple[str, str, List[str]]] = [
      ["attribution-speed", "stacking-speed", "scaling", "user-path", "model-zoo", "peer-agreement"]),
     ("Choices made on train sentences",
      "the settings the reports use, each chosen on data the reports do not score",
-     ["eps-calibration-toy", "sst-eps-frontier", "sst-eps-layers-input", "sst-eps-layers-hidden", "sst-eps-layers-reseed",
+     ["eps-calibration-toy", "eps-calibration-sst", "sst-eps-frontier", "sst-eps-layers-input", "sst-eps-layers-hidden", "sst-eps-layers-reseed",
       "sst-readout-tuning", "sst-erasure-readout-tuning", "components-sst-per-task", "components-dev",
       "components-dev-joint", "components-dev-score", "components-dev-baseline"]),
     ("How the fit converges",

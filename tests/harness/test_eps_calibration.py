@@ -1,6 +1,9 @@
 """The eps-calibration study's report: its bold headline names the chosen eps,
 its agreement, the next rung's and the cost against one fit."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from benchmarks.studies.eps_calibration import report
@@ -37,3 +40,16 @@ def test_the_sst_report_sets_the_calibration_beside_the_suites_frontier():
     assert text.startswith("# calibrate_eps on the SST MiniLM") and "No dev sentence is read. Input mode, layer 3." in text
     assert "On the suite's 400 validation sentences, the chosen probe keeps the prediction on 0.980" in text
     assert "## Beside the suite's frontier" in text and "| 0.01 | 0 | 0.925 | 0.231 | converged | 669 |" in text
+
+
+def test_the_committed_sst_calibration_meets_its_target_on_train_sentences_within_its_cost():
+    # docs/results/eps-calibration-sst.json, the run the guide quotes: the chosen rung keeps the target and
+    # settled, the next looser rung walked misses it, the ladder costs at most 1.5x one fit, nothing from dev
+    data = json.loads((Path(__file__).resolve().parents[2] / "docs/results/eps-calibration-sst.json").read_text())
+    rows = {row["eps"]: row for row in data["calibration"]["frontier"]}
+    chosen = data["calibration"]["eps"]
+    assert rows[chosen]["agreement"] >= data["agreement"] and rows[chosen]["verdict"] in ("converged", "needed")
+    looser = min(eps for eps in rows if eps > chosen)
+    assert rows[looser]["agreement"] < data["agreement"]
+    assert data["ladder_seconds"] <= 1.5 * data["one_fit_seconds"]
+    assert data["chosen_on"]["eps"]["on"] == "train" and data["unseen"]["agreement"] >= data["agreement"]
