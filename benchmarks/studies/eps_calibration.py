@@ -128,9 +128,10 @@ def _record(task: str, agreement: float, seed: int, model: Dict[str, Any], resul
             started: str) -> Dict[str, Any]:
     r"""What every calibration's JSON holds."""
     from benchmarks.records import environment
+    from captum_diffmask.diffmask.calibration import WARM_WINDOWS
 
     return {"task": task, "agreement": agreement, "ladder": list(LADDERS[task]), "seed": seed, "model": model,
-            "calibration": result.to_dict(), "ladder_seconds": seconds,
+            "calibration": result.to_dict(), "ladder_seconds": seconds, "warm_windows": WARM_WINDOWS,
             "chosen_on": {"eps": {"on": "train", "why": CHOSEN_ON[task]}},
             "environment": environment(), "started_utc": started}
 
@@ -166,7 +167,8 @@ def report(data: Dict[str, Any], command: str) -> str:
              "", f"Target: keep the model's prediction on at least {data['agreement']:.0%} of the held-out "
              f"examples. Ladder: {', '.join(f'{e:g}' for e in data['ladder'])} nats, walked from the middle "
              "(looser while the rungs meet the target, else tighter), each rung warm-started from the one before "
-             "and given 10 of the criterion's windows to settle; the rows in the order walked.", "",
+             f"and given {data.get('warm_windows', 10)} of the criterion's windows to settle; the rows in the order "
+             "walked.", "",
              "| eps | held-out agreement | KL (nats) | masked share | verdict | the rung's fit, s |",
              "|---|---|---|---|---|---|"]
     for row in calibration["frontier"]:

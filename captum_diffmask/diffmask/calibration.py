@@ -21,12 +21,15 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import nn
 
-from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import Convergence, SETTLED
 
 #: The default ladder, in nats: from about the SST suite's tightest to the paper's SST bound.
 LADDER = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
-#: The windows of the criterion a warm-started rung has to settle in.
-WARM_WINDOWS = 10
+#: The windows of the criterion a warm-started rung has to settle in: half a
+#: cold fit's budget (:class:`Convergence`'s ``max_windows``). A rung that has
+#: not settled does not count, so a cap that binds leaves its eps unmeasured;
+#: a rung that settles sooner stops sooner.
+WARM_WINDOWS = Convergence().max_windows // 2
 
 
 @dataclass
