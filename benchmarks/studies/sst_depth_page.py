@@ -2,32 +2,40 @@ r"""The page that shows when the SST MiniLM knows which words it needs: the
 depth view of a probe saved the way models are shared.
 
 Command: ``python -m benchmarks study sst-depth-page --markdown docs/results/sst-depth.md``
-(the page itself, ``sst-depth.html``, beside it). The probe is the user-path
-study's default fit (``DiffMask(model, mode="input").fit(texts, tokenizer=...)``
-with every option at its default on all SST train sentences, on the sst suite's
-fine-tuned MiniLM), which that study saves with ``save_pretrained``; here it is
-loaded with ``DiffMask.from_pretrained`` (no pickle) and explains the first dev
-sentence of at most ``--max-words`` words of each sentiment extreme and of the
-neutral class at every depth, with Integrated Gradients at the embeddings beside.
+(the page itself, ``sst-depth.html``, beside it). The probe is the sst suite's
+input-mode fit of seed 0 (its settings, sentences and certificate, through the
+fit cache: the suite's run reuses it, and a stopped fit resumes), saved with
+``save_pretrained`` and loaded back with ``DiffMask.from_pretrained`` (no
+pickle); ``--probe`` draws another saved probe of the same model instead. It
+explains the first dev sentence of at most ``--max-words`` words of each
+sentiment extreme and of the neutral class at every depth, with Integrated
+Gradients at the embeddings beside.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: The question this study answers (``python -m benchmarks list``).
-QUESTION = "When does the SST MiniLM know which words it needs: the depth page of its default fit's probe"
-#: What the page shows, for the report.
-SETUP = ("The probe is the user-path study's default fit (`DiffMask(model, mode=\"input\").fit(texts, "
-         "tokenizer=tokenizer)` with every option at its default on all SST train sentences, on the sst suite's "
-         "fine-tuned MiniLM), saved there with `save_pretrained` and loaded here with `DiffMask.from_pretrained` "
-         "(no pickle). It explains the first dev sentence of at most `--max-words` words of each sentiment "
-         "extreme and of the neutral class at every depth, with Integrated Gradients (50 steps) at the "
-         "embeddings beside.")
+QUESTION = "When does the SST MiniLM know which words it needs: the depth page of the sst suite's input probe"
+#: What the page draws, for the report.
+DRAWN = ("It explains the first dev sentence of at most `--max-words` words of each sentiment extreme and of the "
+         "neutral class at every depth, with Integrated Gradients (50 steps) at the embeddings beside.")
+#: Where the suite's probe comes from, for the report.
+SETUP = ("The probe is the sst suite's input-mode fit of seed 0 (`python -m benchmarks run sst`'s settings: "
+         "batch 32, eps {eps}, the L0 as the share kept, at most 5 000 steps, on the train sentences less the suite's "
+         "400 validation ones, and its convergence certificate), saved with `save_pretrained` and loaded here with "
+         "`DiffMask.from_pretrained` (no pickle). " + DRAWN + " A depth counts when its fit settled, its held-out "
+         "KL is within the bound and the certificate counts it (the sst suite's rule).")
+#: The seed of the suite's fit the page draws.
+SEED = 0
+#: Where the suite's probe is saved (``save_pretrained``), in the fit cache.
+SUITE_PROBE = "sst-suite-input-seed0-probe"
 #: The classes a sentence is drawn from (SST-5: 0 very negative, 2 neutral, 4 very positive).
 LABELS = (0, 2, 4)
 
@@ -71,14 +79,18 @@ def depth_page(dm: Any, model: Any, tokenizer: Any, texts: Sequence[str], ig_ste
 
 
 def markdown(data: Dict[str, Any], command: str, html_name: str) -> str:
-    r"""The report: what was drawn, each depth's verdict and per sentence the
-    mean keep probability at every depth (the page has every word)."""
-    columns = data["columns"]
+    r"""The report: what was drawn, each depth's verdict (and whether it counts,
+    when the run says), and per sentence the mean keep probability at every
+    depth (the page has every word)."""
+    columns, counts = data["columns"], data.get("counts")
+    verdicts = [f"{c} {v}" + ("" if counts is None else f" ({'counts' if counts[str(k)] else 'does not count'})")
+                for k, (c, v) in enumerate(zip(columns, data["verdicts"]))]
     lines = ["# When the SST MiniLM knows which words it needs", "",
              f"Command: `{command}`. The page: [{html_name}]({html_name}) (self-contained; open it in a browser, "
-             f"move the slider over the depths). {SETUP}", "",
+             f"move the slider over the depths). {data['setup']}", "",
+             _headline(data), "",
              f"The probe ({data['probe']}): {data['fit']['steps']} steps over {data['fit']['epochs']} epochs of "
-             f"{data['fit']['examples_per_epoch']} sentences; its verdicts per depth: " + ", ".join(f"{c} {v}" for c, v in zip(columns, data["verdicts"])) + ".", "",
+             f"{data['fit']['examples_per_epoch']} sentences; its verdicts per depth: " + ", ".join(verdicts) + ".", "",
              "Mean keep probability of each sentence's words at every depth (input mode: the probability that a "
              "probe reading the model up to that depth keeps the word):", "",
              "| sentence | label | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
@@ -88,12 +100,42 @@ def markdown(data: Dict[str, Any], command: str, html_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import copy
+def _headline(data: Dict[str, Any]) -> str:
+    depths, counts = len(data["verdicts"]), data.get("counts")
+    if counts is not None:
+        return (f"**{sum(counts.values())} of {depths} depths count under the sst suite's rule (settled, within the "
+                "bound, certified)**")
+    settled = sum(v in ("converged", "needed") for v in data["verdicts"])
+    return f"**{settled} of {depths} depths settled (no certificate for this probe)**"
 
+
+def suite_probe(directory: Path, data_dir: Optional[str]) -> Tuple[Any, Any, Dict[str, Any], str]:
+    r"""
+    The sst suite's input-mode fit of seed :data:`SEED` (through the fit cache,
+    with its certificate), saved to ``directory`` with ``save_pretrained``.
+
+    Returns:
+        *tuple* ``(model, tokenizer, counts, setup)``: per depth (str) whether
+        the probe counts under the suite's rule, and the report's setup text.
+    """
+    from benchmarks.common.minilm.fit_cache import certified_fit
+    from benchmarks.common.minilm.fitting import certify_fit, fit_diffmask
+    from benchmarks.common.minilm.loading import load_bench
+    from benchmarks.suites.sst import DEFAULTS
+    from benchmarks.suites.sst.scoring import counted_layers
+
+    config = {**copy.deepcopy(DEFAULTS), "data_dir": data_dir}
+    bench = load_bench(config, verbose=True)
+    explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, "input", bench.train, bench.valid, config,
+                                    SEED, True)
+    explainer.save_pretrained(directory)
+    counts = {str(k): c["counts"] for k, c in counted_layers(info).items()}
+    return bench.model, bench.tokenizer, counts, SETUP.format(eps=config["diffmask"]["eps"])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     from benchmarks.common.minilm.loading import load_model
     from benchmarks.records import cache_dir
-    from benchmarks.studies.user_path import DEFAULT_FIT_PROBE
     from benchmarks.suites.sst import DEFAULTS
     from benchmarks.tasks.sst import read_sst
     from captum_diffmask import DiffMask
@@ -101,16 +143,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", required=True, help="write the report here (the page and the JSON beside it)")
     parser.add_argument("--probe", help="a save_pretrained directory of an input-mode probe of the sst suite's "
-                        "MiniLM (default: the user-path study's default fit, in the fit cache)")
+                        "MiniLM (default: the sst suite's seed-0 fit, fitted or drawn from the fit cache)")
     parser.add_argument("--data-dir", help="the SST files (default: $CAPTUM_DIFFMASK_DATA, else ../shared/data)")
     parser.add_argument("--max-words", type=int, default=16, help="the longest sentence drawn (default: 16)")
     args = parser.parse_args(argv)
-    probe = Path(args.probe) if args.probe else cache_dir() / DEFAULT_FIT_PROBE
-    if not (probe / "config.json").is_file():
-        parser.error(f"--probe: no save_pretrained directory at {str(probe)!r} (run `python -m benchmarks study "
-                     "user-path --parts default-fit` first, or pass --probe)")
-    train, dev = read_sst("train", args.data_dir), read_sst("dev", args.data_dir)
-    model, tokenizer, _ = load_model(copy.deepcopy(DEFAULTS), train, dev, verbose=True)
+    dev = read_sst("dev", args.data_dir)
+    if args.probe:
+        probe = Path(args.probe)
+        if not (probe / "config.json").is_file():
+            parser.error(f"--probe: no save_pretrained directory at {str(probe)!r}")
+        model, tokenizer, _ = load_model(copy.deepcopy(DEFAULTS), read_sst("train", args.data_dir), dev, verbose=True)
+        counts, setup = None, f"The probe is the save_pretrained directory `{probe.name}`. {DRAWN}"
+    else:
+        probe = cache_dir() / SUITE_PROBE
+        model, tokenizer, counts, setup = suite_probe(probe, args.data_dir)
     dm = DiffMask.from_pretrained(probe, model)
     sentences = pick_sentences(dev, max_words=args.max_words)
     data = depth_page(dm, model, tokenizer, [" ".join(s.words) for s in sentences])
@@ -119,7 +165,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     html_path = out.with_suffix(".html")
     html_path.write_text(data.pop("html"), encoding="utf-8")
     fit = json.loads((probe / "fit_record.json").read_text(encoding="utf-8"))["fit"]
-    data.update({"probe": probe.name, "fit": {key: fit.get(key) for key in ("steps", "epochs", "examples_per_epoch")},
+    data.update({"probe": probe.name, "setup": setup, "counts": counts,
+                 "fit": {key: fit.get(key) for key in ("steps", "epochs", "examples_per_epoch")},
                  "sentences": [{"text": " ".join(s.words), "label": s.label} for s in sentences],
                  "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     command = f"python -m benchmarks study sst-depth-page --markdown {args.markdown}"

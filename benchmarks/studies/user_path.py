@@ -169,7 +169,7 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     SST train sentences; the fit's state in the fit cache, so a stopped run
     resumes. Its seconds are the fit's own clock (the epochs' seconds). The
     fitted probe is saved with ``save_pretrained`` to :data:`DEFAULT_FIT_PROBE`
-    in the fit cache (the sst-depth-page study draws it)."""
+    in the fit cache (`sst-depth-page --probe` draws a page from it)."""
     import copy
     import warnings
 

@@ -36,9 +36,14 @@ def test_the_page_and_the_report_come_from_a_reloaded_probe(tmp_path):
     keep = torch.tensor(data["keep"][0])
     assert keep.shape == (5, layers + 1) and bool(((keep >= 0) & (keep <= 1)).all())
     assert "type='range'" in data["html"] and "IntegratedGradients" in data["html"]
-    data.update({"probe": "probe", "fit": {"steps": 3, "epochs": 1, "examples_per_epoch": 8},
+    counts = {str(k): k != 1 for k in range(layers + 1)}
+    data.update({"probe": "probe", "fit": {"steps": 3, "epochs": 1, "examples_per_epoch": 8}, "setup": "THE SETUP.",
+                 "counts": counts,
                  "sentences": [{"text": t, "label": label} for t, label in zip(texts, (4, 0))]})
     text = sst_depth_page.markdown(data, "the command", "sst-depth.html")
     means = keep.mean(0)
     row = "| a film with lovely performances | 4 | " + " | ".join(f"{m:.2f}" for m in means) + " |"
     assert row in text and "[sst-depth.html](sst-depth.html)" in text and "3 steps over 1 epochs" in text
+    assert "THE SETUP." in text and f"**{layers} of {layers + 1} depths count under the sst suite's rule" in text
+    assert f"layer 0 {data['verdicts'][0]} (counts), layer 1 {data['verdicts'][1]} (does not count)" in text
+    assert "(counts)" not in sst_depth_page.markdown({**data, "counts": None}, "the command", "sst-depth.html")

@@ -117,18 +117,18 @@ def _shown(tmp_path, path, layer):
     dom = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path).stdout
     import re
 
-    cells = re.findall(r'<span class="w d" data-text="0" data-word="(\d)"[^>]*data-score="([\d.]+)"[^>]*'
+    cells = re.findall(r'<span class="w d" data-text="(\d+)" data-word="(\d+)"[^>]*data-score="([\d.]+)"[^>]*'
                        r'style="background: rgba?\(0, 160, 0(?:, ([\d.]+))?\);"', dom)
     # the browser writes an opaque colour as rgb(...)
-    return dom, {int(j): (float(score), float(alpha or 1.0)) for j, score, alpha in cells}
+    return dom, {(int(t), int(j)): (float(score), float(alpha or 1.0)) for t, j, score, alpha in cells}
 
 
 def test_the_depth_page_shades_the_words_with_the_layer_its_slider_picks(tmp_path):
     path, scores = _depth_page(tmp_path)
     for layer in (0, 1, 2):
         dom, shown = _shown(tmp_path, path, layer)
-        assert sorted(shown) == list(range(len(WORDS)))  # the script shaded every word
-        for j, (score, alpha) in shown.items():
+        assert sorted(shown) == [(0, j) for j in range(len(WORDS))]  # the script shaded every word
+        for (_, j), (score, alpha) in shown.items():
             assert score == pytest.approx(float(scores[j, layer]), abs=1e-6)
             assert alpha == pytest.approx(float(scores[j, layer]), abs=2e-3)
         assert f'id="depth-label">layer {layer}<' in dom
@@ -138,3 +138,4 @@ def test_the_depth_page_shades_the_words_with_the_layer_its_slider_picks(tmp_pat
     assert "keep probability" in legend and "red negative" in legend and "<b>needed</b>" in legend
     assert "<th>IntegratedGradients</th>" in dom  # the other method's row beside
     assert "http" not in path.read_text().replace("http-equiv", "")  # nothing fetched at view time
+
