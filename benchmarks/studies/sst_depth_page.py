@@ -121,8 +121,7 @@ def suite_probe(directory: Path, data_dir: Optional[str]) -> Tuple[Any, Any, Dic
     from benchmarks.common.minilm.fit_cache import certified_fit
     from benchmarks.common.minilm.fitting import certify_fit, fit_diffmask
     from benchmarks.common.minilm.loading import load_bench
-    from benchmarks.suites.sst import DEFAULTS
-    from benchmarks.suites.sst.scoring import counted_layers
+    from benchmarks.suites.sst import counted_layers, DEFAULTS
 
     config = {**copy.deepcopy(DEFAULTS), "data_dir": data_dir}
     bench = load_bench(config, verbose=True)

@@ -36,7 +36,7 @@ from benchmarks.common.minilm.fitting import (
 from benchmarks.common.minilm.loading import load_model, subset, validation_split
 from benchmarks.suites.sst.orchestration import run
 from benchmarks.suites.sst.report import headline, write_report
-from benchmarks.suites.sst.scoring import cls_is_largest, layers_kept_by_group, stability
+from benchmarks.suites.sst.scoring import cls_is_largest, counted_layers, layers_kept_by_group, stability
 from benchmarks.suites.sst.scoring import label_groups as _label_groups
 from benchmarks.suites.sst.settings import (
     ATTRIBUTION_RATIO_MAX, CHOSEN_ON, DEFAULTS, DESCRIPTION, HEATMAP_METHODS, METHODS, PAPER, QUICK, STABILITY_TARGETS,
@@ -47,7 +47,7 @@ __all__ = [
     "headline",
     "ATTRIBUTION_RATIO_MAX", "CHOSEN_ON", "DEFAULTS", "DESCRIPTION", "HEATMAP_METHODS", "STABILITY_TARGETS", "METHODS", "PAPER",
     "QUICK", "STACK_CHOICES", "fit_step_seconds", "seconds_per_sentence",
-    "cls_is_largest", "faithfulness", "fit_diffmask", "HELD_OUT_MARGIN", "OnDevice", "layers_kept_by_group", "load_model",
+    "cls_is_largest", "counted_layers", "faithfulness", "fit_diffmask", "HELD_OUT_MARGIN", "OnDevice", "layers_kept_by_group", "load_model",
     "macro_f1_and_accuracy", "per_sentence", "run", "stability", "subset", "validation_split", "time_finetune_steps", "write_report",
     "_label_groups",
 ]
