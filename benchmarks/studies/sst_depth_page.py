@@ -89,8 +89,9 @@ def markdown(data: Dict[str, Any], command: str, html_name: str) -> str:
              f"Command: `{command}`. The page: [{html_name}]({html_name}) (self-contained; open it in a browser, "
              f"move the slider over the depths). {data['setup']}", "",
              _headline(data), "",
-             f"The probe ({data['probe']}): {data['fit']['steps']} steps over {data['fit']['epochs']} epochs of "
-             f"{data['fit']['examples_per_epoch']} sentences; its verdicts per depth: " + ", ".join(verdicts) + ".", "",
+             f"The probe ({data['probe']}): {data['fit']['steps']} steps over {data['fit']['epochs']} epochs"
+             + (f" of {data['fit']['examples_per_epoch']} sentences" if data["fit"].get("examples_per_epoch") else "")
+             + "; its verdicts per depth: " + ", ".join(verdicts) + ".", "",
              "Mean keep probability of each sentence's words at every depth (input mode: the probability that a "
              "probe reading the model up to that depth keeps the word):", "",
              "| sentence | label | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
@@ -168,7 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  "fit": {key: fit.get(key) for key in ("steps", "epochs", "examples_per_epoch")},
                  "sentences": [{"text": " ".join(s.words), "label": s.label} for s in sentences],
                  "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    command = f"python -m benchmarks study sst-depth-page --markdown {args.markdown}"
+    command = "python -m benchmarks study sst-depth-page" + (f" --probe {args.probe}" if args.probe else "") + \
+        f" --markdown {args.markdown}"
     out.write_text(markdown(data, command, html_path.name), encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     print(out.read_text())

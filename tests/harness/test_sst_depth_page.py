@@ -46,4 +46,6 @@ def test_the_page_and_the_report_come_from_a_reloaded_probe(tmp_path):
     assert row in text and "[sst-depth.html](sst-depth.html)" in text and "3 steps over 1 epochs" in text
     assert "THE SETUP." in text and f"**{layers} of {layers + 1} depths count under the sst suite's rule" in text
     assert f"layer 0 {data['verdicts'][0]} (counts), layer 1 {data['verdicts'][1]} (does not count)" in text
-    assert "(counts)" not in sst_depth_page.markdown({**data, "counts": None}, "the command", "sst-depth.html")
+    unknown = sst_depth_page.markdown({**data, "counts": None, "fit": {"steps": 3, "epochs": 1,
+                                                                         "examples_per_epoch": None}}, "c", "p.html")
+    assert "(counts)" not in unknown and "3 steps over 1 epochs;" in unknown

@@ -139,3 +139,26 @@ def test_the_depth_page_shades_the_words_with_the_layer_its_slider_picks(tmp_pat
     assert "<th>IntegratedGradients</th>" in dom  # the other method's row beside
     assert "http" not in path.read_text().replace("http-equiv", "")  # nothing fetched at view time
 
+
+
+def test_the_committed_sst_depth_page_shades_each_sentence_with_the_depth_its_slider_picks(tmp_path):
+    # docs/results/sst-depth.html, drawn by the sst-depth-page study from a saved probe: every depth shows the
+    # keep probabilities its JSON records, with that depth's verdict
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    data = json.loads((results / "sst-depth.json").read_text())
+    path = results / "sst-depth.html"
+    for depth in (0, len(data["columns"]) - 1):
+        dom, shown = _shown(tmp_path, path, depth)
+        expected = {(t, j): row[depth] for t, keep in enumerate(data["keep"]) for j, row in enumerate(keep)}
+        assert sorted(shown) == sorted(expected)
+        for cell, (score, alpha) in shown.items():
+            assert score == pytest.approx(expected[cell], abs=1e-6)
+            assert alpha == pytest.approx(expected[cell], abs=1 / 255)  # the browser keeps an alpha in 8 bits
+        verdict = data["verdicts"][depth]
+        shown_verdict = dom.split('id="depth-verdict">', 1)[1].split("</span>", 1)[0]
+        assert f'data-verdict="{verdict}">' in shown_verdict
+    assert "keep probability" in _legend(dom)
+    assert "http" not in path.read_text().replace("http-equiv", "")
