@@ -106,7 +106,9 @@ def _headline(data: Dict[str, Any]) -> str:
     if counts is not None:
         return (f"**{sum(counts.values())} of {depths} depths count under the sst suite's rule (settled, within the "
                 "bound, certified)**")
-    settled = sum(v in ("converged", "needed") for v in data["verdicts"])
+    from captum_diffmask.diffmask.constrained.convergence import SETTLED
+
+    settled = sum(v in SETTLED for v in data["verdicts"])
     return f"**{settled} of {depths} depths settled (no certificate for this probe)**"
 
 

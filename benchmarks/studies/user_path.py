@@ -33,8 +33,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 QUESTION = ("how long a new user's path takes: the README's main job and tests with their installs, "
             "the first explanation, one full default fit of the SST MiniLM")
 PARTS = ("main-job", "tests", "first-explanation", "default-fit")
-#: The default fit's probe, a ``save_pretrained`` directory in the fit cache.
-DEFAULT_FIT_PROBE = "user-path-default-fit-probe"
 ROOT = Path(__file__).resolve().parents[2]
 #: the README's sentences for the first explanation
 SENTENCES = ["a film with lovely performances", "dull and slow"] * 8
@@ -167,9 +165,7 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     r"""``DiffMask(model, mode="input").fit(train texts, tokenizer=...)`` with
     every option at its default, on the sst suite's fine-tuned MiniLM and all
     SST train sentences; the fit's state in the fit cache, so a stopped run
-    resumes. Its seconds are the fit's own clock (the epochs' seconds). The
-    fitted probe is saved with ``save_pretrained`` to :data:`DEFAULT_FIT_PROBE`
-    in the fit cache (`sst-depth-page --probe` draws a page from it)."""
+    resumes. Its seconds are the fit's own clock (the epochs' seconds)."""
     import copy
     import warnings
 
@@ -199,7 +195,6 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     for row in history:  # a row per (epoch, layer), the epoch's seconds on each
         epoch = epochs.setdefault(int(row["epoch"]), {"seconds": float(row["seconds"]), "steps": 0})
         epoch["steps"] = max(epoch["steps"], int(row["steps"]))
-    dm.save_pretrained(cache_dir() / DEFAULT_FIT_PROBE)
     verdicts = {str(k): report["status"] for k, report in sorted(dm.convergence.items())}
     return {"call": "DiffMask(model, mode='input').fit(texts, tokenizer=tokenizer)", "sentences": len(train),
             "model": "the sst suite's fine-tuned MiniLM (6 layers)", "fine_tune_cached": info["cached"],

@@ -3,8 +3,10 @@ on the page, a DiffMask row that drops everything looks empty while one that
 keeps everything is coloured, and every view carries its legend and each
 layer's convergence verdict."""
 
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import matplotlib.image
 import pytest
@@ -140,13 +142,9 @@ def test_the_depth_page_shades_the_words_with_the_layer_its_slider_picks(tmp_pat
     assert "http" not in path.read_text().replace("http-equiv", "")  # nothing fetched at view time
 
 
-
 def test_the_committed_sst_depth_page_shades_each_sentence_with_the_depth_its_slider_picks(tmp_path):
     # docs/results/sst-depth.html, drawn by the sst-depth-page study from a saved probe: every depth shows the
     # keep probabilities its JSON records, with that depth's verdict
-    import json
-    from pathlib import Path
-
     results = Path(__file__).resolve().parents[2] / "docs" / "results"
     data = json.loads((results / "sst-depth.json").read_text())
     path = results / "sst-depth.html"
