@@ -2,8 +2,8 @@
 how close does each attribution method come to exact erasure on real sentences?
 
 A single-layer GRU sentiment classifier over frozen MiniLM word-piece vectors
-is trained on SST train (5 classes; every phrase of the train trees; selected
-on dev, cached). Its tokens are the word pieces it reads, ``[CLS]`` and
+is trained on SST train (5 classes; every phrase of the train trees; the last
+of its epochs kept, cached). Its tokens are the word pieces it reads, ``[CLS]`` and
 ``[SEP]`` included (``unit="word"``: words). On every sentence of the evaluated
 split with at most ``max_tokens`` tokens, exact erasure finds all the smallest
 sets of kept tokens that keep the predicted class when every other token is
@@ -43,14 +43,14 @@ from benchmarks.suites.sst_erasure.prose import summary_notes, versus_paragraph
 from benchmarks.suites.sst_erasure.report import write_report
 from benchmarks.suites.sst_erasure.scoring import checks, combine_summaries, compare_pairs, miss_breakdown
 from benchmarks.suites.sst_erasure.settings import (
-    DEFAULTS, DESCRIPTION, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, QUICK,
+    CHOSEN_ON, DEFAULTS, DESCRIPTION, MASK_METHODS, METRICS, PAPER, PAPER_SOURCE, QUICK,
 )
 
 #: The suite's own rows, beside the library's registered methods (``--methods``).
 EXTRA_METHODS = tuple(MASK_METHODS)
 
 __all__ = [
-    "EXTRA_METHODS", "DEFAULTS", "DESCRIPTION", "MASK_METHODS", "METRICS", "PAPER", "PAPER_SOURCE", "QUICK",
+    "CHOSEN_ON", "EXTRA_METHODS", "DEFAULTS", "DESCRIPTION", "MASK_METHODS", "METRICS", "PAPER", "PAPER_SOURCE", "QUICK",
     "MaskRun", "MaskedPredictor", "TokenUnit", "checks", "combine_summaries", "compare_pairs", "erasure_baseline",
     "erasure_reference", "fit_amortised_diffmask", "kept_words_figure", "load_bench", "load_model", "load_splits",
     "make_figure", "mask_run_info", "miss_breakdown", "pick_sentences", "run", "run_erasure", "run_mask_method",

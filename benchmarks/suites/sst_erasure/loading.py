@@ -110,7 +110,8 @@ def load_model(
 ) -> Tuple[SSTClassifier, TokenUnit, Dict[str, Any]]:
     r"""The GRU classifier for this configuration: from the cache when it was
     trained before, else trained on ``train`` (its sentences, or every phrase of
-    its trees with ``model.phrases``), selected on ``dev`` and cached."""
+    its trees with ``model.phrases``), its epoch kept by ``model.select`` (the
+    suite's: the last; "best" selects on ``dev``) and cached."""
     model_cfg = dict(config["model"])
     phrases = bool(model_cfg.pop("phrases", False))
     unit = token_unit(config, train, seed)

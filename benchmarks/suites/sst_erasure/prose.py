@@ -48,12 +48,13 @@ def summary_notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List
     r"""The notes of a run: the GRU, the cut, what exact erasure solved, the
     mask rows on the sentences with an empty optimum, the seeds, quick mode."""
     model, erasure = results["model"], results["erasure"]
-    selection = "the best of" if config["model"].get("select", "best") == "best" else "the last of"
+    epochs = len(model["history"])
+    selection = (f"the best of {epochs} epochs on dev" if config["model"].get("select", "best") == "best"
+                 else f"the last of {epochs} epochs, a rule fixed in advance")
     trained_on = (f"every phrase of the train trees ({model['train_examples']} distinct phrases)" if model.get("phrases")
                   else f"the {model['train_sentences']} train sentences")
     notes = [
-        f"GRU classifier: dev accuracy {100 * model['dev_accuracy']:.2f}% (5 classes, {selection} "
-        f"{len(model['history'])} epochs on dev), trained on {trained_on}, over frozen {model['embeddings']} vectors "
+        f"GRU classifier: dev accuracy {100 * model['dev_accuracy']:.2f}% (5 classes, {selection}), trained on {trained_on}, over frozen {model['embeddings']} vectors "
         f"of {'word pieces' if model['unit'] == 'piece' else 'words'}; {100 * model[results['split'] + '_accuracy_evaluated']:.2f}% on all of "
         f"{results['split']}.",
         f"The cut: {erasure['within_cut']} of the {erasure['split_sentences']} {results['split']} sentences "

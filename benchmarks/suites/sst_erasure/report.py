@@ -8,7 +8,7 @@ import os
 from typing import Any, List, Mapping
 
 from benchmarks.report import (
-    checks_section, configuration_section, environment_section, fmt, fmt_seconds, notes_section, reproduce_command,
+    checks_section, chosen_on_section, configuration_section, environment_section, fmt, fmt_seconds, notes_section, reproduce_command,
     run_line, table,
 )
 from benchmarks.suites.sst_erasure.prose import budgets_paragraphs, MISS_LABELS, row_label, versus_paragraph
@@ -288,7 +288,8 @@ def _erasure_section(results: Mapping[str, Any]) -> List[str]:
                 [f"mean {unit} per scored sentence", fmt(erasure.get("mean_tokens"), 1)],
                 ["mean number of optimal sets (scored)", fmt(erasure.get("mean_solutions"), 2)],
                 ["model evaluations per sentence (mean / max)", f"{fmt(erasure.get('evaluations_mean'), 1)} / {erasure.get('evaluations_max')}"],
-                ["GRU dev accuracy (model selection)", fmt(100 * model.get("dev_accuracy", math.nan), 2) + "%"],
+                ["GRU dev accuracy" + (" (model selection)" if results.get("config", {}).get("model", {}).get(
+                    "select", "best") == "best" else " (the last epoch's)"), fmt(100 * model.get("dev_accuracy", math.nan), 2) + "%"],
                 ["GRU", f"one GRU layer of {model.get('hidden_size')} over frozen {model.get('embeddings')} vectors of "
                         f"{unit} ({model.get('embedding_dim')}-d, {model.get('vocabulary')} rows), trained on "
                         + (f"{model.get('train_examples')} train phrases" if model.get("phrases") else "the train sentences")],
@@ -316,7 +317,7 @@ def _failures_section(methods: Mapping[str, Any]) -> List[str]:
 
 def _closing_sections(results: Mapping[str, Any], json_name: str) -> List[str]:
     env = results.get("environment", {})
-    lines = configuration_section(results.get("config", {}))
+    lines = chosen_on_section(results) + configuration_section(results.get("config", {}))
     if env:
         lines += environment_section(env)
     return lines + ["## Reproduce", "", "```bash", reproduce_command(results), "```", "",
