@@ -299,15 +299,17 @@ def report(lines: Sequence[Mapping[str, Any]], lines_path: Path, markdown: Path)
         "times the capacity) and the share of sentences whose noisy pass keeps the model's prediction. "
         f"The rule, among the networks trained as the suite trains its own (target "
         f"`{suite_target(suite)}`): the networks that did not collapse and keep the prediction on at least "
-        f"{AGREEMENT:g} of the held-out sentences, the largest beta, and at it the lowest held-out objective "
-        "(the first grid, learning rates at beta 10, predates the agreement and chose by the objective "
-        "alone). The dev split the suite reports was not read.",
+        f"{AGREEMENT:g} of the held-out sentences, the largest beta, and at it the lowest held-out objective"
+        + (" (the first grid, learning rates at beta 10, predates the agreement and chose by the objective "
+           "alone)" if any("agreement" not in line["held_out"] for line in lines) else "")
+        + ". The dev split the suite reports was not read.",
         "",
         f"Command: `python -m benchmarks study readout-tuning --suite {suite} --out {lines_path} --lr {rates} "
         f"--beta-mean {betas} --information --markdown {markdown}` (one JSON line per network in "
-        f"`{lines_path.name}`; fit seconds are wall time, on 2 cores shared with other jobs). The lines before "
-        "the `target` column's `predicted` were fitted on the model of the best dev epoch, the others on the "
-        "suite's model of the last epoch.",
+        f"`{lines_path.name}`; fit seconds are wall time, on 2 cores shared with other jobs)."
+        + (" The lines before the `target` column's `predicted` were fitted on the model of the best dev epoch, "
+           "the others on the suite's model of the last epoch."
+           if any(line["options"].get("target", "sampled") == "sampled" for line in lines) else ""),
         "",
         "\"fit\": the last epoch's means while training; \"held out\": the held-out sentences. Bits: the "
         "capacity per real token; shut: the share of elements at alpha = -5, where the clamp passes no gradient.",
