@@ -129,7 +129,8 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
     "GRU epoch": {"on": "rule", "why": "5 epochs fixed in advance, the last kept (dev accuracy is reported, "
                                       "not used)"},
     "per-example rows' eps and lr": {"on": "train", "why": "the same 9 trials (eps x lr) of 1000 steps for each row "
-                                                          "on 86 train sentences, by a rule fixed before the grid "
+                                                          "on the same train sentences (their count: the budgets "
+                                                          "section), by a rule fixed before the grid "
                                                           "(docs/results/sst-erasure-class-tuning.jsonl)"},
     "amortised DiffMask": {"on": "rule", "why": "fit's defaults at the GRU's output (layer 1), input mode"},
     "ReadoutBottleneck's lr and beta": {"on": "train", "why": "on train sentences (fitted on 9 in 10, scored on the "
