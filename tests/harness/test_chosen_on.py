@@ -65,7 +65,7 @@ def test_every_committed_suite_report_carries_its_choices():
             missing.add(path.name)
     assert missing <= REPORTS_BEFORE_CHOSEN_ON, f"suite reports without chosen_on: {sorted(missing - REPORTS_BEFORE_CHOSEN_ON)}"
     rerun = REPORTS_BEFORE_CHOSEN_ON - missing
-    assert not rerun, f"{sorted(rerun)} now carry chosen_on: take them off REPORTS_BEFORE_CHOSEN_ON"
+    assert not rerun, f"{sorted(rerun)} no longer lack chosen_on: take them off REPORTS_BEFORE_CHOSEN_ON"
 
 
 def test_the_report_states_each_choice():

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any, List, Mapping, Optional
 
-from benchmarks.suites.sst_erasure.settings import MASK_METHODS
+from benchmarks.suites.sst_erasure.settings import gru_selected_on_dev, MASK_METHODS
 
 #: What each mask row is, for the tables.
 ROW_LABELS = {
@@ -49,7 +49,7 @@ def summary_notes(results: Mapping[str, Any], config: Mapping[str, Any]) -> List
     mask rows on the sentences with an empty optimum, the seeds, quick mode."""
     model, erasure = results["model"], results["erasure"]
     epochs = len(model["history"])
-    selection = (f"the best of {epochs} epochs on dev" if config["model"].get("select", "best") == "best"
+    selection = (f"the best of {epochs} epochs on dev" if gru_selected_on_dev(config)
                  else f"the last of {epochs} epochs, a rule fixed in advance")
     trained_on = (f"every phrase of the train trees ({model['train_examples']} distinct phrases)" if model.get("phrases")
                   else f"the {model['train_sentences']} train sentences")

@@ -12,7 +12,7 @@ from benchmarks.report import (
     run_line, table,
 )
 from benchmarks.suites.sst_erasure.prose import budgets_paragraphs, MISS_LABELS, row_label, versus_paragraph
-from benchmarks.suites.sst_erasure.settings import DESCRIPTION, MASK_METHODS, METRICS, PAPER, SCORE_KEYS
+from benchmarks.suites.sst_erasure.settings import DESCRIPTION, gru_selected_on_dev, MASK_METHODS, METRICS, PAPER, SCORE_KEYS
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
@@ -288,8 +288,8 @@ def _erasure_section(results: Mapping[str, Any]) -> List[str]:
                 [f"mean {unit} per scored sentence", fmt(erasure.get("mean_tokens"), 1)],
                 ["mean number of optimal sets (scored)", fmt(erasure.get("mean_solutions"), 2)],
                 ["model evaluations per sentence (mean / max)", f"{fmt(erasure.get('evaluations_mean'), 1)} / {erasure.get('evaluations_max')}"],
-                ["GRU dev accuracy" + (" (model selection)" if results.get("config", {}).get("model", {}).get(
-                    "select", "best") == "best" else " (the last epoch's)"), fmt(100 * model.get("dev_accuracy", math.nan), 2) + "%"],
+                ["GRU dev accuracy" + (" (model selection)" if gru_selected_on_dev(results.get("config", {}))
+                                       else " (the last epoch's)"), fmt(100 * model.get("dev_accuracy", math.nan), 2) + "%"],
                 ["GRU", f"one GRU layer of {model.get('hidden_size')} over frozen {model.get('embeddings')} vectors of "
                         f"{unit} ({model.get('embedding_dim')}-d, {model.get('vocabulary')} rows), trained on "
                         + (f"{model.get('train_examples')} train phrases" if model.get("phrases") else "the train sentences")],

@@ -4,7 +4,7 @@ the score keys."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
 DESCRIPTION = (
     "SST (paper Sec. 5, Table 2): every method's kept words against exact erasure on sentences of <= 25 "
@@ -160,6 +160,12 @@ QUICK: Dict[str, Any] = {
         "Guan": {"steps": 50},
     },
 }
+
+def gru_selected_on_dev(config: Mapping[str, Any]) -> bool:
+    r"""Whether a run's GRU kept its best dev epoch (``model.select`` "best",
+    the default of runs before the rule) rather than its last."""
+    return config.get("model", {}).get("select", "best") == "best"
+
 
 #: What each ``baseline`` setting is, for the report.
 BASELINE_KINDS = {
