@@ -44,6 +44,7 @@ GROUPS: List[Tuple[str, str, List[str]]] = [
      "studies of the fit's recipe on SST and SQuAD, on held-out train sentences",
      ["sst-convergence-input", "sst-convergence-hidden", "sst-per-depth-input", "sst-per-depth-hidden",
       "sst-freeze-hidden", "sst-lr", "sst-input-single-layer", "sst-single-layer-budget", "sst-seed-spread",
+      "certificate-noise",
       "squad-fits"]),
     ("Views",
      "pages a reader opens in a browser, drawn from the suites' probes",

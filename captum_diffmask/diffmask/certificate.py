@@ -28,7 +28,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 from torch import Tensor
 
-from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import Convergence, SETTLED
+from captum_diffmask.diffmask.constrained.multiplier_rules import default_rate
+from captum_diffmask.diffmask.fit.option_groups import Optimization
+from captum_diffmask.diffmask.fit.options import FitOptions
 from captum_diffmask.diffmask.stacking import masked_logits
 from captum_diffmask.model.divergences import example_kl, log_probs
 from captum_diffmask.model.forward import Batch, frozen
@@ -189,14 +192,14 @@ def certify(
         raise ValueError("certify: the explainer has no fit to certify; call fit first")
     if tokenizer is not None:
         train, held_out = text_batches(train, tokenizer), list(text_batches(held_out, tokenizer))
-    options = _continued_options(explainer, chosen, seed, verbose, fit_options)
+    options = continuation_options(explainer, chosen, seed, verbose, fit_options)
     layers = sorted(explainer.convergence)
-    before = _held_out_figures(explainer, held_out, layers)
+    before = held_out_figures(explainer, held_out, layers)
     saved = _snapshot(explainer)
     try:
         explainer.fit(train, layers=layers, **options)
         continuation = {k: str(report["status"]) for k, report in explainer.convergence.items()}
-        after = _held_out_figures(explainer, held_out, layers)
+        after = held_out_figures(explainer, held_out, layers)
     finally:
         _restore(explainer, saved)
     certificate = Certificate(float(options["eps"]), chosen, continuation=continuation)
@@ -205,10 +208,25 @@ def certify(
     return certificate
 
 
-def _continued_options(explainer: Any, tolerances: CertificateTolerances, seed: Optional[int], verbose: bool,
-                       overrides: Mapping[str, Any]) -> Dict[str, Any]:
-    r"""The fit's own options (its record) with the continuation's caps: a fixed
-    number of steps, every layer trained throughout, no early stop."""
+def continuation_options(explainer: Any, tolerances: CertificateTolerances, seed: Optional[int], verbose: bool,
+                         overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    r"""
+    The options :meth:`DiffMask.fit` continues a fitted probe with: the fit's
+    own (its record) with the continuation's caps (``tolerances.steps`` steps,
+    every layer trained throughout, no early stop); after a cool-down
+    (``Convergence.cooldown``), at the rates it ended at.
+
+    Args:
+
+        explainer (DiffMask): the fitted explainer.
+        tolerances (CertificateTolerances): gives the steps.
+        seed (int, optional): the continuation's seed; None: the fit's.
+        verbose (bool): the continuation's progress.
+        overrides (dict): options over the recorded ones.
+
+    Returns:
+        *dict* of :meth:`DiffMask.fit`'s options.
+    """
     recorded = dict(explainer.fit_record.get("options", {}))
     options = {k: v for k, v in recorded.items() if k not in _NOT_CONTINUED}
     options.update(overrides)
@@ -216,11 +234,26 @@ def _continued_options(explainer: Any, tolerances: CertificateTolerances, seed: 
         raise ValueError("certify: the explainer has no fit record (a probe saved before release 0.2?); give eps=")
     given = options.get("convergence") or {}
     convergence = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
-    convergence.update(until_converged=False, freeze_converged=False)
+    if convergence.get("cooldown"):
+        options.update(_cooled_rates(options, float(convergence.get("cooldown_factor", Convergence.cooldown_factor))))
+    convergence.update(until_converged=False, freeze_converged=False, cooldown=0)
     options.update(convergence=convergence, max_steps=tolerances.steps, epochs=None, verbose=verbose)
     if seed is not None:
         options["seed"] = seed
     return options
+
+
+def _cooled_rates(options: Mapping[str, Any], factor: float) -> Dict[str, Any]:
+    r"""The rates a fit with a cool-down ended at (``lr``, and the baselines'
+    and multipliers' rates in ``optimization``), each times ``factor``: the
+    continuation goes on as the fit ended, not from its first rates."""
+    given = options.get("optimization") or {}
+    recipe = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
+    rate = recipe.get("lr_lambda")
+    rate = default_rate(recipe.get("multiplier", Optimization.multiplier)) if rate is None else rate
+    recipe["lr_lambda"] = [factor * r for r in rate] if isinstance(rate, (list, tuple)) else factor * rate
+    recipe["lr_baseline"] = factor * recipe.get("lr_baseline", Optimization.lr_baseline)
+    return {"lr": factor * options.get("lr", FitOptions.lr), "optimization": recipe}
 
 
 def _snapshot(explainer: Any) -> Dict[str, Any]:
@@ -237,10 +270,16 @@ def _restore(explainer: Any, saved: Mapping[str, Any]) -> None:
 
 
 @torch.no_grad()
-def _held_out_figures(explainer: Any, held_out: Iterable[Batch], layers: Sequence[int]) -> Dict[int, Dict[str, Any]]:
-    r"""Per layer: the keep probabilities of every real position (one flat
-    tensor, in the batches' order), the masked share and the mean KL under the
-    deterministic gates."""
+def held_out_figures(explainer: Any, held_out: Iterable[Batch], layers: Sequence[int]) -> Dict[int, Dict[str, Any]]:
+    r"""
+    What the certificate measures a probe by, on ``held_out`` batches.
+
+    Returns:
+        *dict* layer -> ``keep`` (the keep probabilities of every real
+        position, one flat tensor in the batches' order), ``masked`` (the
+        share of real positions whose deterministic gate is closed) and
+        ``kl`` (the mean KL under the deterministic gates).
+    """
     keep: Dict[int, List[Tensor]] = {k: [] for k in layers}
     for batch in held_out:
         call = explainer.prepare_batch(batch, None, "held_out batch")
@@ -262,15 +301,8 @@ def _judge(explainer: Any, held_out: Sequence[Batch], layer: int, before: Mappin
     bound = eps * (1.0 + tol.tol_kl)
     if verdict not in SETTLED:
         result.reasons.append(f"the fit's verdict is {verdict}")
-    if abs(result.masked_after - result.masked_before) > tol.masked_share:
-        result.reasons.append(f"the masked share moved by {abs(result.masked_after - result.masked_before):.3f} "
-                              f"(> {tol.masked_share:g})")
-    if result.keep_change > tol.keep:
-        result.reasons.append(f"the keep probabilities moved by {result.keep_change:.3f} on average (> {tol.keep:g})")
+    result.reasons.extend(drift_reasons(before, after, tol, eps))
     result.within_bound = result.kl_before <= bound
-    if abs(result.kl_after - result.kl_before) > tol.tol_kl * eps:
-        result.reasons.append(f"the held-out KL moved by {abs(result.kl_after - result.kl_before):.4f} "
-                              f"(> {tol.tol_kl:g} x eps)")
     if verdict == "needed":
         result.single_closure_kl = single_closure_kl(explainer, held_out, layer, tol.closure_examples)
         if result.single_closure_kl <= bound:
@@ -278,6 +310,35 @@ def _judge(explainer: Any, held_out: Sequence[Batch], layer: int, before: Mappin
                                   f"(KL {result.single_closure_kl:.4f}): gates could close that the probe cannot tell apart")
     result.counted = not result.reasons
     return result
+
+
+def drift_reasons(before: Mapping[str, Any], after: Mapping[str, Any], tolerances: CertificateTolerances,
+                  eps: float) -> List[str]:
+    r"""
+    How a probe moved past the tolerances between two measurements.
+
+    Args:
+
+        before, after (dict): one layer's :func:`held_out_figures`, on the same
+                    held-out batches.
+        tolerances (CertificateTolerances): the allowed drift.
+        eps (float): the fit's eps (the KL's tolerance is a share of it).
+
+    Returns:
+        *list of str*: one reason per figure that moved past its tolerance
+        (masked share, keep probabilities, KL); empty when none did.
+    """
+    reasons = []
+    masked = abs(after["masked"] - before["masked"])
+    if masked > tolerances.masked_share:
+        reasons.append(f"the masked share moved by {masked:.3f} (> {tolerances.masked_share:g})")
+    keep = float((after["keep"] - before["keep"]).abs().mean())
+    if keep > tolerances.keep:
+        reasons.append(f"the keep probabilities moved by {keep:.3f} on average (> {tolerances.keep:g})")
+    kl = abs(after["kl"] - before["kl"])
+    if kl > tolerances.tol_kl * eps:
+        reasons.append(f"the held-out KL moved by {kl:.4f} (> {tolerances.tol_kl:g} x eps)")
+    return reasons
 
 
 @torch.no_grad()

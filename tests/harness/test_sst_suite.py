@@ -121,14 +121,14 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     assert "DiffMask (hidden)" in results["cls_share"]
     assert results["chosen_on"]["eps"]["on"] == "train" and results["chosen_on"]["model epoch"]["on"] == "rule"
     # fit's own optimisation (no multiplier, lr or votes of the suite's), the mode's own
-    # epochs, fit's convergence window, every layer on every batch, and a per-layer
+    # epochs, fit's convergence window with the suite's cool-down, every layer on every batch, and a per-layer
     # convergence report of every fit
     for mode in ("input", "hidden"):
         for run in results["diffmask"][mode]["runs"]:
             assert not {"lr", "multiplier", "votes", "lr_lambda"} & set(run["options"])
             assert run["options"]["epochs"] == (2 if mode == "hidden" else 1) and run["options"]["precision"] == "bfloat16"
             assert len(run["epoch_seconds"]) == run["options"]["epochs"]
-            assert run["options"]["convergence"] is None and run["layers_per_batch"] == L + 1
+            assert run["options"]["convergence"] == {"cooldown": 500} and run["layers_per_batch"] == L + 1
             assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
             assert all(r["status"] in STATUSES for r in run["convergence"].values())
     # the paper's recipe: its optimisation, the authors' tied input votes, one epoch here

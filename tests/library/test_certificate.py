@@ -82,3 +82,22 @@ def test_clear_errors_name_the_argument():
     dm.fit_record = {}
     with pytest.raises(ValueError, match="give eps="):
         certify(dm, [(ids, mask)], [(ids, mask)])
+
+
+def test_after_a_cool_down_the_continuation_goes_on_at_the_rates_the_fit_ended_at(monkeypatch):
+    import captum_diffmask.diffmask.fit.loop as loop
+    from captum_diffmask import Convergence
+
+    built, build = [], loop.build_optimizers
+    monkeypatch.setattr(loop, "build_optimizers", lambda *a: built.append(build(*a)) or built[-1])
+    batches = [token_batch(batch=4, length=9, seed=i) for i in range(3)]
+    loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1,
+                        cooldown=30, cooldown_factor=0.1)
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    dm.fit(batches, seed=0, verbose=False, lr=0.02, optimization={"lr_lambda": 0.05}, convergence=loose)
+    record = dm.fit_record
+    certificate = certify(dm, batches, batches[:1], CertificateTolerances(steps=20))
+    probe_opt, rule = built[-1]  # the continuation's, as built: no cool-down of its own
+    assert [g["lr"] for g in probe_opt.param_groups] == pytest.approx([0.002, 1e-4])
+    assert [g["lr"] for g in rule.optimizer.param_groups] == pytest.approx([0.005] * 3)
+    assert dm.fit_record == record and sorted(certificate.layers) == [0, 1, 2]

@@ -297,3 +297,48 @@ def test_the_score_gradient_leaves_the_first_step_s_kl_as_it_was():
         history = dm.fit(_loader(1), seed=0, verbose=False, max_steps=1, optimization={"score_gradient": score})
         kls.append([row["kl"] for row in history])
     assert kls[0] == kls[1]  # the same sampled gates, the same KL: the term is 0 in value
+
+
+def test_a_cool_down_trains_every_layer_further_at_the_scaled_rates_and_judges_its_windows(monkeypatch):
+    import captum_diffmask.diffmask.fit.loop as loop
+
+    built, build = [], loop.build_optimizers
+    monkeypatch.setattr(loop, "build_optimizers", lambda *a: built.append(build(*a)) or built[-1])
+    loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1,
+                        cooldown=30, cooldown_factor=0.1)
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiffMaskConvergenceWarning)
+        dm.fit(_loader(3), seed=0, verbose=False, convergence=loose)
+    # settled at 30 steps, then 30 more at every layer
+    assert all(r["converged"] and r["steps"] == 60 for r in dm.convergence.values())
+    assert dm.fit_record["ended"] == "cooldown" and dm.fit_record["steps"] == 60
+    probe_opt, rule = built[0]
+    assert [g["lr"] for g in probe_opt.param_groups] == pytest.approx([3e-4, 1e-4])
+    assert [g["lr"] for g in rule.optimizer.param_groups] == pytest.approx([1e-3] * 3)  # one per layer
+
+    # without a cool-down the same fit ends where it settled, at the full rates
+    built.clear()
+    plain = DiffMask(tiny_bert(), mode="hidden")
+    plain.fit(_loader(3), seed=0, verbose=False, convergence=dataclasses.replace(loose, cooldown=0))
+    assert plain.fit_record["ended"] == "converged" and plain.fit_record["steps"] == 30
+    assert [g["lr"] for g in built[0][0].param_groups] == pytest.approx([3e-3, 1e-3])
+
+    # one layer drawn per batch: each layer frozen at its 30th step; the
+    # cool-down's 30 steps a layer are 90 of the fit's, shared among the layers
+    one = {"layers_per_batch": "one"}
+    plain = DiffMask(tiny_bert(), mode="hidden")
+    plain.fit(_loader(3), seed=0, verbose=False, compute=one, convergence=dataclasses.replace(loose, cooldown=0))
+    cooled = DiffMask(tiny_bert(), mode="hidden")
+    cooled.fit(_loader(3), seed=0, verbose=False, compute=one, convergence=loose)
+    assert cooled.fit_record["steps"] == plain.fit_record["steps"] + 90
+    assert sum(r["steps"] for r in cooled.convergence.values()) == 3 * 30 + 90
+
+
+def test_a_cool_down_long_enough_for_its_windows_is_required():
+    with pytest.raises(ValueError, match=r"cooldown must be 0 or at least \(patience \+ 1\) \* window = 400"):
+        Convergence(cooldown=300)
+    with pytest.raises(ValueError, match="cooldown_factor"):
+        Convergence(cooldown=400, cooldown_factor=0.0)
+    with pytest.raises(ValueError, match="convergence.cooldown must be an int"):
+        Convergence(cooldown=True)

@@ -163,3 +163,27 @@ def test_a_fit_stopped_by_its_cap_goes_on_with_a_larger_cap_and_ends_as_one_fit_
     # a cap below where it ended: the fit as it is, not trained again
     again, again_history = _hidden_fit(tmp_path / "parts.state", **smaller_cap)
     assert again_history == history
+
+
+def test_a_fit_stopped_in_its_cool_down_goes_on_at_the_cooled_rates_and_ends_as_one_fit(tmp_path):
+    # every window meets the criterion: all layers settle at step 30 (window 10,
+    # patience 2), then 30 steps of cool-down at a tenth of the rates
+    loose = {"window": 10, "patience": 2, "tol_kept": 1.0, "tol_lambda": 100.0, "tol_kl": 1e6, "open_share": 1.1,
+             "cooldown": 30}
+    batches = [token_batch(batch=4, length=9, seed=i) for i in range(3)]
+
+    def fit(name, **cap):
+        explainer = DiffMask(tiny_bert(), mode="hidden")
+        explainer.fit(batches, seed=0, verbose=False, checkpoint=tmp_path / name, convergence=loose,
+                      compute={"checkpoint_every": 2}, **cap)
+        return explainer
+
+    whole = fit("whole.state")
+    assert whole.fit_record["ended"] == "cooldown" and whole.fit_record["steps"] == 60
+    assert fit("parts.state", max_steps=45).fit_record["ended"] == "max_steps"
+    longer = fit("parts.state", max_steps=100)
+    assert longer.fit_record["ended"] == "cooldown" and longer.fit_record["steps"] == 60
+    for part in ("probe", "lambdas"):
+        expected, got = getattr(whole, part).state_dict(), getattr(longer, part).state_dict()
+        for key in expected:
+            assert torch.equal(expected[key], got[key]), (part, key)

@@ -59,6 +59,13 @@ DEFAULTS: Dict[str, Any] = {
         # every probe trained 500 steps further with nothing frozen, its drift
         # measured on the held-out train sentences (captum_diffmask.certify)
         "certificate": {"steps": 500},
+        # once every layer has its verdict, 500 more steps at every layer at a
+        # tenth of the rates, the verdicts judged again on them: at the fit's
+        # rates two continuations of one settled probe end as far apart as
+        # either from its start (docs/results/certificate-noise.md), so the
+        # certificate (which then goes on at the cooled rates) would judge
+        # its own seed
+        "convergence": {"cooldown": 500},
         "input": {}, "hidden": {},
     },
     # The paper's own recipe as a reference row (its sentiment appendix: Lookahead
@@ -131,6 +138,8 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
     "checkpoint": {"on": "rule", "why": "the fit's last probe (select_checkpoint False); no epoch is selected"},
     "fit budget": {"on": "rule", "why": "fit's defaults (run until every layer has its verdict), capped at 5 000 "
                                         "steps a layer; the certificate's 500 further steps"},
+    "cool-down": {"on": "train", "why": "500 steps at 0.1 x the rates, fixed before the run that measured it on the "
+                                       "400 held-out train sentences (docs/results/certificate-noise.md)"},
     "methods' options": {"on": "rule", "why": "DiffMask's own SST comparison (algorithms.md 1.10); the Readout "
                                               "Bottleneck's lr and beta on held-out train sentences "
                                               "(docs/results/sst-readout-tuning.md)"},

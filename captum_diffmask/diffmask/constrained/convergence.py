@@ -104,6 +104,24 @@ class Convergence:
         until_converged (bool, optional): stop the fit once every trained
                     layer has its verdict; False: run to the caps
                     (``max_steps``, ``epochs``). Default: True
+        cooldown (int, optional): once every trained layer has its verdict,
+                    train every layer (nothing frozen) this many further
+                    steps with the probe's and the multipliers' rates times
+                    ``cooldown_factor``, and judge the verdicts again on the
+                    windows of those steps. At the fit's rates a settled
+                    probe still jitters around its answer: on SST at eps 0.01
+                    two continuations of one probe end as far apart as either
+                    from where it started (masked share up to 0.042 apart,
+                    mean keep change up to 0.065;
+                    ``docs/results/certificate-noise.md``), and at a tenth of
+                    the rates the certificate then counts 6 of 7 depths (the
+                    seventh a trend it still sees). Steps at each layer (with one layer drawn per
+                    batch, the fit's steps are that many times the layers); at
+                    least ``(patience + 1) * window``, so that the verdicts
+                    rest on the cool-down's windows alone; 0: no cool-down.
+                    Default: 0
+        cooldown_factor (float, optional): the rates' factor in the cool-down,
+                    in (0, 1]. Default: 0.1
         freeze_converged (bool, optional): where each layer's gate networks,
                     baselines and multiplier are its own (hidden and component
                     modes; input mode with ``votes="per_depth"``), stop training
@@ -126,6 +144,8 @@ class Convergence:
     max_windows: int = 40
     noise: float = 2.0
     needed_windows: int = 20
+    cooldown: int = 0
+    cooldown_factor: float = 0.1
     until_converged: bool = True
     freeze_converged: bool = True
 
@@ -142,6 +162,14 @@ class Convergence:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"convergence.{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.cooldown, bool) or not isinstance(self.cooldown, int) or self.cooldown < 0:
+            raise ValueError(f"convergence.cooldown must be an int >= 0, got {self.cooldown!r}")
+        if 0 < self.cooldown < (self.patience + 1) * self.window:
+            raise ValueError(f"convergence.cooldown must be 0 or at least (patience + 1) * window = "
+                             f"{(self.patience + 1) * self.window} steps (the verdicts are judged on its windows), "
+                             f"got {self.cooldown}")
+        if not 0 < self.cooldown_factor <= 1:
+            raise ValueError(f"convergence.cooldown_factor must be in (0, 1], got {self.cooldown_factor!r}")
         for name in ("tol_kept", "tol_lambda", "lambda_floor", "tol_kl", "open_share", "closed_share", "noise"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"convergence.{name} must be >= 0, got {getattr(self, name)!r}")

@@ -90,7 +90,13 @@ def multiplier_rule(
         *PIMultiplierControl* or *GradientRule*.
     """
     multipliers.max_value = float(ceiling)
+    chosen = default_rate(rule) if rate is None else rate
     if rule == "pi":
-        return PIMultiplierControl(multipliers, constraint, lr=DEFAULT_PI_RATE if rate is None else rate,
-                                   **(controller or {}))
-    return GradientRule(multipliers, constraint, rule, 1.0 if rate is None else rate)
+        return PIMultiplierControl(multipliers, constraint, lr=chosen, **(controller or {}))
+    return GradientRule(multipliers, constraint, rule, chosen)
+
+
+def default_rate(rule: str) -> float:
+    r"""The rate of ``rule`` when none is given: ``"pi"``'s on log lambda, 1.0
+    for the gradient rules."""
+    return DEFAULT_PI_RATE if rule == "pi" else 1.0

@@ -52,7 +52,7 @@ def set_rng_states(states: Dict[str, Any]) -> None:
 
 
 #: What ended a fit's loop (:attr:`FitState.ended`).
-ENDINGS = ("converged", "max_steps", "epochs")
+ENDINGS = ("converged", "cooldown", "max_steps", "epochs")
 
 
 @dataclass
@@ -72,13 +72,16 @@ class FitState:
                     probe is its own is frozen).
         ended (str, optional): None while the loop trains; then what ended it
                     (:data:`ENDINGS`): ``"converged"`` (every trained layer
-                    settled), ``"max_steps"`` (the step cap, or the criterion's
+                    settled), ``"cooldown"`` (the cool-down that followed ran
+                    its steps), ``"max_steps"`` (the step cap, or the criterion's
                     budget), ``"epochs"`` (the epochs ran out).
         finished (bool): the call wrapped up after its loop ended (the epoch's
                     history rows, the checkpoint selection, the verdicts): a
                     fit resumed from a finished state is not trained again.
         sums (dict): per layer, the running sums of the epoch's step records.
         history (list of dict): the history rows of the epochs done.
+        cooling_from (int, optional): the step the cool-down began at
+                    (``Convergence.cooldown``); None before it.
         rng_to_restore (dict, optional): torch's RNG as a state left it when it
                     was written; a resumed fit sets it once the batches of the
                     epoch it resumes in that were trained are skipped, so that
@@ -95,6 +98,7 @@ class FitState:
     finished: bool = False
     sums: Dict[int, Dict[str, float]] = field(default_factory=dict)
     history: List[Dict[str, Any]] = field(default_factory=list)
+    cooling_from: Optional[int] = None
     rng_to_restore: Optional[Dict[str, Any]] = None
 
     @property

@@ -7,7 +7,8 @@ logits), the layers trained on it (every active one, or one drawn,
 ``layers_per_batch``), one training step (:mod:`~captum_diffmask.diffmask.fit.step`),
 and the step recorded at each layer's convergence monitor. A layer whose probe
 is its own is frozen once it settles; the loop ends when every layer has settled
-(``converged``), or at ``max_steps`` (the criterion's budget when no cap is
+(``converged``; with a cool-down, once every layer has trained that many
+further steps at the lower rates), or at ``max_steps`` (the criterion's budget when no cap is
 given), or when the epochs run out.
 """
 
@@ -98,6 +99,9 @@ class FitLoop:
             # the criterion's budget at each layer; a layer drawn one batch in
             # len(trained) gets that share of the steps
             self.max_steps = criterion.budget * (1 if options.compute.layers_per_batch == "all" else len(self.trained))
+        # the cool-down's steps at each layer, as the budget's: a layer drawn one
+        # batch in len(trained) gets that share of the fit's steps
+        self.cooldown_steps = criterion.cooldown * (1 if options.compute.layers_per_batch == "all" else len(self.trained))
         self.optimizers: Optional[Tuple[torch.optim.Optimizer, MultiplierRule]] = None
         validation = options.validation
         self.selection = None if validation is None else CheckpointSelection(
@@ -227,13 +231,32 @@ class FitLoop:
         state.step += 1
         closed = [k for k, record in records.items()
                   if self.monitors[k].record(record["constraint"], record["l0"], lams[k], record.get("closure"))]
-        if self.freezes:
+        criterion = self.options.convergence
+        if self.freezes and state.cooling_from is None:
             self._freeze_settled(closed)
         if self.max_steps is not None and state.step >= self.max_steps:
             state.ended = "max_steps"
-        elif closed and self.options.convergence.until_converged and all(m.status() in SETTLED for m in self.monitors.values()):
-            state.ended = "converged"
+        elif state.cooling_from is not None:
+            if state.step - state.cooling_from >= self.cooldown_steps:
+                state.ended = "cooldown"
+        elif closed and criterion.until_converged and all(m.status() in SETTLED for m in self.monitors.values()):
+            if criterion.cooldown:
+                self._start_cooldown()
+            else:
+                state.ended = "converged"
         return closed
+
+    def _start_cooldown(self) -> None:
+        r"""Every layer trained again, at the cool-down's rates (the optimisers'
+        states carry them, so a fit resumed in its cool-down keeps them)."""
+        assert self.optimizers is not None
+        criterion, state = self.options.convergence, self.state
+        state.cooling_from, state.active = state.step, list(self.trained)
+        for optimizer in (self.optimizers[0], self.optimizers[1].optimizer):
+            for group in optimizer.param_groups:
+                group["lr"] *= criterion.cooldown_factor
+        LOGGER.info("DiffMask fit: every layer settled at step %d; %d steps of cool-down at %g x the rates",
+                    state.step, criterion.cooldown, criterion.cooldown_factor)
 
     def _freeze_settled(self, closed: List[int]) -> None:
         r"""Stops training the layers of ``closed`` that are settled, while
@@ -264,6 +287,9 @@ class FitLoop:
             if options.max_steps is None:
                 return f"the criterion's budget of {self.max_steps} steps (convergence.max_windows)"
             return f"the cap max_steps={options.max_steps}"
+        if state.ended == "cooldown":
+            return (f"the end of its cool-down ({options.convergence.cooldown} steps at "
+                    f"{options.convergence.cooldown_factor:g} x the rates)")
         if not options.convergence.until_converged:
             return f"epochs={options.epochs} with until_converged=False"
         return f"the cap epochs={options.epochs} ({state.step} steps)"
