@@ -90,7 +90,7 @@ def measure(data_dir: Optional[str], verbose: bool = True) -> Dict[str, Any]:
     import torch
 
     from benchmarks.common.minilm.fit_cache import cached_fit
-    from benchmarks.common.minilm.fitting import fit_arguments, fit_diffmask, OnDevice
+    from benchmarks.common.minilm.fitting import continuation_arguments, fit_diffmask, OnDevice
     from benchmarks.common.minilm.loading import load_bench
     from captum_diffmask import CertificateTolerances, certify
     from captum_diffmask.diffmask import grouped_options
@@ -103,9 +103,7 @@ def measure(data_dir: Optional[str], verbose: bool = True) -> Dict[str, Any]:
     settings = {**config["diffmask"], **config["diffmask"]["input"]}
     tolerances = CertificateTolerances(**{**settings["certificate"], "steps": STEPS})
     eps = float(settings["eps"])
-    _, options, batch_size, _ = fit_arguments(config, "input")
-    for key in ("lr_lambda_last", "max_steps", "epochs", "eps_valid", "agreement_valid"):
-        options.pop(key, None)
+    options, batch_size = continuation_arguments(config, "input")
     device = model_device(bench.model)
     train = OnDevice(bench.train.loader(batch_size, shuffle=True, seed=None, sort_by_length=True), device)
     held_out = list(OnDevice(bench.valid.loader(128, shuffle=False, sort_by_length=True), device))

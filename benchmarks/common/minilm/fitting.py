@@ -118,6 +118,16 @@ def fit_diffmask(
     }
 
 
+def continuation_arguments(config: Mapping[str, Any], mode: str) -> Tuple[Dict[str, Any], int]:
+    r"""The suite's fit options for ``mode`` that a continuation of its fit
+    takes over (not the caps, the checkpoint's bounds or the last layer's
+    rate), and the batch size."""
+    _, options, batch_size, _ = fit_arguments(config, mode)
+    for key in ("lr_lambda_last", "max_steps", "epochs", "eps_valid", "agreement_valid"):
+        options.pop(key, None)
+    return options, batch_size
+
+
 def certify_fit(
     explainer: DiffMask, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
     verbose: bool,
@@ -129,9 +139,7 @@ def certify_fit(
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
     if not settings.get("certificate"):
         return None
-    _, options, batch_size, _ = fit_arguments(config, mode)
-    for key in ("lr_lambda_last", "max_steps", "epochs", "eps_valid", "agreement_valid"):
-        options.pop(key, None)
+    options, batch_size = continuation_arguments(config, mode)
     device = model_device(explainer.model)
     certificate = certify(
         explainer, OnDevice(train.loader(batch_size, shuffle=True, seed=None, sort_by_length=True), device),
