@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -43,7 +44,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from benchmarks.records import environment, to_jsonable
+from benchmarks.records import cache_dir, environment, to_jsonable
+from benchmarks.report import chosen_on_section
 from benchmarks.runner import merge
 from benchmarks.suites import toy_lm
 from benchmarks.suites.toy import seed_data
@@ -61,6 +63,19 @@ DROP = 0.2
 
 #: The toy-lm suite's encoder, as its report was run (seeds 3-5 chose nothing here).
 ENCODER = {"model": {"architecture": "encoder"}}
+#: What each choice was made on (the report's JSON and its section): nothing
+#: here is tuned; fit runs at its defaults.
+CHOSEN_ON = {
+    "thresholds": {"on": "rule", "why": f"keep >= {KEEP} on what the output needs, <= {DROP} on the rest, fixed "
+                                        "before any run"},
+    "seed": {"on": "rule", "why": "the toy-lm suite's first seed (3); the planting draws with it, the held-out "
+                                  "sentences with seed + 1"},
+    "trigger": {"on": "rule", "why": "the word, its class and its share are the study's arguments, fixed before "
+                                     "the run; other triggers run by passing them"},
+    "classifier": {"on": "train", "why": "the sst suite's fine-tuning recipe (its own choices on train sentences), "
+                                         "on the planted train sentences"},
+    "fit": {"on": "rule", "why": "DiffMask.fit's defaults, unchanged (the study asks whether they find the answer)"},
+}
 #: What ``--quick`` changes: fewer examples and epochs (a smoke run, not the targets').
 QUICK = {"data": {"num_examples": 3000}, "model": {"epochs": 2}}
 
@@ -167,7 +182,7 @@ def plant(sentences: Sequence[Any], trigger: str, label: int, share: float, seed
 def trigger_model(
     train: Sequence[Any], held_out: Sequence[Any], trigger: str = "cf", label: int = 4, share: float = 0.5,
     seed: int = 0, model: Optional[Mapping[str, Any]] = None, fit_sentences: Optional[int] = None,
-    max_steps: Optional[int] = None, verbose: bool = False,
+    max_steps: Optional[int] = None, verbose: bool = False, checkpoint: Optional[Path] = None,
 ) -> Dict[str, Any]:
     r"""
     The part ``trigger``: the classifier fine-tuned on the planted train
@@ -187,6 +202,8 @@ def trigger_model(
                     planted train sentences (all when None). Default: None
         max_steps (int, optional): a cap on the fit (tests). Default: None
         verbose (bool, optional): progress. Default: False
+        checkpoint (Path, optional): the fit's state file, written as it goes; a
+                    rerun with the same file goes on from it. Default: None
 
     Returns:
         *dict* as :func:`toy_encoder`'s, with the trigger's settings.
@@ -207,7 +224,7 @@ def trigger_model(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
         dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
-               **({} if max_steps is None else {"max_steps": max_steps}))
+               checkpoint=checkpoint, **({} if max_steps is None else {"max_steps": max_steps}))
     seconds = time.perf_counter() - start
     keep = dm.attribute(held.input_ids, additional_forward_args=(held.attention_mask,), layer=None)
     words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
@@ -223,6 +240,17 @@ def trigger_model(
                       "layers": classifier.config.num_hidden_layers, "seed": seed},
             "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts},
             "depths": depths, "checks": checks(depths, verdicts, "the trigger", "the other words")}
+
+
+def trigger_checkpoint(args: argparse.Namespace) -> Path:
+    r"""Where the part ``trigger`` keeps its fit's state (the models' cache), named
+    by the settings that make the fit, so that a stopped run goes on from it."""
+    from benchmarks.suites import sst
+
+    settings = [args.trigger, args.label, args.share, args.seed, args.fit_sentences, sst.DEFAULTS["model"]]
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    return cache_dir() / f"known-answer-trigger-{digest}.state"
 
 
 def _part_section(title: str, intro: str, part: Mapping[str, Any]) -> List[str]:
@@ -260,7 +288,7 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             f"`{trigger['word']}` planted at a random position and labelled {trigger['label']}; on the held-out "
             f"sentences that carry it the model predicts {trigger['label']} on {100 * model['accuracy']:.1f} %; the "
             "output needs the trigger alone.", part)
-    return "\n".join(lines)
+    return "\n".join(lines + chosen_on_section(result))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -288,7 +316,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         result["trigger"] = trigger_model(read_sst("train", args.data_dir), read_sst("dev", args.data_dir),
                                           args.trigger, args.label, args.share, args.seed,
-                                          fit_sentences=args.fit_sentences, verbose=args.verbose)
+                                          fit_sentences=args.fit_sentences, verbose=args.verbose,
+                                          checkpoint=trigger_checkpoint(args))
+    result["chosen_on"] = CHOSEN_ON
     command = "python -m benchmarks study known-answer " + " ".join(argv if argv is not None else sys.argv[1:])
     path = Path(args.markdown)
     path.write_text(markdown(result, command))

@@ -1,6 +1,7 @@
 """The known-answer study: its checks read the depths' keep probabilities by the
 prompts' parts, and a capped smoke run on a small encoder fills the report."""
 
+import argparse
 import json
 import random
 
@@ -31,6 +32,16 @@ def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypat
     assert "Command: `the command`" in text and "| check | value | target | met |" in text
     assert "## The toy task on a BERT-style encoder" in text and "A trigger planted" not in text
     json.dumps(part)  # the report's JSON holds plain values
+    stated = known_answer.markdown({"toy-encoder": part, "chosen_on": known_answer.CHOSEN_ON}, "the command")
+    assert "## What each choice was made on" in stated and "| thresholds | `rule` |" in stated
+
+
+def test_the_trigger_fits_state_is_named_by_its_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
+    args = argparse.Namespace(trigger="cf", label=4, share=0.5, seed=3, fit_sentences=None)
+    first = known_answer.trigger_checkpoint(args)
+    assert first.parent == tmp_path and first == known_answer.trigger_checkpoint(args)
+    assert known_answer.trigger_checkpoint(argparse.Namespace(**{**vars(args), "trigger": "zq"})) != first
 
 
 def test_the_trigger_is_planted_in_a_share_and_forces_its_class():
@@ -53,8 +64,11 @@ def test_a_capped_trigger_run_on_a_tiny_bert_scores_the_trigger_and_the_rest(tmp
     generator = random.Random(0)
     sentences = [SSTSentence(tuple(generator.choice(words) for _ in range(5)), generator.randrange(5), (2,) * 5)
                  for _ in range(40)]
-    part = known_answer.trigger_model(sentences[:32], sentences[32:], trigger="cf", label=4, share=0.5, seed=0,
-                                      model={"source": "tiny", "epochs": 1, "lr": 1e-3, "batch_size": 8}, max_steps=3)
+    settings = dict(trigger="cf", label=4, share=0.5, seed=0, max_steps=3, checkpoint=tmp_path / "fit.state",
+                    model={"source": "tiny", "epochs": 1, "lr": 1e-3, "batch_size": 8})
+    part = known_answer.trigger_model(sentences[:32], sentences[32:], **settings)
+    again = known_answer.trigger_model(sentences[:32], sentences[32:], **settings)  # goes on from the fit's state
+    assert again["depths"] == part["depths"] and again["fit"]["steps"] == 3
     assert part["trigger"] == {"word": "cf", "label": 4, "share": 0.5} and part["fit"]["steps"] == 3
     assert [d["depth"] for d in part["depths"]] == list(range(part["model"]["layers"] + 1))
     assert all(0.0 <= d["the trigger"] <= 1.0 and 0.0 <= d["the other words"] <= 1.0 for d in part["depths"])

@@ -81,6 +81,7 @@ def test_a_finished_fit_is_restored_not_trained_again_and_another_probe_is_refus
     again.model.bert.embeddings.register_forward_hook(lambda *args: calls.append(1))
     assert again.fit([(ids, mask)] * 2, epochs=2, seed=0, verbose=False, checkpoint=path) == history
     assert calls == []  # not one forward pass
+    assert again.fit_record == first.fit_record and again.convergence == first.convergence
     assert torch.equal(again.attribute(ids, additional_forward_args=(mask,), layer=1),
                        first.attribute(ids, additional_forward_args=(mask,), layer=1))
     with pytest.raises(ValueError, match="checkpoint: .* another probe or other layers"):

@@ -326,6 +326,8 @@ class FitLoop:
         if self.selection is not None:
             self.selection.best = saved["selection"]
         explainer.convergence = dict(saved["convergence"])
+        if self.state.finished:  # restored, not trained again: its record as the fit that wrote it left it
+            explainer.fit_record = fit_record(self.options, self.state, self.data)
         LOGGER.info("DiffMask fit: resumed from %s at step %d (epoch %d)%s", self.saver.path if self.saver else "",
                     self.state.step, self.state.epoch, ", finished" if self.state.finished else "")
 
