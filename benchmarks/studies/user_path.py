@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import logging
 import os
 import platform
 import re
@@ -170,6 +169,7 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     import warnings
 
     from benchmarks.common.minilm.loading import load_model
+    from benchmarks.progress import fit_log
     from benchmarks.records import cache_dir
     from benchmarks.suites.sst import DEFAULTS
     from benchmarks.tasks.sst import read_sst
@@ -181,16 +181,9 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     state.parent.mkdir(parents=True, exist_ok=True)
     dm = DiffMask(model, mode="input")
     start = time.perf_counter()
-    logger, handler = logging.getLogger("captum_diffmask"), logging.StreamHandler(sys.stderr)
-    logger.addHandler(handler)  # the fit's line per layer and epoch, in this study's log
-    level, logger.level = logger.level, logging.INFO
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with fit_log(), warnings.catch_warnings(record=True) as caught:  # the fit's line per layer and epoch
+        warnings.simplefilter("always")
+        history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
     epochs: Dict[int, Dict[str, Any]] = {}
     for row in history:  # a row per (epoch, layer), the epoch's seconds on each
         epoch = epochs.setdefault(int(row["epoch"]), {"seconds": float(row["seconds"]), "steps": 0})
