@@ -1,10 +1,8 @@
-"""What the suites show while they run: a line per step, progress bars, the
-library's own lines during a fit, and a failing method's error in one line."""
+"""What the suites show while they run: a line per step, progress bars, and a
+failing method's error in one line."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import sys
 import time
 from typing import Any, Iterable, Iterator
@@ -22,25 +20,6 @@ def log_to_stderr(verbose: bool, message: str) -> None:
     r"""Prints ``message`` to stderr, flushed, when ``verbose``."""
     if verbose:
         print(message, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def fit_log(enabled: bool = True) -> Iterator[None]:
-    r"""The library's INFO lines (a fit's line per layer and epoch, its freezes and
-    resumptions) on stderr while the block runs, when ``enabled``: a long fit in
-    a study's log shows where it is. The logger is left as found."""
-    if not enabled:
-        yield
-        return
-    logger, handler = logging.getLogger("captum_diffmask"), logging.StreamHandler(sys.stderr)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def bar(iterable: Any, verbose: bool, **kwargs: Any) -> Any:

@@ -44,7 +44,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from benchmarks.progress import fit_log
 from benchmarks.records import cache_dir, environment, to_jsonable
 from benchmarks.report import chosen_on_section
 from benchmarks.runner import merge
@@ -53,6 +52,7 @@ from benchmarks.suites.toy import seed_data
 from benchmarks.tasks.toy_lm import decoder_accuracy, encode_toy
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.diffmask.fit.history import log_lines
 
 #: The question this study answers (``python -m benchmarks list``).
 QUESTION = "whether fit's defaults find the known answer on transformers whose answer is known"
@@ -108,7 +108,7 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
     model, info = toy_lm.load_decoder(config, seed, train, valid, verbose)
     dm = DiffMask(model, mode="input", output="last")
     start = time.perf_counter()
-    with fit_log(verbose), warnings.catch_warnings():
+    with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the verdicts are reported per depth
         dm.fit(list(train.batches(64, shuffle=True, seed=seed)), seed=seed, verbose=verbose,
                **({} if max_steps is None else {"max_steps": max_steps}))
@@ -222,7 +222,7 @@ def trigger_model(
     held = sst_bert.encode_sst([s for s, t in zip(shown, triggered) if t], tokenizer)
     dm = DiffMask(classifier, mode="input")
     start = time.perf_counter()
-    with fit_log(verbose), warnings.catch_warnings():
+    with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
         dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
                checkpoint=checkpoint, **({} if max_steps is None else {"max_steps": max_steps}))

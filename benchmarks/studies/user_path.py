@@ -169,7 +169,7 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     import warnings
 
     from benchmarks.common.minilm.loading import load_model
-    from benchmarks.progress import fit_log
+    from captum_diffmask.diffmask.fit.history import log_lines
     from benchmarks.records import cache_dir
     from benchmarks.suites.sst import DEFAULTS
     from benchmarks.tasks.sst import read_sst
@@ -181,7 +181,7 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     state.parent.mkdir(parents=True, exist_ok=True)
     dm = DiffMask(model, mode="input")
     start = time.perf_counter()
-    with fit_log(), warnings.catch_warnings(record=True) as caught:  # the fit's line per layer and epoch
+    with log_lines(), warnings.catch_warnings(record=True) as caught:  # the fit's line per layer and epoch
         warnings.simplefilter("always")
         history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
     epochs: Dict[int, Dict[str, Any]] = {}

@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import importlib
 import json
-import logging
 import os
 import sys
 import warnings
@@ -46,11 +45,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return done.code if isinstance(done.code, int) else 2
     from transformers.utils import logging as transformers_logging
 
+    from captum_diffmask.diffmask.fit.history import log_lines
+
     bars = transformers_logging.is_progress_bar_enabled()
     if args.quiet:
         transformers_logging.disable_progress_bar()
     try:
-        with _log_lines(args.quiet), _warning_lines(args.command):
+        with log_lines(not args.quiet and not sys.stderr.isatty(), timestamps=True), _warning_lines(args.command):
             return {"fit": _fit, "explain": _explain, "compare": _compare}[args.command](args)
     except (UsageError, ValueError, OSError) as error:
         # the library's refusals (ValueError) name the argument and the fix: the
@@ -66,26 +67,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if bars:  # as it was: main() also runs inside other programs (and tests)
             transformers_logging.enable_progress_bar()
 
-
-
-@contextlib.contextmanager
-def _log_lines(quiet: bool) -> Iterator[None]:
-    r"""Off a terminal (where progress bars hide themselves), the fit's log
-    lines go to stderr inside the block; the logger is as it was after."""
-    if quiet or sys.stderr.isatty():
-        yield
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    logger = logging.getLogger("captum_diffmask")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 @contextlib.contextmanager

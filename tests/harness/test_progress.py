@@ -1,8 +1,6 @@
 """What the suites show while they run (benchmarks/progress.py)."""
 
-import logging
-
-from benchmarks.progress import bar, fit_log
+from benchmarks.progress import bar
 
 
 def test_a_named_loop_in_a_log_says_when_it_ends_and_how_many_it_did(capsys):
@@ -17,14 +15,3 @@ def test_a_quiet_loop_or_an_unnamed_one_writes_nothing(capsys):
     assert list(bar(range(2), True)) == [0, 1]
     assert capsys.readouterr().err == ""
 
-
-def test_a_fits_log_lines_show_inside_the_block_and_the_logger_is_left_as_found(capsys):
-    logger = logging.getLogger("captum_diffmask")
-    level, handlers = logger.level, list(logger.handlers)
-    with fit_log():
-        logger.info("DiffMask fit: layer 3 converged")
-    with fit_log(False):
-        logger.info("not shown")
-    logger.info("not shown either")
-    assert capsys.readouterr().err.splitlines() == ["DiffMask fit: layer 3 converged"]
-    assert (logger.level, logger.handlers) == (level, handlers)

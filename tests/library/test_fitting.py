@@ -342,3 +342,19 @@ def test_a_cool_down_long_enough_for_its_windows_is_required():
         Convergence(cooldown=400, cooldown_factor=0.0)
     with pytest.raises(ValueError, match="convergence.cooldown must be an int"):
         Convergence(cooldown=True)
+
+
+def test_log_lines_show_the_fits_lines_inside_the_block_and_leave_the_logger_as_found(capsys):
+    import logging
+
+    from captum_diffmask.diffmask.fit.history import log_lines
+
+    logger = logging.getLogger("captum_diffmask")
+    level, handlers = logger.level, list(logger.handlers)
+    with log_lines():
+        logger.info("DiffMask fit: layer 3 converged")
+    with log_lines(False):
+        logger.info("not shown")
+    logger.info("not shown either")
+    assert capsys.readouterr().err.splitlines() == ["DiffMask fit: layer 3 converged"]
+    assert (logger.level, logger.handlers) == (level, handlers)

@@ -3,13 +3,44 @@ steps and the layer's convergence status."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+import sys
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from captum_diffmask.diffmask.constrained.convergence import LayerMonitor, SETTLED
 from captum_diffmask.diffmask.fit.fittable import Fittable
 
 LOGGER = logging.getLogger("captum_diffmask")
+
+
+@contextlib.contextmanager
+def log_lines(enabled: bool = True, timestamps: bool = False) -> Iterator[None]:
+    r"""
+    The library's INFO lines (a fit's line per layer and epoch, its freezes,
+    resumptions and cool-down) on stderr while the block runs, so that a long
+    fit whose output is a log, not a terminal, shows where it is.
+
+    Args:
+
+        enabled (bool, optional): False: nothing changes. Default: True
+        timestamps (bool, optional): each line starts with the time of day.
+                    Default: False
+    """
+    if not enabled:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    if timestamps:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    level = LOGGER.level
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.INFO)
+    try:
+        yield
+    finally:  # the logger as it was found
+        LOGGER.removeHandler(handler)
+        LOGGER.setLevel(level)
 
 
 def last_rows(history: Iterable[Mapping[str, Any]]) -> Dict[int, Mapping[str, Any]]:
