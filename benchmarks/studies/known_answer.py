@@ -4,14 +4,20 @@ whose answer is known, in input mode at every depth.
 
 Part ``toy-encoder``: the paper's toy task written as tokens for a small
 BERT-style encoder (the toy-lm suite's encoder, :mod:`benchmarks.tasks.toy_lm`):
-``<n> <m> : x_1 .. x_t ->``, the answer read at the last position. The output
-needs the query and the digits of ``x`` that hold ``n`` or ``m`` (the ground
-truth); the other digits carry nothing. What must hold, fixed before the run:
+``<n> <m> : x_1 .. x_t ->``, the answer read at the last position. The digits
+of ``x`` that hold ``n`` or ``m`` are the ground truth, the other digits carry
+nothing; but on a prompt whose answer is the one the encoder gives with no
+evidence, the output needs no digit at all. So each prompt's ground truth is
+what erasure says (:func:`needs_digits`): the prompts whose answer flips when
+their ground-truth digits are erased need them, and the checks on the digits
+are judged on those; on the others the output needs none, and the right mask
+drops every digit. What must hold, fixed before the run:
 
 - fit's defaults settle every depth (``converged`` or ``needed``);
 - at the top depth the mask keeps what the output needs and drops the rest: a
   mean keep probability of at least :data:`KEEP` on the ground-truth digits and
-  at most :data:`DROP` on the other digits;
+  at most :data:`DROP` on the other digits (of the prompts that need them), and
+  at most :data:`DROP` on the digits of the prompts that need none;
 - depth 0 (the embeddings, which cannot see the query) keeps more of the digits
   than the top depth.
 
@@ -114,36 +120,71 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
                **({} if max_steps is None else {"max_steps": max_steps}))
     seconds = time.perf_counter() - start
     keep = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)  # (N, T, L + 1)
+    needs = needs_digits(model, valid)
     groups = toy_lm.position_groups(valid)
+    digits_of = groups["digits (ground truth)"] | groups["digits (others)"]
+    groups = {**{name: where & needs[:, None] for name, where in groups.items()}, NONE: digits_of & ~needs[:, None]}
+    groups = {name: where for name, where in groups.items() if where.any()}  # a part no prompt has: no mean
     depths = [{"depth": k, **{name: float(keep[..., k][where].mean()) for name, where in groups.items()}}
               for k in range(keep.shape[-1])]
     verdicts = {str(k): str(report["status"]) for k, report in sorted(dm.convergence.items())}
     return {"model": {"seed": seed, "accuracy": decoder_accuracy(model, valid), "cached": info["cached"],
-                      "layers": model.config.num_hidden_layers},
+                      "layers": model.config.num_hidden_layers, "prompts": int(needs.numel()),
+                      "prompts_needing_digits": int(needs.sum())},
             "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts},
             "depths": depths, "checks": checks(depths, verdicts)}
+
+
+#: The part of the toy prompts: the digits of the prompts whose output needs none.
+NONE = "digits (prompts needing none)"
+
+
+def needs_digits(model: torch.nn.Module, data: Any) -> torch.Tensor:
+    r"""
+    Which prompts' answers need their ground-truth digits: those whose answer
+    (the argmax at the last position) changes when the input embeddings of those
+    digits are replaced by the mean embedding of every digit in ``data``.
+
+    Args:
+
+        model (nn.Module): the encoder (a Hugging Face model that takes
+                    ``inputs_embeds``).
+        data (ToyText): the prompts (``ids``, ``mask``, ``digits``, ``truth``).
+
+    Returns:
+        *Tensor* (N,) bool.
+    """
+    with torch.no_grad():
+        embeddings = model.get_input_embeddings()(data.ids)
+        erased = embeddings.clone()
+        erased[data.truth > 0] = embeddings[data.digits.bool()].mean(0)
+        answers = [model(inputs_embeds=e, attention_mask=data.mask).logits[:, -1].argmax(-1)
+                   for e in (embeddings, erased)]
+    return answers[0] != answers[1]
 
 
 def checks(depths: Sequence[Mapping[str, float]], verdicts: Mapping[str, str], needed: str = "digits (ground truth)",
            rest: str = "digits (others)") -> List[Dict[str, Any]]:
     r"""The checks of the module's docstring, each with its value and target:
-    ``needed`` and ``rest`` name the depths' parts the output needs and does not."""
+    ``needed`` and ``rest`` name the depths' parts the output needs and does not
+    (and :data:`NONE`, where the depths have it, the digits of the prompts
+    whose output needs none)."""
     top, bottom = depths[-1], depths[0]
     settled = sum(v in SETTLED for v in verdicts.values())
-
-    def both(row: Mapping[str, float]) -> float:
-        return (row[needed] + row[rest]) / 2
-
-    return [
-        {"check": "fit's defaults settle every depth", "value": f"{settled} of {len(verdicts)}",
-         "target": "all", "met": settled == len(verdicts)},
-        {"check": f"the top depth keeps {needed}", "value": round(top[needed], 3),
-         "target": f">= {KEEP}", "met": top[needed] >= KEEP},
-        {"check": f"the top depth drops {rest}", "value": round(top[rest], 3),
-         "target": f"<= {DROP}", "met": top[rest] <= DROP},
-        {"check": "depth 0 keeps more of them than the top depth",
-         "value": f"{both(bottom):.3f} vs {both(top):.3f}", "target": "more", "met": both(bottom) > both(top)},
-    ]
+    found = [{"check": "fit's defaults settle every depth", "value": f"{settled} of {len(verdicts)}",
+              "target": "all", "met": settled == len(verdicts)}]
+    for check, part, target, met in ((f"the top depth keeps {needed}", needed, f">= {KEEP}", lambda v: v >= KEEP),
+                                     (f"the top depth drops {rest}", rest, f"<= {DROP}", lambda v: v <= DROP),
+                                     (f"the top depth drops the {NONE}", NONE, f"<= {DROP}", lambda v: v <= DROP)):
+        if part in top:
+            found.append({"check": check, "value": round(top[part], 3), "target": target, "met": met(top[part])})
+        elif part != NONE:  # a part no held-out input has: nothing shows the check
+            found.append({"check": check, "value": "no such input", "target": target, "met": False})
+    if needed in top and rest in top:
+        both = [(row[needed] + row[rest]) / 2 for row in (bottom, top)]
+        found.append({"check": "depth 0 keeps more of them than the top depth", "value": f"{both[0]:.3f} vs {both[1]:.3f}",
+                      "target": "more", "met": both[0] > both[1]})
+    return found
 
 
 def plant(sentences: Sequence[Any], trigger: str, label: int, share: float, seed: int) -> Tuple[List[Any], List[bool]]:
@@ -279,8 +320,11 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
         lines += _part_section(
             "The toy task on a BERT-style encoder",
             f"The toy-lm suite's encoder of seed {model['seed']} ({model['layers']} blocks; held-out accuracy "
-            f"{100 * model['accuracy']:.2f} %, {'from the cache' if model['cached'] else 'trained in this run'}); "
-            "the output needs the ground-truth digits (and the query).", part)
+            f"{100 * model['accuracy']:.2f} %, {'from the cache' if model['cached'] else 'trained in this run'}). "
+            f"On {model['prompts_needing_digits']} of its {model['prompts']} held-out prompts the answer flips when "
+            "the ground-truth digits are erased (their embeddings replaced by the mean digit's): there the output "
+            "needs them (and the query), and the digits' parts are of those prompts; on the others it needs no "
+            "digit.", part)
     if "trigger" in result:
         part, model, trigger = result["trigger"], result["trigger"]["model"], result["trigger"]["trigger"]
         lines += _part_section(

@@ -19,6 +19,42 @@ def test_the_checks_are_the_known_answers():
     assert [c["met"] for c in missed] == [False, False, False, False]
     assert missed[0]["value"] == "1 of 2" and missed[3]["value"] == "0.500 vs 0.700"
     assert found[1]["check"] == "the top depth keeps digits (ground truth)"
+    # the digits of the prompts whose output needs none: dropped at the top depth, or the check is missed
+    none = known_answer.NONE
+    dropped = known_answer.checks([{**_depth(0, 1.0, 1.0), none: 1.0}, {**_depth(1, 0.95, 0.1), none: 0.05}], {"0": "needed"})
+    kept = known_answer.checks([{**_depth(0, 1.0, 1.0), none: 1.0}, {**_depth(1, 0.95, 0.1), none: 0.6}], {"0": "needed"})
+    assert [c["met"] for c in dropped] == [True] * 5 and [c["met"] for c in kept] == [True, True, True, False, True]
+    # no held-out prompt needs the digits: their checks are missed, not met by default
+    nothing = known_answer.checks([{"depth": 0, none: 1.0}, {"depth": 1, none: 0.1}], {"0": "converged"})
+    assert [(c["value"], c["met"]) for c in nothing[1:]] == [("no such input", False), ("no such input", False), (0.1, True)]
+
+
+def test_a_prompt_needs_its_digits_when_erasing_them_flips_its_answer():
+    from types import SimpleNamespace
+
+    import torch
+
+    class Counter(torch.nn.Module):
+        # answers 1 when the embeddings' first coordinate sums above 0, else 0
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(3, 2)
+            self.embed.weight.data = torch.tensor([[0.0, 0.0], [-1.0, 0.0], [3.0, 0.0]])
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def forward(self, inputs_embeds, attention_mask):
+            total = inputs_embeds[..., 0].sum(1)
+            logits = torch.stack([torch.zeros_like(total), total], -1)[:, None, :]
+            return SimpleNamespace(logits=logits)
+
+    ids = torch.tensor([[0, 2, 1, 1], [0, 1, 1, 1], [0, 2, 2, 1]])  # token 0 the query, 1 and 2 digits
+    truth = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]])
+    data = SimpleNamespace(ids=ids, mask=torch.ones_like(ids), digits=ids > 0, truth=truth)
+    # the mean digit is (3 + 3 + 3 - 6 x 1) / 9 = 1/3: erasing prompt 0's 2 takes its sum from 1 to -5/3 (flips);
+    # prompt 1 has no ground truth (nothing to erase); prompt 2's erased 1 takes 5 to 5 + 4/3 (no flip)
+    assert known_answer.needs_digits(Counter(), data).tolist() == [True, False, False]
 
 
 def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypatch):
@@ -26,8 +62,15 @@ def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypat
     monkeypatch.setattr(known_answer, "QUICK", {"data": {"num_examples": 600}, "model": {"epochs": 1}})
     part = known_answer.toy_encoder(seed=0, quick=True, max_steps=3)
     layers = part["model"]["layers"]
-    assert [d["depth"] for d in part["depths"]] == list(range(layers + 1)) and len(part["checks"]) == 4
-    assert all(0.0 <= d["digits (others)"] <= 1.0 for d in part["depths"]) and part["fit"]["steps"] == 3
+    assert [d["depth"] for d in part["depths"]] == list(range(layers + 1)) and part["fit"]["steps"] == 3
+    parts = [k for k in part["depths"][0] if k != "depth"]  # those some held-out prompt has
+    assert parts and all(0.0 <= d[k] <= 1.0 for d in part["depths"] for k in parts)
+    assert 0 <= part["model"]["prompts_needing_digits"] <= part["model"]["prompts"]
+    assert (known_answer.NONE in parts) == (part["model"]["prompts_needing_digits"] < part["model"]["prompts"])
+    # settle, keep, drop; the digits of the prompts needing none where some do; depth 0 against the top where
+    # some prompt needs its digits
+    both = "digits (ground truth)" in parts and "digits (others)" in parts
+    assert len(part["checks"]) == 3 + (known_answer.NONE in parts) + both
     text = known_answer.markdown({"toy-encoder": part}, "the command")
     assert "Command: `the command`" in text and "| check | value | target | met |" in text
     assert "## The toy task on a BERT-style encoder" in text and "A trigger planted" not in text
