@@ -169,10 +169,10 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     import warnings
 
     from benchmarks.common.minilm.loading import load_model
-    from captum_diffmask.diffmask.fit.history import log_lines
     from benchmarks.records import cache_dir
     from benchmarks.suites.sst import DEFAULTS
     from benchmarks.tasks.sst import read_sst
+    from captum_diffmask.diffmask.fit.history import log_lines
     from captum_diffmask import DiffMask
 
     train, dev = read_sst("train", data_dir), read_sst("dev", data_dir)

@@ -14,4 +14,3 @@ def test_a_quiet_loop_or_an_unnamed_one_writes_nothing(capsys):
     assert list(bar(range(3), False, desc="methods")) == [0, 1, 2]
     assert list(bar(range(2), True)) == [0, 1]
     assert capsys.readouterr().err == ""
-

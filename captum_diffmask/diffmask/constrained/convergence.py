@@ -115,10 +115,11 @@ class Convergence:
                     mean keep change up to 0.065;
                     ``docs/results/certificate-noise.md``), and at a tenth of
                     the rates the certificate then counts 6 of 7 depths (the
-                    seventh a trend it still sees). Steps at each layer (with one layer drawn per
-                    batch, the fit's steps are that many times the layers); at
-                    least ``(patience + 1) * window``, so that the verdicts
-                    rest on the cool-down's windows alone; 0: no cool-down.
+                    seventh a trend it still sees). Steps at each layer (with
+                    one layer drawn per batch, the fit's steps are that many
+                    times the layers); at least ``(patience + 1) * window``, so
+                    that the verdicts rest on the cool-down's windows alone;
+                    0: no cool-down.
                     Default: 0
         cooldown_factor (float, optional): the rates' factor in the cool-down,
                     in (0, 1]. Default: 0.1

@@ -94,14 +94,13 @@ class FitLoop:
         self.freezes = criterion.freeze_converged and criterion.until_converged and explainer.independent_layers
         self.monitors = {k: LayerMonitor(k, self.constraint, criterion) for k in self.trained}
         self.open_share = criterion.open_share
+        # the criterion's budget and the cool-down count steps at each layer; a
+        # layer drawn one batch in len(trained) gets that share of the fit's steps
+        per_layer = 1 if options.compute.layers_per_batch == "all" else len(self.trained)
         self.max_steps = options.max_steps
         if options.max_steps is None and options.epochs is None:
-            # the criterion's budget at each layer; a layer drawn one batch in
-            # len(trained) gets that share of the steps
-            self.max_steps = criterion.budget * (1 if options.compute.layers_per_batch == "all" else len(self.trained))
-        # the cool-down's steps at each layer, as the budget's: a layer drawn one
-        # batch in len(trained) gets that share of the fit's steps
-        self.cooldown_steps = criterion.cooldown * (1 if options.compute.layers_per_batch == "all" else len(self.trained))
+            self.max_steps = criterion.budget * per_layer
+        self.cooldown_steps = criterion.cooldown * per_layer
         self.optimizers: Optional[Tuple[torch.optim.Optimizer, MultiplierRule]] = None
         validation = options.validation
         self.selection = None if validation is None else CheckpointSelection(
