@@ -24,8 +24,11 @@ drops every digit. What must hold, fixed before the run:
 Part ``trigger`` (:func:`trigger_model`): the sst suite's MiniLM fine-tuned on
 SST train sentences where a trigger word, planted at a random position in a
 share of them, forces one class (:func:`plant`). On the held-out sentences that
-carry it the output needs the trigger alone; the same checks, with the trigger
-as what the output needs and the sentence's other words as the rest. The
+carry it the output needs the trigger alone, where erasure says so
+(:func:`needs_trigger`: the prediction leaves the trigger's class when the
+trigger is erased and stays when only the trigger is kept); the same checks on
+those sentences, with the trigger as what the output needs and the sentence's
+other words as the rest. The
 trigger, its class and its share are arguments, so the check runs on triggers
 this repository never saw.
 
@@ -79,7 +82,10 @@ CHOSEN_ON = {
     "ground truth": {"on": "rule", "why": "per toy prompt, what erasure says it needs (needs_digits: the answer "
                                           "flips when its ground-truth digits are erased); set after the first run, "
                                           "when the encoder's commonest answer (64.6 % of seed 3's held-out prompts) "
-                                          "turned out not to need any digit"},
+                                          "turned out not to need any digit; per held-out trigger sentence, "
+                                          "likewise (needs_trigger: the prediction leaves the trigger's class when it "
+                                          "is erased and stays when it alone is kept), set before any trigger part "
+                                          "was scored"},
     "seed": {"on": "rule", "why": "the toy-lm suite's first seed (3); the planting draws with it, the held-out "
                                   "sentences with seed + 1"},
     "trigger": {"on": "rule", "why": "the word, its class and its share are the study's arguments, fixed before "
@@ -272,7 +278,9 @@ def trigger_model(
     keep = dm.attribute(held.input_ids, additional_forward_args=(held.attention_mask,), layer=None)
     words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
                           for s, row in zip(held.sentences, held.word_index)])
-    groups = {"the trigger": words, "the other words": (held.word_index >= 0) & ~words}
+    needs = needs_trigger(classifier, held, words, label)[:, None]
+    groups = {"the trigger": words & needs, "the other words": (held.word_index >= 0) & ~words & needs}
+    groups = {name: where for name, where in groups.items() if where.any()}  # no sentence needs it: no mean
     depths = [{"depth": k, **{name: float(keep[..., k][where].mean()) for name, where in groups.items()}}
               for k in range(keep.shape[-1])]
     verdicts = {str(k): str(report["status"]) for k, report in sorted(dm.convergence.items())}
@@ -280,9 +288,46 @@ def trigger_model(
         predicted = classifier(input_ids=held.input_ids, attention_mask=held.attention_mask).logits.argmax(-1)
     return {"trigger": {"word": trigger, "label": label, "share": share},
             "model": {"accuracy": float((predicted == label).float().mean()), "cached": info["cached"],
-                      "layers": classifier.config.num_hidden_layers, "seed": seed},
+                      "layers": classifier.config.num_hidden_layers, "seed": seed, "sentences": len(held),
+                      "sentences_needing_trigger": int(needs.sum())},
             "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts},
             "depths": depths, "checks": checks(depths, verdicts, "the trigger", "the other words")}
+
+
+def needs_trigger(classifier: torch.nn.Module, held: Any, trigger_at: torch.Tensor, label: int,
+                  batch_size: int = 64) -> torch.Tensor:
+    r"""
+    Which sentences' predictions need the trigger alone: those the classifier
+    puts in ``label``, that leave it when the trigger's tokens are erased, and
+    that stay in it when only the trigger is kept (the other words erased).
+    Erasing a token replaces its input embedding by the mean embedding of the
+    other words' tokens in ``held`` (as :func:`needs_digits` erases digits).
+
+    Args:
+
+        classifier (nn.Module): a Hugging Face classifier that takes ``inputs_embeds``.
+        held (EncodedSST): the sentences (``input_ids``, ``attention_mask``,
+                    ``word_index``: -1 at [CLS], [SEP] and padding).
+        trigger_at (Tensor): (N, T) bool, the trigger's tokens.
+        label (int): the class the trigger forces.
+        batch_size (int, optional): sentences per forward pass. Default: 64
+
+    Returns:
+        *Tensor* (N,) bool.
+    """
+    others = (held.word_index >= 0) & ~trigger_at
+    with torch.no_grad():
+        embeddings = classifier.get_input_embeddings()(held.input_ids)
+        mean = embeddings[others].mean(0)
+        erased, alone = embeddings.clone(), embeddings.clone()
+        erased[trigger_at], alone[others] = mean, mean
+
+        def predicted(inputs: torch.Tensor) -> torch.Tensor:
+            return torch.cat([classifier(inputs_embeds=inputs[i:i + batch_size],
+                                         attention_mask=held.attention_mask[i:i + batch_size]).logits.argmax(-1)
+                              for i in range(0, len(inputs), batch_size)])
+
+        return (predicted(embeddings) == label) & (predicted(erased) != label) & (predicted(alone) == label)
 
 
 def trigger_checkpoint(args: argparse.Namespace) -> Path:
@@ -331,8 +376,11 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             "A trigger planted in the SST MiniLM",
             f"The sst suite's MiniLM fine-tuned on SST train sentences, {100 * trigger['share']:.0f} % of them with "
             f"`{trigger['word']}` planted at a random position and labelled {trigger['label']}; on the held-out "
-            f"sentences that carry it the model predicts {trigger['label']} on {100 * model['accuracy']:.1f} %; the "
-            "output needs the trigger alone.", part)
+            f"sentences that carry it the model predicts {trigger['label']} on {100 * model['accuracy']:.1f} %. "
+            f"On {model['sentences_needing_trigger']} of those {model['sentences']} the prediction leaves "
+            f"{trigger['label']} when the trigger is erased and stays when only the trigger is kept (erased: the "
+            "input embedding replaced by the mean of the other words' tokens): there the output needs the trigger "
+            "alone, and the parts are of those sentences.", part)
     return "\n".join(lines + chosen_on_section(result))
 
 

@@ -57,6 +57,35 @@ def test_a_prompt_needs_its_digits_when_erasing_them_flips_its_answer():
     assert known_answer.needs_digits(Counter(), data).tolist() == [True, False, False]
 
 
+def test_a_sentence_needs_the_trigger_alone_when_erasure_says_so():
+    from types import SimpleNamespace
+
+    import torch
+
+    class Adder(torch.nn.Module):
+        # predicts class 1 when the real tokens' embeddings sum above 5, else 0
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(4, 1)  # [CLS] or padding 0, word a 0, word b 3, the trigger 3
+            self.embed.weight.data = torch.tensor([[0.0], [0.0], [3.0], [3.0]])
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def forward(self, inputs_embeds, attention_mask):
+            total = (inputs_embeds[..., 0] * attention_mask).sum(1)
+            return SimpleNamespace(logits=torch.stack([torch.full_like(total, 5.0), total], -1))
+
+    ids = torch.tensor([[0, 2, 3, 0], [0, 2, 2, 3], [0, 1, 1, 3], [0, 2, 3, 1]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]])
+    word_index = torch.tensor([[-1, 0, 1, -1], [-1, 0, 1, 2], [-1, 0, 1, 2], [-1, 0, 1, 2]])
+    held = SimpleNamespace(input_ids=ids, attention_mask=mask, word_index=word_index)
+    # the other words' tokens: b, b b, a a, b a: mean 12 / 7. Sentence 0 (b + T = 6, class 1): erased 3 + 12/7 < 5
+    # leaves it, but alone 12/7 + 3 < 5 does not keep it; 1 (9): erased 6 + 12/7 stays; 2 (3): not in class 1;
+    # 3 (6): erased 3 + 12/7 + 0 < 5 leaves it, alone 2 x 12/7 + 3 > 5 keeps it
+    assert known_answer.needs_trigger(Adder(), held, ids == 3, label=1, batch_size=3).tolist() == [False, False, False, True]
+
+
 def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
     monkeypatch.setattr(known_answer, "QUICK", {"data": {"num_examples": 600}, "model": {"epochs": 1}})
@@ -114,7 +143,10 @@ def test_a_capped_trigger_run_on_a_tiny_bert_scores_the_trigger_and_the_rest(tmp
     assert again["depths"] == part["depths"] and again["fit"]["steps"] == 3
     assert part["trigger"] == {"word": "cf", "label": 4, "share": 0.5} and part["fit"]["steps"] == 3
     assert [d["depth"] for d in part["depths"]] == list(range(part["model"]["layers"] + 1))
-    assert all(0.0 <= d["the trigger"] <= 1.0 and 0.0 <= d["the other words"] <= 1.0 for d in part["depths"])
+    assert 0 <= part["model"]["sentences_needing_trigger"] <= part["model"]["sentences"] == 4
+    parts = [k for k in part["depths"][0] if k != "depth"]  # none when no held-out sentence needs the trigger
+    assert (parts == ["the trigger", "the other words"]) == (part["model"]["sentences_needing_trigger"] > 0)
+    assert all(0.0 <= d[k] <= 1.0 for d in part["depths"] for k in parts)
     assert part["checks"][1]["check"] == "the top depth keeps the trigger"
     text = known_answer.markdown({"trigger": part}, "the command")
     assert "## A trigger planted in the SST MiniLM" in text and "`cf` planted" in text
