@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -182,9 +183,28 @@ def test_a_fit_stopped_in_its_cool_down_goes_on_at_the_cooled_rates_and_ends_as_
     whole = fit("whole.state")
     assert whole.fit_record["ended"] == "cooldown" and whole.fit_record["steps"] == 60
     assert fit("parts.state", max_steps=45).fit_record["ended"] == "max_steps"
-    longer = fit("parts.state", max_steps=100)
+    with warnings.catch_warnings(record=True) as caught:  # its cooled rates are the ones this call's lr gives
+        warnings.simplefilter("always")
+        longer = fit("parts.state", max_steps=100)
+    assert not [w for w in caught if "no effect on a resumed fit" in str(w.message)]
     assert longer.fit_record["ended"] == "cooldown" and longer.fit_record["steps"] == 60
     for part in ("probe", "lambdas"):
         expected, got = getattr(whole, part).state_dict(), getattr(longer, part).state_dict()
         for key in expected:
             assert torch.equal(expected[key], got[key]), (part, key)
+
+
+def test_a_resumed_fit_says_that_this_calls_rates_have_no_effect(tmp_path):
+    def rates_warnings(**options):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _hidden_fit(tmp_path / "fit.state", **options)
+        return [str(w.message) for w in caught if "have no effect on a resumed fit" in str(w.message)]
+
+    assert rates_warnings(max_steps=2) == []  # a new fit
+    assert rates_warnings(max_steps=4) == []  # resumed at the rates it was written with (lr 0.05)
+    ids, mask = token_batch(batch=8)
+    explainer = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.warns(UserWarning, match=r"lr=0\.05, lr_baseline=0\.001\); this call's lr=0\.2, lr_baseline=0\.001 "):
+        explainer.fit([(ids, mask)], seed=0, verbose=False, lr=0.2, checkpoint=tmp_path / "fit.state", max_steps=6,
+                      compute={"checkpoint_every": 2})

@@ -19,8 +19,10 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import random
 import time
+import warnings
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
@@ -316,9 +318,11 @@ class FitLoop:
         explainer = self.explainer
         explainer.restore_probe(saved["site_sizes"], saved["probe"], saved["lambdas"])
         self.optimizers = build_optimizers(explainer, self.options, self.constraint)
+        asked = [group["lr"] for group in self.optimizers[0].param_groups]
         self.optimizers[0].load_state_dict(saved["probe_optimizer"])
         self.optimizers[1].load_state_dict(saved["multipliers"])
         self.state = FitState.from_state_dict(saved["state"], rng=saved["rng"])
+        self._warn_rates_ignored(asked)
         self.layer_draw.setstate(saved["layer_draw"])
         for k, monitor in saved["monitors"].items():
             self.monitors[k].load_state_dict(monitor)
@@ -329,6 +333,24 @@ class FitLoop:
             explainer.fit_record = fit_record(self.options, self.state, self.data)
         LOGGER.info("DiffMask fit: resumed from %s at step %d (epoch %d)%s", self.saver.path if self.saver else "",
                     self.state.step, self.state.epoch, ", finished" if self.state.finished else "")
+
+    def _warn_rates_ignored(self, asked: List[float]) -> None:
+        r"""Warns when this call's ``lr`` or ``lr_baseline`` (``asked``, one per
+        parameter group) differ from the rates the resumed state goes on at:
+        the optimiser's state carries its rates (so that a fit resumed in its
+        cool-down keeps the cooled ones), and a resumed fit ends as the fit
+        that wrote it would have."""
+        assert self.optimizers is not None
+        factor = 1.0 if self.state.cooling_from is None else self.options.convergence.cooldown_factor
+        held = [group["lr"] for group in self.optimizers[0].param_groups]
+        if all(math.isclose(a * factor, h, rel_tol=1e-9, abs_tol=0.0) for a, h in zip(asked, held)):
+            return
+        names = ("lr", "lr_baseline")
+        warnings.warn(
+            f"checkpoint: {self.saver.path if self.saver else 'the state'} goes on at the rates it was written with "
+            f"({', '.join(f'{n}={h / factor:g}' for n, h in zip(names, held))}); this call's "
+            f"{', '.join(f'{n}={a:g}' for n, a in zip(names, asked))} have no effect on a resumed fit. "
+            "To train at other rates, start a fit with another checkpoint file", UserWarning, stacklevel=4)
 
     def reopen(self) -> None:
         r"""

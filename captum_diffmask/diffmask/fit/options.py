@@ -68,7 +68,9 @@ class FitOptions:
         checkpoint (str or PathLike, optional): a file the fit's whole state is
                     written to as it goes (``compute.checkpoint_every``) and at
                     its end; a fit given a file that exists resumes from it and
-                    ends with the probe of an uninterrupted fit; one that ended
+                    ends with the probe of an uninterrupted fit (at the rates
+                    the state holds: it warns when this call's ``lr`` or
+                    ``lr_baseline`` differ); one that ended
                     at its cap goes on when ``max_steps`` or ``epochs`` is raised
                     (:mod:`captum_diffmask.diffmask.fit.fit_state`).
         convergence (Convergence or dict, optional): the criterion, and whether
