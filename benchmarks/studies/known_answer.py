@@ -21,6 +21,11 @@ drops every digit. What must hold, fixed before the run:
 - depth 0 (the embeddings, which cannot see the query) keeps more of the digits
   than the top depth.
 
+Beside the checks, the known answer's own mask scored as the fit scores a mask
+(:func:`known_mask_costs`): what replacing what the output does not need costs
+with the fit's learned baseline and with the ground truth's mean embedding, so
+that a miss says whether the objective allows the known answer at all.
+
 Part ``trigger`` (:func:`trigger_model`): the sst suite's MiniLM fine-tuned on
 SST train sentences where a trigger word, planted at a random position in a
 share of them, forces one class (:func:`plant`). On the held-out sentences that
@@ -48,7 +53,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -61,6 +66,7 @@ from benchmarks.tasks.toy_lm import decoder_accuracy, encode_toy
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from captum_diffmask.diffmask.fit.history import log_lines
+from captum_diffmask.diffmask.fit.options import FitOptions
 
 #: The question this study answers (``python -m benchmarks list``).
 QUESTION = "whether fit's defaults find the known answer on transformers whose answer is known"
@@ -94,6 +100,8 @@ CHOSEN_ON = {
                                          "on the planted train sentences"},
     "fit": {"on": "rule", "why": "DiffMask.fit's defaults, unchanged (the study asks whether they find the answer)"},
 }
+#: The study's parts, in the report's order.
+PARTS = ("toy-encoder", "trigger")
 #: What ``--quick`` changes: fewer examples and epochs (a smoke run, not the targets').
 QUICK = {"data": {"num_examples": 3000}, "model": {"epochs": 2}}
 
@@ -143,7 +151,53 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
                       "layers": model.config.num_hidden_layers, "prompts": int(needs.numel()),
                       "prompts_needing_digits": int(needs.sum())},
             "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts},
-            "depths": depths, "checks": checks(depths, verdicts)}
+            "depths": depths, "checks": checks(depths, verdicts),
+            "known_mask": known_mask_costs(
+                model, valid.ids, valid.mask, dm.learned_baseline(len(depths) - 1),
+                mean_embedding(model, valid.ids, valid.digits.bool()), "digit", last_position,
+                [("the other digits", valid.digits.bool() & (valid.truth == 0), needs, "prompts needing their digits"),
+                 ("every digit", valid.digits.bool(), ~needs, "prompts needing none")])}
+
+
+def last_position(output: Any) -> torch.Tensor:
+    r"""The toy encoder's answer logits (B, V): its output at the last position."""
+    return output.logits[:, -1]
+
+
+def classes(output: Any) -> torch.Tensor:
+    r"""A classifier's logits (B, C)."""
+    return output.logits
+
+
+def replaced_log_probs(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                       where: Optional[torch.Tensor] = None, vector: Optional[torch.Tensor] = None,
+                       read: Callable[[Any], torch.Tensor] = classes, batch_size: int = 256) -> torch.Tensor:
+    r"""
+    The model's output log-probabilities with the input embeddings at ``where``
+    replaced by ``vector``: erasure at the input, as the study's ground truths
+    and its check of the known answer's own mask use it.
+
+    Args:
+
+        model (nn.Module): a Hugging Face model that takes ``inputs_embeds``.
+        ids, mask (Tensor): (N, T) token ids and attention mask.
+        where (Tensor, optional): (N, T) bool, the replaced tokens; None: none.
+        vector (Tensor, optional): (H,) what replaces them.
+        read (callable, optional): the output's logits from the model's
+                    output (:func:`classes` or :func:`last_position`).
+        batch_size (int, optional): inputs per forward pass. Default: 256
+
+    Returns:
+        *Tensor* (N, C) log-probabilities.
+    """
+    with torch.no_grad():
+        embeddings = model.get_input_embeddings()(ids)
+        if where is not None:
+            embeddings = embeddings.clone()
+            embeddings[where] = vector.to(embeddings.dtype)
+        return torch.cat([read(model(inputs_embeds=embeddings[i:i + batch_size],
+                                     attention_mask=mask[i:i + batch_size])).float().log_softmax(-1)
+                          for i in range(0, len(ids), batch_size)])
 
 
 def needs_digits(model: torch.nn.Module, data: Any) -> torch.Tensor:
@@ -161,13 +215,62 @@ def needs_digits(model: torch.nn.Module, data: Any) -> torch.Tensor:
     Returns:
         *Tensor* (N,) bool.
     """
+    mean = mean_embedding(model, data.ids, data.digits.bool())
+    original, erased = (replaced_log_probs(model, data.ids, data.mask, where, mean, last_position)
+                        for where in (None, data.truth > 0))
+    return original.argmax(-1) != erased.argmax(-1)
+
+
+def mean_embedding(model: torch.nn.Module, ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    r"""(H,) the mean input embedding of the tokens at ``where``."""
     with torch.no_grad():
-        embeddings = model.get_input_embeddings()(data.ids)
-        erased = embeddings.clone()
-        erased[data.truth > 0] = embeddings[data.digits.bool()].mean(0)
-        answers = [model(inputs_embeds=e, attention_mask=data.mask).logits[:, -1].argmax(-1)
-                   for e in (embeddings, erased)]
-    return answers[0] != answers[1]
+        return model.get_input_embeddings()(ids)[where].mean(0)
+
+
+def mask_cost(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor,
+              vector: torch.Tensor, rows: torch.Tensor, read: Callable[[Any], torch.Tensor]) -> Dict[str, Any]:
+    r"""What replacing the tokens at ``where`` by ``vector`` costs on the inputs
+    of ``rows``: the mean KL(original || replaced) of the output, in nats, and
+    the share of answers (argmax) that change."""
+    original = replaced_log_probs(model, ids, mask, read=read)[rows]
+    replaced = replaced_log_probs(model, ids, mask, where, vector, read)[rows]
+    kl = (original.exp() * (original - replaced)).sum(-1)
+    return {"inputs": int(rows.sum()), "kl": float(kl.mean()) if len(kl) else None,
+            "flipped": float((original.argmax(-1) != replaced.argmax(-1)).float().mean()) if len(kl) else None}
+
+
+def known_mask_costs(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, baseline: torch.Tensor, mean: torch.Tensor,
+    token: str, read: Callable[[Any], torch.Tensor], masks: Sequence[Tuple[str, torch.Tensor, torch.Tensor, str]],
+) -> List[Dict[str, Any]]:
+    r"""
+    The known answer's own masks, scored as the fit scores a mask: what
+    replacing what the output does not need costs, by the fit's learned
+    baseline of the top depth and by the mean embedding the ground truth erases
+    with. Where the fit's baseline makes that cost exceed eps, the known answer
+    is not a mask the objective allows (the baseline carries an answer of its
+    own); where it is within eps and the probe still misses it, the optimiser
+    does.
+
+    Args:
+
+        model, ids, mask, read: as :func:`replaced_log_probs`.
+        baseline (Tensor): (H,) the fit's learned input baseline at the top depth.
+        mean (Tensor): (H,) the mean embedding of the ground truth's erasure.
+        token (str): what ``mean`` is the mean of (``"digit"``), for the rows' names.
+        masks (sequence): ``(replaced, where, rows, inputs)`` per mask: the
+                    replaced part's name, its (N, T) bool positions, the (N,)
+                    bool inputs it is scored on and their name.
+
+    Returns:
+        *list* of rows ``{"replaced", "by", "on", "inputs", "kl", "flipped"}``.
+    """
+    found = []
+    for replaced, where, rows, inputs in masks:
+        for by, vector in (("the fit's learned baseline (top depth)", baseline), (f"the mean {token}", mean)):
+            found.append({"replaced": replaced, "by": by, "on": inputs,
+                          **mask_cost(model, ids, mask, where, vector, rows, read)})
+    return found
 
 
 def checks(depths: Sequence[Mapping[str, float]], verdicts: Mapping[str, str], needed: str = "digits (ground truth)",
@@ -279,7 +382,8 @@ def trigger_model(
     words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
                           for s, row in zip(held.sentences, held.word_index)])
     needs = needs_trigger(classifier, held, words, label)[:, None]
-    groups = {"the trigger": words & needs, "the other words": (held.word_index >= 0) & ~words & needs}
+    others = (held.word_index >= 0) & ~words
+    groups = {"the trigger": words & needs, "the other words": others & needs}
     groups = {name: where for name, where in groups.items() if where.any()}  # no sentence needs it: no mean
     depths = [{"depth": k, **{name: float(keep[..., k][where].mean()) for name, where in groups.items()}}
               for k in range(keep.shape[-1])]
@@ -291,7 +395,11 @@ def trigger_model(
                       "layers": classifier.config.num_hidden_layers, "seed": seed, "sentences": len(held),
                       "sentences_needing_trigger": int(needs.sum())},
             "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts},
-            "depths": depths, "checks": checks(depths, verdicts, "the trigger", "the other words")}
+            "depths": depths, "checks": checks(depths, verdicts, "the trigger", "the other words"),
+            "known_mask": known_mask_costs(
+                classifier, held.input_ids, held.attention_mask, dm.learned_baseline(len(depths) - 1),
+                mean_embedding(classifier, held.input_ids, others), "other word", classes,
+                [("the other words", others, needs[:, 0], "sentences needing the trigger")])}
 
 
 def needs_trigger(classifier: torch.nn.Module, held: Any, trigger_at: torch.Tensor, label: int,
@@ -316,18 +424,11 @@ def needs_trigger(classifier: torch.nn.Module, held: Any, trigger_at: torch.Tens
         *Tensor* (N,) bool.
     """
     others = (held.word_index >= 0) & ~trigger_at
-    with torch.no_grad():
-        embeddings = classifier.get_input_embeddings()(held.input_ids)
-        mean = embeddings[others].mean(0)
-        erased, alone = embeddings.clone(), embeddings.clone()
-        erased[trigger_at], alone[others] = mean, mean
-
-        def predicted(inputs: torch.Tensor) -> torch.Tensor:
-            return torch.cat([classifier(inputs_embeds=inputs[i:i + batch_size],
-                                         attention_mask=held.attention_mask[i:i + batch_size]).logits.argmax(-1)
-                              for i in range(0, len(inputs), batch_size)])
-
-        return (predicted(embeddings) == label) & (predicted(erased) != label) & (predicted(alone) == label)
+    mean = mean_embedding(classifier, held.input_ids, others)
+    original, erased, alone = (replaced_log_probs(classifier, held.input_ids, held.attention_mask, where, mean,
+                                                  batch_size=batch_size).argmax(-1)
+                               for where in (None, trigger_at, others))
+    return (original == label) & (erased != label) & (alone == label)
 
 
 def trigger_checkpoint(args: argparse.Namespace) -> Path:
@@ -350,16 +451,32 @@ def _part_section(title: str, intro: str, part: Mapping[str, Any]) -> List[str]:
     check_rows = ["| check | value | target | met |", "|---|---|---|---|"]
     check_rows += [f"| {c['check']} | {c['value']} | {c['target']} | **{'met' if c['met'] else 'missed'}** |"
                    for c in part["checks"]]
+    eps = FitOptions().eps
+    known = ["| replaced | by | on | inputs | KL (nats) | answers changed |", "|---|---|---|---|---|---|"]
+    known += [f"| {r['replaced']} | {r['by']} | {r['on']} | {r['inputs']} | "
+              + ("n/a | n/a |" if r["kl"] is None else f"{r['kl']:.4f} ({'within' if r['kl'] <= eps else 'beyond'} "
+                                                      f"eps {eps:g}) | {100 * r['flipped']:.1f} % |")
+              for r in part.get("known_mask", [])]
     return [f"## {title}", "", intro + f" DiffMask in input mode at every depth with fit's defaults: "
             f"{part['fit']['steps']} steps, {part['fit']['seconds']:.0f} s. Mean keep probability on the held-out "
-            "inputs, by part:", "", "\n".join(rows), "", "\n".join(check_rows), ""]
+            "inputs, by part:", "", "\n".join(rows), "", "\n".join(check_rows), "",
+            "The known answer's own mask, scored as the fit scores a mask: the mean KL(original || masked) of the "
+            "output when what it does not need is replaced by the fit's learned baseline, and by the mean embedding "
+            "the ground truth erases with. Beyond eps, the objective with that baseline does not allow the known "
+            "answer; within it, a probe that misses it is the optimiser's miss.", "", "\n".join(known), ""]
 
 
 def markdown(result: Mapping[str, Any], command: str) -> str:
     r"""The report of one run (the parts it ran)."""
+    met = [f"{name}, {sum(bool(c['met']) for c in result[key]['checks'])} of {len(result[key]['checks'])} checks met"
+           for key, name in (("toy-encoder", "the toy encoder"), ("trigger", "the planted trigger")) if key in result]
     lines = ["# Right where the answer is known", "",
              f"Command: `{command}`. Thresholds fixed before any run: keep >= {KEEP} on what the output needs, "
-             f"<= {DROP} on the rest, at the top depth.", ""]
+             f"<= {DROP} on the rest, at the top depth.", "",
+             f"Fit's defaults where the answer is known: **{'; '.join(met)}**.", ""]
+    missing = [part for part in PARTS if part not in result]
+    if missing:
+        lines += [f"Not run here: the part{'s' if len(missing) > 1 else ''} {', '.join(missing)} (`--parts`).", ""]
     if "toy-encoder" in result:
         part, model = result["toy-encoder"], result["toy-encoder"]["model"]
         lines += _part_section(
@@ -387,7 +504,7 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks study known-answer", description=__doc__.split("\n\n")[1])
     parser.add_argument("--markdown", required=True, help="write the report here (its JSON beside it)")
-    parser.add_argument("--parts", nargs="+", choices=("toy-encoder", "trigger"), default=["toy-encoder", "trigger"],
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
                         help="the parts run (default: both)")
     parser.add_argument("--seed", type=int, default=3, help="the toy encoder's and the planting's seed (default: 3)")
     parser.add_argument("--trigger", default="cf", help="the planted word (default: cf)")

@@ -4,6 +4,10 @@ prompts' parts, and a capped smoke run on a small encoder fills the report."""
 import argparse
 import json
 import random
+from types import SimpleNamespace
+
+import pytest
+import torch
 
 from benchmarks.studies import known_answer
 
@@ -29,39 +33,55 @@ def test_the_checks_are_the_known_answers():
     assert [(c["value"], c["met"]) for c in nothing[1:]] == [("no such input", False), ("no such input", False), (0.1, True)]
 
 
+class _Counter(torch.nn.Module):
+    # answers 1 when the embeddings' first coordinate sums above 0, else 0
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(3, 2)
+        self.embed.weight.data = torch.tensor([[0.0, 0.0], [-1.0, 0.0], [3.0, 0.0]])
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def forward(self, inputs_embeds, attention_mask):
+        total = inputs_embeds[..., 0].sum(1)
+        logits = torch.stack([torch.zeros_like(total), total], -1)[:, None, :]
+        return SimpleNamespace(logits=logits)
+
+
 def test_a_prompt_needs_its_digits_when_erasing_them_flips_its_answer():
-    from types import SimpleNamespace
-
-    import torch
-
-    class Counter(torch.nn.Module):
-        # answers 1 when the embeddings' first coordinate sums above 0, else 0
-        def __init__(self):
-            super().__init__()
-            self.embed = torch.nn.Embedding(3, 2)
-            self.embed.weight.data = torch.tensor([[0.0, 0.0], [-1.0, 0.0], [3.0, 0.0]])
-
-        def get_input_embeddings(self):
-            return self.embed
-
-        def forward(self, inputs_embeds, attention_mask):
-            total = inputs_embeds[..., 0].sum(1)
-            logits = torch.stack([torch.zeros_like(total), total], -1)[:, None, :]
-            return SimpleNamespace(logits=logits)
-
     ids = torch.tensor([[0, 2, 1, 1], [0, 1, 1, 1], [0, 2, 2, 1]])  # token 0 the query, 1 and 2 digits
     truth = torch.tensor([[0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]])
     data = SimpleNamespace(ids=ids, mask=torch.ones_like(ids), digits=ids > 0, truth=truth)
+    # token 0 the query, 1 and 2 digits;
     # the mean digit is (3 + 3 + 3 - 6 x 1) / 9 = 1/3: erasing prompt 0's 2 takes its sum from 1 to -5/3 (flips);
     # prompt 1 has no ground truth (nothing to erase); prompt 2's erased 1 takes 5 to 5 + 4/3 (no flip)
-    assert known_answer.needs_digits(Counter(), data).tolist() == [True, False, False]
+    assert known_answer.needs_digits(_Counter(), data).tolist() == [True, False, False]
+
+
+def test_the_known_masks_cost_is_the_kl_of_replacing_what_the_output_does_not_need():
+    ids = torch.tensor([[0, 2, 1, 1], [0, 1, 1, 1], [0, 2, 2, 1]])
+    others = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [0, 1, 1, 0]]).bool()
+    rows = torch.tensor([True, False, True])
+    cost = known_answer.mask_cost(_Counter(), ids, torch.ones_like(ids), others, torch.tensor([0.5, 0.0]), rows,
+                                  known_answer.last_position)
+    # prompt 0's sum goes from 1 to 3 + 0.5 + 0.5 = 4 (answer kept), prompt 2's from 5 to 0.5 + 0.5 - 1 = 0 (a tie:
+    # the answer becomes 0); by -1, prompt 0 is as it was and prompt 2 sums to -3
+    def kl(before, after):
+        p, q = (torch.tensor([0.0, v]).log_softmax(-1) for v in (before, after))
+        return float((p.exp() * (p - q)).sum())
+
+    assert cost["inputs"] == 2 and cost["flipped"] == 0.5
+    assert cost["kl"] == pytest.approx((kl(1.0, 4.0) + kl(5.0, 0.0)) / 2, rel=1e-6)
+    rows_of = known_answer.known_mask_costs(_Counter(), ids, torch.ones_like(ids), torch.tensor([0.5, 0.0]),
+                                            torch.tensor([-1.0, 0.0]), "digit", known_answer.last_position,
+                                            [("the other digits", others, rows, "prompts needing them")])
+    assert [(r["by"], r["kl"]) for r in rows_of] == [
+        ("the fit's learned baseline (top depth)", pytest.approx(cost["kl"])),
+        ("the mean digit", pytest.approx((kl(1.0, 1.0) + kl(5.0, -3.0)) / 2, rel=1e-6))]
 
 
 def test_a_sentence_needs_the_trigger_alone_when_erasure_says_so():
-    from types import SimpleNamespace
-
-    import torch
-
     class Adder(torch.nn.Module):
         # predicts class 1 when the real tokens' embeddings sum above 5, else 0
         def __init__(self):
@@ -103,6 +123,13 @@ def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypat
     text = known_answer.markdown({"toy-encoder": part}, "the command")
     assert "Command: `the command`" in text and "| check | value | target | met |" in text
     assert "## The toy task on a BERT-style encoder" in text and "A trigger planted" not in text
+    met = sum(c["met"] for c in part["checks"])
+    assert f"**the toy encoder, {met} of {len(part['checks'])} checks met**" in text
+    assert "Not run here: the part trigger (`--parts`)." in text
+    assert [(r["replaced"], r["on"]) for r in part["known_mask"]] == [
+        ("the other digits", "prompts needing their digits")] * 2 + [("every digit", "prompts needing none")] * 2
+    assert all(r["kl"] is None or r["kl"] >= -1e-6 for r in part["known_mask"])
+    assert "| the other digits | the fit's learned baseline (top depth) | prompts needing their digits |" in text
     json.dumps(part)  # the report's JSON holds plain values
     stated = known_answer.markdown({"toy-encoder": part, "chosen_on": known_answer.CHOSEN_ON}, "the command")
     assert "## What each choice was made on" in stated and "| thresholds | `rule` |" in stated
@@ -150,3 +177,5 @@ def test_a_capped_trigger_run_on_a_tiny_bert_scores_the_trigger_and_the_rest(tmp
     assert part["checks"][1]["check"] == "the top depth keeps the trigger"
     text = known_answer.markdown({"trigger": part}, "the command")
     assert "## A trigger planted in the SST MiniLM" in text and "`cf` planted" in text
+    assert [r["by"] for r in part["known_mask"]] == ["the fit's learned baseline (top depth)", "the mean other word"]
+    assert all(r["inputs"] == part["model"]["sentences_needing_trigger"] for r in part["known_mask"])
