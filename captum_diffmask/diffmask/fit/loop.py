@@ -94,7 +94,8 @@ class FitLoop:
         criterion = options.convergence
         self.trained = sorted(set(layers))
         self.freezes = criterion.freeze_converged and criterion.until_converged and explainer.independent_layers
-        self.monitors = {k: LayerMonitor(k, self.constraint, criterion) for k in self.trained}
+        self.monitors = {k: LayerMonitor(k, self.constraint, criterion, options.optimization.lambda_max)
+                         for k in self.trained}
         self.open_share = criterion.open_share
         # the criterion's budget and the cool-down count steps at each layer; a
         # layer drawn one batch in len(trained) gets that share of the fit's steps
