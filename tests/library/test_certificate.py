@@ -21,7 +21,10 @@ def test_a_settled_probe_counts_and_a_capped_one_moves_and_does_not(toy_setup):
     model, _, train, valid = toy_setup
     held_out = list(valid.loader(128, shuffle=False, seed=0))
     settled = DiffMask(model, mode="hidden", sites=toy_sites(model), padding_mask_arg=1)
-    settled.fit(train.loader(128, shuffle=True, seed=0), eps=0.05, layers=[1], seed=0, verbose=False)
+    # with the cool-down the suites fit with: at the fit's own rates a settled probe jitters around its answer
+    # (docs/results/certificate-noise.md), and on some CPUs this one's held-out KL then moved by half of eps
+    settled.fit(train.loader(128, shuffle=True, seed=0), eps=0.05, layers=[1], seed=0, verbose=False,
+                convergence={"cooldown": 500})
     assert settled.convergence[1]["status"] == "converged"
     scores = settled.attribute(valid.ids[:64], additional_forward_args=(valid.query[:64], valid.mask[:64]), layer=1)
 
