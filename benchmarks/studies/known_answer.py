@@ -228,11 +228,15 @@ def mean_embedding(model: torch.nn.Module, ids: torch.Tensor, where: torch.Tenso
 
 
 def mask_cost(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor,
-              vector: torch.Tensor, rows: torch.Tensor, read: Callable[[Any], torch.Tensor]) -> Dict[str, Any]:
+              vector: torch.Tensor, rows: torch.Tensor, read: Callable[[Any], torch.Tensor],
+              original: Optional[torch.Tensor] = None) -> Dict[str, Any]:
     r"""What replacing the tokens at ``where`` by ``vector`` costs on the inputs
     of ``rows``: the mean KL(original || replaced) of the output, in nats, and
-    the share of answers (argmax) that change."""
-    original = replaced_log_probs(model, ids, mask, read=read)[rows]
+    the share of answers (argmax) that change. ``original``: the (N, C)
+    unreplaced log-probabilities when the caller has them (one pass fewer)."""
+    if original is None:
+        original = replaced_log_probs(model, ids, mask, read=read)
+    original = original[rows]
     replaced = replaced_log_probs(model, ids, mask, where, vector, read)[rows]
     kl = (original.exp() * (original - replaced)).sum(-1)
     return {"inputs": int(rows.sum()), "kl": float(kl.mean()) if len(kl) else None,
@@ -265,11 +269,11 @@ def known_mask_costs(
     Returns:
         *list* of rows ``{"replaced", "by", "on", "inputs", "kl", "flipped"}``.
     """
-    found = []
+    found, original = [], replaced_log_probs(model, ids, mask, read=read)
     for replaced, where, rows, inputs in masks:
         for by, vector in (("the fit's learned baseline (top depth)", baseline), (f"the mean {token}", mean)):
             found.append({"replaced": replaced, "by": by, "on": inputs,
-                          **mask_cost(model, ids, mask, where, vector, rows, read)})
+                          **mask_cost(model, ids, mask, where, vector, rows, read, original)})
     return found
 
 
