@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from benchmarks.fit_presets import PAPER_L0
+
 #: The question this study answers (``python -m benchmarks list``).
 QUESTION = ("calibrate_eps on the toy task and the SST MiniLM: the eps an agreement target picks, its frontier, "
             "its cost against one fit")
@@ -63,7 +65,8 @@ def measure(agreement: float, seed: int) -> Dict[str, Any]:
     model, info = load_toy_model(config, 0, train, valid, verbose=False)
     half = len(valid) // 2
     calibration, unseen = valid.subset(torch.arange(half)), valid.subset(torch.arange(half, len(valid)))
-    options = {"sites": toy_sites(model), "padding_mask_arg": 1}
+    # the paper's L0, as the toy suite's
+    options = {"sites": toy_sites(model), "padding_mask_arg": 1, **PAPER_L0}
     fit = {"layers": [1], "seed": seed, "verbose": False}
     start = time.perf_counter()
     result = calibrate_eps(model, train.loader(128, shuffle=True, seed=seed),

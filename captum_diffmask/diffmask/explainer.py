@@ -68,11 +68,13 @@ class DiffMask(GatedModel, SharedProbe):
         probe_hidden_size (int, optional): hidden size of each gate network;
                     ``max(H // 4, 32)`` with H the largest site size when None.
                     Default: None
-        l0 (str, optional): the sparsity term: ``"expected"`` (the paper: sum of
-                    ``P(z != 0)`` over real tokens), ``"mean"`` (that sum over the
-                    number of real tokens: the expected share kept, the same scale
-                    for every length) or ``"log"`` (the authors' code: mean of
-                    ``log P(z != 0)``). Default: ``"expected"``
+        l0 (str, optional): the sparsity term: ``"mean"`` (the expected share of
+                    real tokens kept: the same scale for every length, so one
+                    multiplier within ``lambda_max`` holds short and long inputs),
+                    ``"expected"`` (the paper: the sum of ``P(z != 0)`` over real
+                    tokens, which outgrows the multiplier on long inputs) or
+                    ``"log"`` (the authors' code: mean of ``log P(z != 0)``).
+                    Default: ``"mean"``
         probe_reads_input (bool, optional): input mode: vote j reads
                     ``[input; hidden.j]`` (the paper) or ``hidden.j`` alone.
                     Default: True

@@ -52,7 +52,7 @@ class GatedModel(SiteAttribution):
         temperature: float = DIFFMASK_DEFAULTS[0],
         stretch: Tuple[float, float] = DIFFMASK_DEFAULTS[1:],
         probe_hidden_size: Optional[int] = None,
-        l0: str = "expected",
+        l0: str = "mean",
         probe_reads_input: bool = True,
         rerun: str = "partial",
         init_bias: float = 5.0,

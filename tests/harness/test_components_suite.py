@@ -240,13 +240,14 @@ def test_the_sst_masks_take_the_parts_fit_options_and_the_per_task_lr():
 
     config = {"fit": {"joint": True, "lr": 1e-3, "score_gradient": True}, "max_steps": 50, "precision": "bfloat16"}
     init, options = fit_arguments(config, 0.02, 3, per_task=False)
-    assert init == {"joint": True}
+    assert init == {"l0": "expected", "joint": True}  # the paper's L0, as when the report was made
     assert options["lr"] == 1e-3 and options["score_gradient"] and options["eps"] == 0.02 and options["seed"] == 3
     assert options["max_steps"] == 50 and options["precision"] == "bfloat16"
     init, options = fit_arguments(config, 0.02, 3, per_task=True)
-    assert init == {"joint": True} and options["lr"] == PER_TASK_LR and options["score_gradient"]
-    assert fit_arguments({}, 0.02, 3, per_task=False) == ({}, {"eps": 0.02, "seed": 3, "verbose": False,
-                                                                 "max_steps": None, "precision": "float32"})
+    assert init == {"l0": "expected", "joint": True} and options["lr"] == PER_TASK_LR and options["score_gradient"]
+    assert fit_arguments({}, 0.02, 3, per_task=False) == ({"l0": "expected"}, {
+        "eps": 0.02, "seed": 3, "verbose": False, "max_steps": None, "precision": "float32"})
+    assert fit_arguments({"fit": {"l0": "mean"}}, 0.02, 3, per_task=False)[0] == {"l0": "mean"}
 
 
 def test_the_whole_run_is_held_to_the_issue_minutes_by_mode():

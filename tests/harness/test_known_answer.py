@@ -126,6 +126,7 @@ def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypat
     met = sum(c["met"] for c in part["checks"])
     assert f"**the toy encoder, {met} of {len(part['checks'])} checks met**" in text
     assert "Not run here: the part trigger (`--parts`)." in text
+    assert part["fit"]["l0"] == "mean" and "defaults (`l0='mean'`)" in text  # the constructor's default, stated
     assert [(r["replaced"], r["on"]) for r in part["known_mask"]] == [
         ("the other digits", "prompts needing their digits")] * 2 + [("every digit", "prompts needing none")] * 2
     assert all(r["kl"] is None or r["kl"] >= -1e-6 for r in part["known_mask"])

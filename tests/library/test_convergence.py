@@ -66,12 +66,14 @@ def test_all_closed_advice_tells_a_collapse_from_a_layer_not_needed():
 
 
 @pytest.mark.parametrize("kept", [0.2, 0.002])  # violated, collapsed
-def test_a_violated_layer_at_the_multipliers_ceiling_is_told_of_the_share_of_kept_l0(kept):
+def test_a_violated_layer_at_the_multipliers_ceiling_is_told_to_raise_it_or_leave_the_sum_l0(kept):
     ceiling, below = (LayerMonitor(2, KLConstraint(0.1), CRITERION, lambda_max=200.0) for _ in range(2))
     _feed(ceiling, 4, kl=0.4, kept=kept, lam=200.0)
     _feed(below, 4, kl=0.4, kept=kept, lam=150.0)
     assert ceiling.status() == below.status() == ("violated" if kept > 0.01 else "collapsed")
-    assert "multiplier at its ceiling (lambda_max 200)" in ceiling.advice() and 'l0="mean"' in ceiling.advice()
+    advice = ceiling.advice()
+    assert "multiplier at its ceiling (lambda_max 200)" in advice and "Raise optimization lambda_max" in advice
+    assert 'l0="expected"' in advice and 'l0="mean"' in advice
     assert "ceiling" not in below.advice() and "ceiling" not in LayerMonitor(2, KLConstraint(0.1), CRITERION).advice()
 
 

@@ -77,10 +77,11 @@ def test_the_readmes_times_are_the_committed_benchmarks():
 def test_the_guides_default_fit_time_and_verdicts_are_the_committed_benchmarks():
     totals, parts = _measured()
     guide = (README.parent / "docs" / "guide" / "diffmask.md").read_text()
-    claim = re.search(r"every\s+default of the SST MiniLM's fit .*? takes about ([\d.]+) minutes on 2 CPU cores", guide,
-                      flags=re.S)
+    claim = re.search(r"the paper's\s+sum L0 .*? every other default, the\s+SST MiniLM's fit .*? takes about ([\d.]+) "
+                      r"minutes on 2 CPU cores", guide, flags=re.S)
     assert _near(float(claim.group(1)) * 60, totals["default-fit"]), (claim.group(1), totals["default-fit"])
     fit = parts["default-fit"]
+    assert fit.get("l0", "expected") == "expected"  # the run the guide describes: a run before the key, the sum
     cap = f"{fit['epochs']} epochs to its {fit['steps']:,}-step cap".replace(",", " ")
     assert fit["machine"]["cores"] == 2 and cap in " ".join(guide.split())
     verdicts = fit["verdicts"]

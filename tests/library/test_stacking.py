@@ -109,6 +109,14 @@ def _fit(mode, stack, passes=None):
     return dm, history
 
 
+def _gate_logits(dm):
+    r"""Every layer's gate logits on a batch the fit did not see."""
+    call = dm.prepare_batch(token_batch(batch=4, length=9, seed=7), None, "batch")
+    states, _ = dm.capture(call, dm.locator.names)
+    with torch.no_grad():
+        return dm.gates.logits_of_layers(states, list(range(dm.num_layers + 1)), call.mask)
+
+
 @pytest.mark.parametrize("mode, stack", [("input", "same_site"), ("hidden", "all")])
 def test_a_stacked_fit_is_the_fit_of_one_pass_per_layer(mode, stack):
     passes = []
@@ -120,8 +128,11 @@ def test_a_stacked_fit_is_the_fit_of_one_pass_per_layer(mode, stack):
     for row, expected in zip(history, reference):
         for key in ("kl", "l0", "lambda"):
             assert row[key] == pytest.approx(expected[key], rel=2e-2, abs=1e-5), (row["layer"], key)
-    for (name, one), other in zip(stacked.probe.named_parameters(), separate.probe.parameters()):
-        assert torch.allclose(one, other, atol=1e-2), name
+    # the probes compute the same gates (their weight-normed directions may
+    # drift apart where their norm, not their direction, carries the step)
+    one, other = _gate_logits(stacked), _gate_logits(separate)
+    for k in one:
+        assert torch.allclose(one[k], other[k], atol=5e-2), k
     assert min(row["l0"] for row in history) < 0.99  # gates closed: the masks had something to do
     # each step's sampled gates of its 4 layers in one pass of 4 x 4 rows; the
     # deployed gates of those layers whose gates are not all open in one more

@@ -85,7 +85,8 @@ def tracr_section(tracr: Mapping[str, Any]) -> List[str]:
         "closed). Closed components are replaced by zeros (fixed). The read-out is tracr's one-hot output "
         f"space times {LOGIT_SCALE:g} as logits (output `all`: every real position's distribution).",
         "",
-        "- **DiffMask**: `DiffMask(mode=kind)`, amortised (a probe reads each input), fit's defaults.",
+        "- **DiffMask**: `DiffMask(mode=kind, l0=\"expected\")`, amortised (a probe reads each input), fit's "
+        "defaults; the paper's sum L0, the constructor's default when the report was made.",
         f"- **per-task mask**: `per_task=True` (one mask for every input, Subnetwork Probing), lr {PER_TASK_LR:g}; "
         "its last column: the same mask refitted on one input alone, the cost of a per-input mask without "
         "amortisation.",

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from benchmarks.common.minilm import loading as sst_loading
+from benchmarks.fit_presets import PAPER_L0
 from benchmarks.progress import log_to_stderr
 from benchmarks.suites.components.tracr import (
     CONSTRUCTOR_OPTIONS, every_block_forward, fit_outcome, PER_TASK_LR, quiet_warnings,
@@ -119,7 +120,8 @@ def fit_arguments(config: Mapping[str, Any], eps: float, seed: int,
     the part's eps, seed, cap and precision, then ``config["fit"]`` (its
     constructor options apart); the per-task mask's lr is :data:`PER_TASK_LR`."""
     changed = dict(config.get("fit") or {})
-    init = {key: changed.pop(key) for key in list(changed) if key in CONSTRUCTOR_OPTIONS}
+    # the paper's L0, as when the report was made (fit_presets.PAPER_L0)
+    init = {**PAPER_L0, **{key: changed.pop(key) for key in list(changed) if key in CONSTRUCTOR_OPTIONS}}
     options: Dict[str, Any] = {"eps": eps, "seed": seed, "verbose": False, "max_steps": config.get("max_steps"),
                                "precision": config.get("precision", "float32"), **changed}
     if per_task:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmarks.fit_presets import PAPER_L0
 from benchmarks.tasks.tracr_models import (
     compile_program, convert, DISTINCT_TOKENS, PROGRAMS, used_components, weights_of,
 )
@@ -148,7 +149,8 @@ def score_mask(model: torch.nn.Module, kind: str, per_task: bool, train: List[Tu
     that name a constructor argument, as ``joint``, go to the constructor) and
     read on the held-out inputs."""
     changed = dict(fit_options or {})
-    init = {key: changed.pop(key) for key in list(changed) if key in CONSTRUCTOR_OPTIONS}
+    # the paper's L0, as when the report was made (fit_presets.PAPER_L0)
+    init = {**PAPER_L0, **{key: changed.pop(key) for key in list(changed) if key in CONSTRUCTOR_OPTIONS}}
     explainer = DiffMask(model, mode=kind, forward_func=scaled_read_out(model), padding_mask_arg=0, output="all",
                          per_task=per_task, **init)
     options: Dict[str, Any] = {"init_baseline": _zeros(explainer), "lr_baseline": 0.0, "seed": seed, "verbose": False}

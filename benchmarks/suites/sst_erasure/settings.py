@@ -88,7 +88,7 @@ DEFAULTS: Dict[str, Any] = {
         "REINFORCE-oracle": {"reward": "lagrangian", "divergence": "prediction", "eps": 0.69, "steps": 1000, "lr": 0.05, "lr_lambda": 1.0,
                              "optimizer": "rmsprop", "select": "sparsest", "check_every": 5},
         # fit's defaults (it runs until every layer has its verdict)
-        "DiffMask": {"mode": "input", "layer": 1, "batch_size": 64},
+        "DiffMask": {"mode": "input", "layer": 1, "batch_size": 64, "l0": "expected"},
         "IntegratedGradients": {"n_steps": 50},
         "Occlusion": {},
         "PerSampleBottleneck": {"steps": 100},
@@ -133,6 +133,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
                                                           "section), by a rule fixed before the grid "
                                                           "(docs/results/sst-erasure-class-tuning.jsonl)"},
     "amortised DiffMask": {"on": "rule", "why": "fit's defaults at the GRU's output (layer 1), input mode"},
+    "amortised DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over tokens)"},
     "ReadoutBottleneck's lr and beta": {"on": "train", "why": "on train sentences (fitted on 9 in 10, scored on the "
                                                              "others) by the rule of the sst suite's, fixed before "
                                                              "the grid: the largest beta whose network keeps 90 % "

@@ -49,7 +49,8 @@ def every_layer(config: Mapping[str, Any], model: Any, train: ToyText, valid: To
     fit's convergence status; and the fitted DiffMask."""
     options = dict(config["diffmask_every_layer"])
     batch_size = int(options.pop("batch_size", 64))
-    dm = DiffMask(model, mode="hidden", output="last")
+    init = {"l0": options.pop("l0")} if "l0" in options else {}  # the constructor's; the rest are fit's
+    dm = DiffMask(model, mode="hidden", output="last", **init)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the status is reported per layer
         dm.fit(list(train.batches(batch_size, shuffle=True, seed=0)), seed=0, verbose=verbose,

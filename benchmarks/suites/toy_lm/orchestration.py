@@ -52,7 +52,7 @@ DEFAULTS: Dict[str, Any] = {
     "method_options": {
         # the layer scored only, fit's defaults (the budget follows its convergence
         # criterion; 10 epochs cap its time)
-        "DiffMask": {"mode": "hidden", "eps": 0.05, "batch_size": 64, "layers": [1], "epochs": 10},
+        "DiffMask": {"mode": "hidden", "eps": 0.05, "batch_size": 64, "layers": [1], "epochs": 10, "l0": "expected"},
         "IntegratedGradients": {"n_steps": 50, "chunk": 100},
         "PerSampleBottleneck": {"steps": 200},
         "Guan": {"steps": 200},
@@ -64,7 +64,7 @@ DEFAULTS: Dict[str, Any] = {
     # DiffMask fitted on every layer at once (first seed), for the per-layer view:
     # fit's defaults (every layer on every batch, each frozen once converged, the
     # budget following the criterion), 10 epochs at most
-    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 10},
+    "diffmask_every_layer": {"eps": 0.05, "batch_size": 64, "epochs": 10, "l0": "expected"},
     "eval_examples": 500,
     "chunk": 250,
     # the cost per generated token: prompts of the held-out set, continued greedily
@@ -88,6 +88,8 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
     "layer": {"on": "rule", "why": "hidden.1, the first block's output, where each digit has read the query"},
     "eps": {"on": "rule", "why": "0.05, the authors' toy notebook's, as in the toy suite"},
     "DiffMask fit": {"on": "rule", "why": "fit's defaults, capped at 10 epochs for the CPU budget"},
+    "DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over positions), as the "
+                                          "toy suite's"},
     "steps of the per-example methods": {"on": "rule", "why": "200, for the CPU budget"},
 }
 

@@ -356,9 +356,10 @@ class LayerMonitor:
                    f"(eps {self.constraint.eps:g}), lambda {last.lam:.3g}; {self.steps} steps in all")
         if status in ("collapsed", "violated") and self._at_ceiling(last.lam):
             what = (f"the constraint is violated with the multiplier at its ceiling (lambda_max "
-                    f"{self.lambda_max:g}): the sparsity term outweighs all it can hold. Where the inputs are "
-                    "long, the share-of-kept L0 (DiffMask(..., l0=\"mean\")) needs a multiplier 1 / length as "
-                    "large (docs/guide/diffmask.md); or raise optimization lambda_max")
+                    f"{self.lambda_max:g}): the sparsity term outweighs all it can hold. Raise optimization "
+                    "lambda_max; with the paper's sum L0 (l0=\"expected\") on long inputs, the default share "
+                    "of kept positions (DiffMask(..., l0=\"mean\")) needs a multiplier 1 / length as large "
+                    "(docs/guide/diffmask.md)")
         elif status == "collapsed":
             what = ("every gate closed with the constraint violated: the gates collapsed (no gradient "
                     "reaches a closed gate); try a lower lr or a larger lr_lambda")
