@@ -25,8 +25,14 @@ DAMPED_FIT: Dict[str, Any] = {
 #: the default: the paper's expected L0, the sum of ``P(z != 0)`` over positions
 #: (the default is now the share of positions kept, ``l0="mean"``). The toy
 #: family's suites, the components', sst-erasure's amortised DiffMask and the
-#: studies built on them keep it, so that their reports stay the runs they hold.
+#: studies built on them keep it (here, or as ``"l0": "expected"`` where a
+#: suite's config reaches the constructor), so that their reports stay the runs
+#: they hold.
 PAPER_L0: Dict[str, Any] = {"l0": "expected"}
+#: What those suites' choice of :data:`PAPER_L0` was made on (their ``CHOSEN_ON``).
+PAPER_L0_CHOSEN_ON: Dict[str, str] = {
+    "on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over positions or components), DiffMask's "
+                         "default when the suite's reports were made"}
 
 #: :meth:`DiffMask.fit` options of the paper's recipe (its appendix tables for SST
 #: and SQuAD: Lookahead RMSprop at lr 3e-4 for the gates and 0.1 for the

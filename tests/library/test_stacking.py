@@ -16,9 +16,13 @@ def _loader(n_batches=4, seed=0):
 
 def _captured(mode="hidden", num_layers=3):
     dm = DiffMask(tiny_bert(num_layers=num_layers), mode=mode)
-    call = dm.prepare_batch(token_batch(batch=4, length=9, seed=3), None, "batch")
+    return (dm, *_capture(dm, seed=3))
+
+
+def _capture(dm, seed):
+    call = dm.prepare_batch(token_batch(batch=4, length=9, seed=seed), None, "batch")
     states, original = dm.capture(call, dm.locator.names)
-    return dm, call, states, original
+    return call, states, original
 
 
 def test_a_repeated_call_repeats_the_batch_and_only_the_batch():
@@ -111,8 +115,7 @@ def _fit(mode, stack, passes=None):
 
 def _gate_logits(dm):
     r"""Every layer's gate logits on a batch the fit did not see."""
-    call = dm.prepare_batch(token_batch(batch=4, length=9, seed=7), None, "batch")
-    states, _ = dm.capture(call, dm.locator.names)
+    call, states, _ = _capture(dm, seed=7)
     with torch.no_grad():
         return dm.gates.logits_of_layers(states, list(range(dm.num_layers + 1)), call.mask)
 

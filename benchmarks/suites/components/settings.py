@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from benchmarks.fit_presets import PAPER_L0_CHOSEN_ON
 from benchmarks.suites.sst import CHOSEN_ON as SST_CHOSEN_ON
 
 DESCRIPTION = (
@@ -25,8 +26,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
                                          "per-task mask's too slowly (docs/guide/components.md)"},
     "SST heads' options": {"on": "train", "why": "the joint masks and the multipliers' ceiling 2 000, on held-out SST "
                                                  "train sentences (docs/results/components-sst-per-task.md)"},
-    "DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over the components), "
-                                          "fit's default when the report was made"},
+    "DiffMask's L0": PAPER_L0_CHOSEN_ON,
     "SST model epoch": SST_CHOSEN_ON["model epoch"],
     "SST eps": SST_CHOSEN_ON["eps"],
 }

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
+from benchmarks.fit_presets import PAPER_L0_CHOSEN_ON
+
 DESCRIPTION = (
     "SST (paper Sec. 5, Table 2): every method's kept words against exact erasure on sentences of <= 25 "
     "words, with a GRU over frozen MiniLM word vectors (a word's pieces pooled); P/R/F1, optimality, "
@@ -133,7 +135,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
                                                           "section), by a rule fixed before the grid "
                                                           "(docs/results/sst-erasure-class-tuning.jsonl)"},
     "amortised DiffMask": {"on": "rule", "why": "fit's defaults at the GRU's output (layer 1), input mode"},
-    "amortised DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over tokens)"},
+    "amortised DiffMask's L0": PAPER_L0_CHOSEN_ON,
     "ReadoutBottleneck's lr and beta": {"on": "train", "why": "on train sentences (fitted on 9 in 10, scored on the "
                                                              "others) by the rule of the sst suite's, fixed before "
                                                              "the grid: the largest beta whose network keeps 90 % "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict
 
+from benchmarks.fit_presets import PAPER_L0_CHOSEN_ON
+
 DESCRIPTION = (
     "toy task (paper Sec. 4): attributions to the FFNN output scored against the ground truth "
     "(JS, KL), speed per example vs one forward pass, the toy figures"
@@ -100,8 +102,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
     "layer": {"on": "rule", "why": "hidden.1, the FFNN output, where the task's ground truth is defined"},
     "eps": {"on": "rule", "why": "0.05, the authors' toy notebook's (DiffMask, per-example DiffMask, REINFORCE)"},
     "DiffMask fit": {"on": "rule", "why": "fit's defaults: it runs until its convergence criterion gives a verdict"},
-    "DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over positions), as the "
-                                          "toy task reproduces the paper's Table 1"},
+    "DiffMask's L0": PAPER_L0_CHOSEN_ON,
     "input-mode figure's eps": {"on": "development", "why": "0.1: the ground truth's mask costs a KL of about 0.07 "
                                                            "under the learned baseline on toy data seeds 101-105, "
                                                            "never reported"},

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from benchmarks.fit_presets import PAPER_L0_CHOSEN_ON
 from benchmarks.methods import MethodContext, prepare, PreparedMethod
 from benchmarks.progress import bar, error_text, log
 from benchmarks.records import cached
@@ -88,8 +89,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
     "layer": {"on": "rule", "why": "hidden.1, the first block's output, where each digit has read the query"},
     "eps": {"on": "rule", "why": "0.05, the authors' toy notebook's, as in the toy suite"},
     "DiffMask fit": {"on": "rule", "why": "fit's defaults, capped at 10 epochs for the CPU budget"},
-    "DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over positions), as the "
-                                          "toy suite's"},
+    "DiffMask's L0": PAPER_L0_CHOSEN_ON,
     "steps of the per-example methods": {"on": "rule", "why": "200, for the CPU budget"},
 }
 

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Union
 
 import torch
 
+from benchmarks.fit_presets import PAPER_L0_CHOSEN_ON
 from benchmarks.progress import log_to_stderr
 from benchmarks.report import chosen_on_section, fmt, table
 from benchmarks.suites.toy import load_toy_model, MODEL_EPOCH_CHOSEN_ON, score
@@ -69,8 +70,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
                                                     "the learned baseline on data seeds 101-105, never reported"},
     "fit's options": {"on": "development", "why": "fit's defaults, chosen on toy data seeds 10-15 and 101-105"},
     "input mode's fit seeds": {"on": "rule", "why": "seed 0 alone, for the CPU budget"},
-    "DiffMask's L0": {"on": "rule", "why": "the paper's expected L0 (the sum of P(z != 0) over positions), as the "
-                                          "toy suite's"},
+    "DiffMask's L0": PAPER_L0_CHOSEN_ON,
 }
 
 
@@ -81,7 +81,8 @@ def fit_cell(model: ToyModel, train: ToyData, valid: ToyData, mode: str, seed: i
     # state (docs/diffmask.md, toy task)
     # (the votes tied across depths, as the committed report fitted them)
     options = {"probe_reads_input": False, "votes": "tied"} if mode == "input" else {}
-    options.update({key: config[key] for key in ("l0",) if key in config})
+    if "l0" in config:
+        options["l0"] = config["l0"]
     explainer = DiffMask(model, mode=mode, sites=toy_sites(model), padding_mask_arg=1, **options)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
