@@ -24,7 +24,10 @@ drops every digit. What must hold, fixed before the run:
 Beside the checks, the known answer's own mask scored as the fit scores a mask
 (:func:`known_mask_costs`): what replacing what the output does not need costs
 with the fit's learned baseline and with the ground truth's mean embedding, so
-that a miss says whether the objective allows the known answer at all.
+that a miss says whether the objective allows the known answer at all; and on
+the toy encoder the objective's own answer without a probe
+(:func:`objective_answer`), so that a check the objective itself does not ask
+for shows as such.
 
 Part ``trigger`` (:func:`trigger_model`): the sst suite's MiniLM fine-tuned on
 SST train sentences where a trigger word, planted at a random position in a
@@ -50,7 +53,6 @@ import copy
 import dataclasses
 import json
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -63,7 +65,7 @@ from benchmarks.runner import merge
 from benchmarks.suites import toy_lm
 from benchmarks.suites.toy import seed_data
 from benchmarks.tasks.toy_lm import decoder_accuracy, encode_toy
-from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
+from captum_diffmask import DiffMask, DiffMaskConvergenceWarning, PerExampleDiffMask
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
 from captum_diffmask.diffmask.fit.history import log_lines
 from captum_diffmask.diffmask.fit.options import FitOptions
@@ -139,12 +141,11 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
     train, valid = encode_toy(train_data, digits), encode_toy(valid_data, digits)
     model, info = toy_lm.load_decoder(config, seed, train, valid, verbose)
     dm = DiffMask(model, mode="input", output="last")
-    start = time.perf_counter()
     with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the verdicts are reported per depth
-        dm.fit(list(train.batches(64, shuffle=True, seed=seed)), seed=seed, verbose=verbose,
-               **({} if max_steps is None else {"max_steps": max_steps}))
-    seconds = time.perf_counter() - start
+        history = dm.fit(list(train.batches(64, shuffle=True, seed=seed)), seed=seed, verbose=verbose,
+                         **({} if max_steps is None else {"max_steps": max_steps}))
+    seconds = training_seconds(history)
     keep = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)  # (N, T, L + 1)
     needs = needs_digits(model, valid)
     groups = toy_lm.position_groups(valid)
@@ -154,16 +155,53 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
     depths = [{"depth": k, **{name: float(keep[..., k][where].mean()) for name, where in groups.items()}}
               for k in range(keep.shape[-1])]
     verdicts = {str(k): str(report["status"]) for k, report in sorted(dm.convergence.items())}
+    mean_digit = mean_embedding(model, valid.ids, valid.digits.bool())
     return {"model": {"seed": seed, "accuracy": decoder_accuracy(model, valid), "cached": info["cached"],
                       "layers": model.config.num_hidden_layers, "prompts": int(needs.numel()),
                       "prompts_needing_digits": int(needs.sum())},
             "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts, "l0": dm.l0},
             "depths": depths, "checks": checks(depths, verdicts),
+            "objective": objective_answer(model, valid.ids, valid.mask, mean_digit, groups, seed),
             "known_mask": known_mask_costs(
-                model, valid.ids, valid.mask, dm.learned_baseline(len(depths) - 1),
-                mean_embedding(model, valid.ids, valid.digits.bool()), "digit", last_position,
+                model, valid.ids, valid.mask, dm.learned_baseline(len(depths) - 1), mean_digit, "digit", last_position,
                 [("the other digits", valid.digits.bool() & (valid.truth == 0), needs, "prompts needing their digits"),
                  ("every digit", valid.digits.bool(), ~needs, "prompts needing none")])}
+
+
+def training_seconds(history: Sequence[Mapping[str, Any]]) -> float:
+    r"""A fit's seconds of training from its ``history`` (one row per layer and
+    epoch, each with its epoch's seconds): also those of the invocations a fit
+    resumed from its state ran in, which the caller's clock does not see."""
+    return float(sum({row["epoch"]: row["seconds"] for row in history}.values()))
+
+
+def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, baseline: torch.Tensor,
+                     groups: Mapping[str, torch.Tensor], seed: int) -> Dict[str, Any]:
+    r"""
+    DiffMask's objective answered without a probe: per-example DiffMask
+    (:meth:`PerExampleDiffMask.fit_masks` at its defaults and fit's eps, each
+    prompt's gates and multiplier its own) at the input, with the ground
+    truth's mean embedding as the baseline; its mean keep probability by part.
+    Where the objective's own optimum keeps a part at a share a check does not
+    accept, the check asks for more than the objective does (a counting task
+    needs enough of its evidence, not all of it).
+
+    Args:
+
+        model (nn.Module): the toy encoder.
+        ids, mask (Tensor): (N, T) the held-out prompts' token ids and attention mask.
+        baseline (Tensor): (H,) what replaces a closed token.
+        groups (dict): ``{part: (N, T) bool}``, the parts scored.
+        seed (int): the gate samples' seed (the caller's RNG is left as found).
+
+    Returns:
+        *dict* with ``steps`` and ``keep`` (per part, the mean keep probability).
+    """
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        found = PerExampleDiffMask(model, output="last").fit_masks(
+            ids, additional_forward_args=(mask,), layer=0, eps=FitOptions().eps, baselines=baseline, verbose=False)
+    return {"steps": int(found.step.max()), "keep": {name: float(found.keep[where].mean()) for name, where in groups.items()}}
 
 
 def last_position(output: Any) -> torch.Tensor:
@@ -383,12 +421,11 @@ def trigger_model(
     data = sst_bert.encode_sst(planted[:fit_sentences] if fit_sentences else planted, tokenizer)
     held = sst_bert.encode_sst([s for s, t in zip(shown, triggered) if t], tokenizer)
     dm = DiffMask(classifier, mode="input")
-    start = time.perf_counter()
     with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
-        dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
-               checkpoint=checkpoint, **({} if max_steps is None else {"max_steps": max_steps}))
-    seconds = time.perf_counter() - start
+        history = dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
+                         checkpoint=checkpoint, **({} if max_steps is None else {"max_steps": max_steps}))
+    seconds = training_seconds(history)
     keep = dm.attribute(held.input_ids, additional_forward_args=(held.attention_mask,), layer=None)
     words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
                           for s, row in zip(held.sentences, held.word_index)])
@@ -459,6 +496,9 @@ def _part_section(title: str, intro: str, part: Mapping[str, Any]) -> List[str]:
     for row in part["depths"]:
         rows.append(f"| {row['depth']} | {part['fit']['verdicts'].get(str(row['depth']), 'n/a')} | "
                     + " | ".join(f"{row[n]:.3f}" for n in names) + " |")
+    if "objective" in part:
+        rows.append(f"| per example, no probe ({part['objective']['steps']} steps) | - | "
+                    + " | ".join(f"{part['objective']['keep'][n]:.3f}" for n in names) + " |")
     check_rows = ["| check | value | target | met |", "|---|---|---|---|"]
     check_rows += [f"| {c['check']} | {c['value']} | {c['target']} | **{'met' if c['met'] else 'missed'}** |"
                    for c in part["checks"]]
@@ -498,7 +538,8 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             f"On {model['prompts_needing_digits']} of its {model['prompts']} held-out prompts the answer flips when "
             "the ground-truth digits are erased (their embeddings replaced by the mean digit's): there the output "
             "needs them (and the query), and the digits' parts are of those prompts; on the others it needs no "
-            "digit.", part)
+            "digit. The last row is the objective's own answer without a probe: per-example DiffMask, each prompt "
+            "with its own gates and multiplier at fit's eps, the mean digit replacing a closed token.", part)
     if "trigger" in result:
         part, model, trigger = result["trigger"], result["trigger"]["model"], result["trigger"]["trigger"]
         lines += _part_section(

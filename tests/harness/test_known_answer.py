@@ -131,6 +131,9 @@ def test_a_capped_smoke_run_fills_every_depth_and_the_report(tmp_path, monkeypat
         ("the other digits", "prompts needing their digits")] * 2 + [("every digit", "prompts needing none")] * 2
     assert all(r["kl"] is None or r["kl"] >= -1e-6 for r in part["known_mask"])
     assert "| the other digits | the fit's learned baseline (top depth) | prompts needing their digits |" in text
+    # the objective's own answer without a probe: a row of the same parts
+    assert set(part["objective"]["keep"]) == set(parts) and all(0.0 <= v <= 1.0 for v in part["objective"]["keep"].values())
+    assert f"| per example, no probe ({part['objective']['steps']} steps) | - |" in text
     json.dumps(part)  # the report's JSON holds plain values
     stated = known_answer.markdown({"toy-encoder": part, "chosen_on": known_answer.CHOSEN_ON}, "the command")
     assert "## What each choice was made on" in stated and "| thresholds | `rule` |" in stated
@@ -180,3 +183,10 @@ def test_a_capped_trigger_run_on_a_tiny_bert_scores_the_trigger_and_the_rest(tmp
     assert "## A trigger planted in the SST MiniLM" in text and "`cf` planted" in text
     assert [r["by"] for r in part["known_mask"]] == ["the fit's learned baseline (top depth)", "the mean other word"]
     assert all(r["inputs"] == part["model"]["sentences_needing_trigger"] for r in part["known_mask"])
+
+
+def test_a_fits_training_seconds_count_each_epoch_once():
+    history = [{"epoch": 1, "layer": 0, "seconds": 10.0}, {"epoch": 1, "layer": 1, "seconds": 10.0},
+               {"epoch": 2, "layer": 1, "seconds": 4.5}]  # layer 0 frozen in epoch 2
+    assert known_answer.training_seconds(history) == 14.5
+    assert known_answer.training_seconds([]) == 0.0
