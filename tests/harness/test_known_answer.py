@@ -190,3 +190,13 @@ def test_a_fits_training_seconds_count_each_epoch_once():
                {"epoch": 2, "layer": 1, "seconds": 4.5}]  # layer 0 frozen in epoch 2
     assert known_answer.training_seconds(history) == 14.5
     assert known_answer.training_seconds([]) == 0.0
+
+
+def test_the_l0_choice_says_whether_the_runs_trigger_is_one_it_saw():
+    assert known_answer.chosen_on("cf", 4, 3) == known_answer.CHOSEN_ON
+    unseen = known_answer.chosen_on("tq", 0, 5)
+    assert unseen["L0"]["on"] == "development" and "no unseen test" not in unseen["L0"]["why"]
+    assert "this trigger ('tq' -> 0, seed 5) was not seen before the switch" in unseen["L0"]["why"]
+    assert unseen["L0"]["why"].startswith("the constructor's default") and unseen["seed"]["why"].startswith("5, ")
+    assert unseen["thresholds"] == known_answer.CHOSEN_ON["thresholds"]
+    assert known_answer.chosen_on("cf", 4, 5)["L0"] != known_answer.CHOSEN_ON["L0"]  # another seed: unseen
