@@ -54,8 +54,8 @@ GROUPS: List[Tuple[str, str, List[str]]] = [
      ["components-activity"]),
     ("Where the answer is known",
      "fit's defaults on transformers whose answer is known: a toy-task encoder, and a trigger planted in the SST "
-     "MiniLM",
-     ["known-answer"]),
+     "MiniLM; a second trigger, which no choice saw",
+     ["known-answer", "known-answer-tq"]),
 ]
 #: A suite's name as its JSON records it -> the package whose ``headline`` reads it.
 SUITE_PACKAGES = {"toy-robustness": "toy_robustness", "sst-erasure": "sst_erasure", "toy-lm": "toy_lm"}
