@@ -67,7 +67,7 @@ from benchmarks.suites.toy import seed_data
 from benchmarks.tasks.toy_lm import decoder_accuracy, encode_toy
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning, PerExampleDiffMask
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
-from captum_diffmask.diffmask.fit.history import log_lines
+from captum_diffmask.diffmask.fit.history import epoch_seconds, log_lines
 from captum_diffmask.diffmask.fit.options import FitOptions
 
 #: The question this study answers (``python -m benchmarks list``).
@@ -82,6 +82,9 @@ NONE = "digits (prompts needing none)"
 
 #: The toy-lm suite's encoder, as its report was run (seeds 3-5 chose nothing here).
 ENCODER = {"model": {"architecture": "encoder"}}
+#: How the L0 (the constructor's default) was chosen, whatever the trigger.
+L0_WHY = ("the constructor's default, the share of kept positions (l0='mean'), made the default on the SST MiniLM's "
+          "default fit (docs/results/user-path.md: with the sum no depth settles) and the sst suite's fits, which use it")
 #: What each choice was made on (the report's JSON and its section): nothing
 #: here is tuned; fit runs at its defaults.
 CHOSEN_ON = {
@@ -101,13 +104,10 @@ CHOSEN_ON = {
     "classifier": {"on": "train", "why": "the sst suite's fine-tuning recipe (its own choices on train sentences), "
                                          "on the planted train sentences"},
     "fit": {"on": "rule", "why": "DiffMask.fit's defaults, unchanged (the study asks whether they find the answer)"},
-    "L0": {"on": "development", "why": "the constructor's default, the share of kept positions (l0='mean'), made the "
-                                       "default on the SST MiniLM's default fit (docs/results/user-path.md: with the "
-                                       "sum no depth settles) and the sst suite's fits, which use it; the trigger "
-                                       "part with the sum (every depth violated at the multiplier's ceiling) and a "
-                                       "scratch run with the share were seen before the switch, so this trigger is "
-                                       "no unseen test of it: other words, classes and seeds are (--trigger, "
-                                       "--label, --seed)"},
+    "L0": {"on": "development", "why": f"{L0_WHY}; the trigger part with the sum (every depth violated at the "
+                                       "multiplier's ceiling) and a scratch run with the share were seen before the "
+                                       "switch, so this trigger is no unseen test of it: other words, classes and "
+                                       "seeds are (--trigger, --label, --seed)"},
 }
 #: The trigger, class and seed the L0's choice saw (the part with the sum, and a
 #: scratch run with the share): every other one is an unseen test of it.
@@ -124,8 +124,7 @@ def chosen_on(trigger: str, label: int, seed: int) -> Dict[str, Dict[str, str]]:
     if seed != SEEN_TRIGGER[2]:
         found["seed"] = {"on": "rule", "why": f"{seed}, the study's argument, fixed before the run; the planting "
                                               "draws with it, the held-out sentences with seed + 1"}
-    why = CHOSEN_ON["L0"]["why"].split("; the trigger part")[0]
-    found["L0"] = {"on": "development", "why": f"{why}; this trigger ({trigger!r} -> {label}, seed {seed}) was not "
+    found["L0"] = {"on": "development", "why": f"{L0_WHY}; this trigger ({trigger!r} -> {label}, seed {seed}) was not "
                                                f"seen before the switch: an unseen test of it (the one seen: "
                                                f"{SEEN_TRIGGER[0]!r} -> {SEEN_TRIGGER[1]}, seed {SEEN_TRIGGER[2]})"}
     return found
@@ -167,7 +166,7 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the verdicts are reported per depth
         history = dm.fit(list(train.batches(64, shuffle=True, seed=seed)), seed=seed, verbose=verbose,
                          **({} if max_steps is None else {"max_steps": max_steps}))
-    seconds = training_seconds(history)
+    seconds = sum(epoch_seconds(history).values())  # also a resumed fit's earlier invocations'
     keep = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)  # (N, T, L + 1)
     needs = needs_digits(model, valid)
     groups = toy_lm.position_groups(valid)
@@ -188,13 +187,6 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
                 model, valid.ids, valid.mask, dm.learned_baseline(len(depths) - 1), mean_digit, "digit", last_position,
                 [("the other digits", valid.digits.bool() & (valid.truth == 0), needs, "prompts needing their digits"),
                  ("every digit", valid.digits.bool(), ~needs, "prompts needing none")])}
-
-
-def training_seconds(history: Sequence[Mapping[str, Any]]) -> float:
-    r"""A fit's seconds of training from its ``history`` (one row per layer and
-    epoch, each with its epoch's seconds): also those of the invocations a fit
-    resumed from its state ran in, which the caller's clock does not see."""
-    return float(sum({row["epoch"]: row["seconds"] for row in history}.values()))
 
 
 def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, baseline: torch.Tensor,
@@ -447,7 +439,7 @@ def trigger_model(
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
         history = dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
                          checkpoint=checkpoint, **({} if max_steps is None else {"max_steps": max_steps}))
-    seconds = training_seconds(history)
+    seconds = sum(epoch_seconds(history).values())  # also a resumed fit's earlier invocations'
     keep = dm.attribute(held.input_ids, additional_forward_args=(held.attention_mask,), layer=None)
     words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
                           for s, row in zip(held.sentences, held.word_index)])

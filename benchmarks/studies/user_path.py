@@ -175,7 +175,7 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     from benchmarks.records import cache_dir
     from benchmarks.suites.sst import DEFAULTS
     from benchmarks.tasks.sst import read_sst
-    from captum_diffmask.diffmask.fit.history import log_lines
+    from captum_diffmask.diffmask.fit.history import epoch_seconds, log_lines
     from captum_diffmask import DiffMask
 
     train, dev = read_sst("train", data_dir), read_sst("dev", data_dir)
@@ -188,16 +188,15 @@ def default_fit(data_dir: Optional[str]) -> Dict[str, Any]:
     with log_lines(), warnings.catch_warnings(record=True) as caught:  # the fit's line per layer and epoch
         warnings.simplefilter("always")
         history = dm.fit([s.text for s in train], tokenizer=tokenizer, checkpoint=state)
-    epochs: Dict[int, Dict[str, Any]] = {}
-    for row in history:  # a row per (epoch, layer), the epoch's seconds on each
-        epoch = epochs.setdefault(int(row["epoch"]), {"seconds": float(row["seconds"]), "steps": 0})
-        epoch["steps"] = max(epoch["steps"], int(row["steps"]))
+    steps: Dict[int, int] = {}  # per epoch, the most steps a layer trained in it
+    for row in history:  # a row per (epoch, layer)
+        steps[int(row["epoch"])] = max(steps.get(int(row["epoch"]), 0), int(row["steps"]))
     verdicts = {str(k): report["status"] for k, report in sorted(dm.convergence.items())}
     return {"call": "DiffMask(model, mode='input').fit(texts, tokenizer=tokenizer)", "sentences": len(train),
             "model": "the sst suite's fine-tuned MiniLM (6 layers)", "fine_tune_cached": info["cached"], "l0": dm.l0,
-            "seconds": round(sum(e["seconds"] for e in epochs.values()), 1), "install_seconds": 0.0,
-            "this_run_wall_seconds": round(time.perf_counter() - start, 1), "epochs": len(epochs),
-            "steps": sum(e["steps"] for e in epochs.values()), "verdicts": verdicts,
+            "seconds": round(sum(epoch_seconds(history).values()), 1), "install_seconds": 0.0,
+            "this_run_wall_seconds": round(time.perf_counter() - start, 1), "epochs": len(steps),
+            "steps": sum(steps.values()), "verdicts": verdicts,
             "settled": sum(v in ("converged", "needed") for v in verdicts.values()),
             "warnings": [str(w.message)[:300] for w in caught]}
 

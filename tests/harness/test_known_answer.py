@@ -185,13 +185,6 @@ def test_a_capped_trigger_run_on_a_tiny_bert_scores_the_trigger_and_the_rest(tmp
     assert all(r["inputs"] == part["model"]["sentences_needing_trigger"] for r in part["known_mask"])
 
 
-def test_a_fits_training_seconds_count_each_epoch_once():
-    history = [{"epoch": 1, "layer": 0, "seconds": 10.0}, {"epoch": 1, "layer": 1, "seconds": 10.0},
-               {"epoch": 2, "layer": 1, "seconds": 4.5}]  # layer 0 frozen in epoch 2
-    assert known_answer.training_seconds(history) == 14.5
-    assert known_answer.training_seconds([]) == 0.0
-
-
 def test_the_l0_choice_says_whether_the_runs_trigger_is_one_it_saw():
     assert known_answer.chosen_on("cf", 4, 3) == known_answer.CHOSEN_ON
     unseen = known_answer.chosen_on("tq", 0, 5)

@@ -10,7 +10,7 @@ import torch
 
 from captum_diffmask import Convergence, DiffMask, DiffMaskConvergenceWarning
 from captum_diffmask.diffmask.constrained.multiplier_rules import GradientRule
-from captum_diffmask.diffmask.fit.history import last_rows
+from captum_diffmask.diffmask.fit.history import epoch_seconds, last_rows
 from captum_diffmask.diffmask.fit.options import FitOptions
 from captum_diffmask.diffmask.fit.step import lagrangian, StepPlan
 from captum_diffmask.model.divergences import example_kl, log_probs
@@ -358,3 +358,11 @@ def test_log_lines_show_the_fits_lines_inside_the_block_and_leave_the_logger_as_
     logger.info("not shown either")
     assert capsys.readouterr().err.splitlines() == ["DiffMask fit: layer 3 converged"]
     assert (logger.level, logger.handlers) == (level, handlers)
+
+
+def test_a_fits_training_seconds_count_each_epoch_once():
+    history = [{"epoch": 2, "layer": 1, "seconds": 4.5},  # layer 0 frozen in epoch 2
+               {"epoch": 1, "layer": 0, "seconds": 10.0}, {"epoch": 1, "layer": 1, "seconds": 10.0}]
+    assert epoch_seconds(history) == {1: 10.0, 2: 4.5} and list(epoch_seconds(history)) == [1, 2]
+    assert sum(epoch_seconds(history).values()) == 14.5
+    assert sum(epoch_seconds([]).values()) == 0.0

@@ -17,6 +17,7 @@ from benchmarks.tasks.sst import LABEL_NAMES
 from benchmarks.tasks.sst_bert import EncodedSST
 from captum_diffmask import CertificateTolerances, certify, Convergence, DiffMask
 from captum_diffmask.diffmask import Compute, grouped_options
+from captum_diffmask.diffmask.fit.history import epoch_seconds
 from captum_diffmask.model.forward import model_device
 
 from benchmarks.progress import bar
@@ -102,8 +103,7 @@ def fit_diffmask(
     )
     seconds = time.perf_counter() - start
     heldout = None if select else {str(k): v for k, v in explainer.evaluate(held_out).items()}
-    epochs = sorted({h["epoch"] for h in history})
-    train_seconds = [next(h["seconds"] for h in history if h["epoch"] == e) for e in epochs]
+    train_seconds = list(epoch_seconds(history).values())
     selected = next((h["epoch"] for h in history if h.get("selected")), None)
     return explainer, {
         "history": history, "seconds": seconds, "epoch_seconds": train_seconds,

@@ -49,6 +49,13 @@ def last_rows(history: Iterable[Mapping[str, Any]]) -> Dict[int, Mapping[str, An
     return {int(row["layer"]): row for row in history}
 
 
+def epoch_seconds(history: Iterable[Mapping[str, Any]]) -> Dict[int, float]:
+    r"""Each epoch's seconds of training, in the epochs' order, from a fit's
+    ``history`` (every row of an epoch carries them; an epoch resumed from a
+    fit's state counts the part an earlier invocation ran)."""
+    return {int(row["epoch"]): float(row["seconds"]) for row in sorted(history, key=lambda row: row["epoch"])}
+
+
 def epoch_rows(
     explainer: Fittable, epoch: int, sums: Mapping[int, Mapping[str, float]], seconds: float,
     monitors: Mapping[int, LayerMonitor],
