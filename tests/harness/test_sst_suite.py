@@ -5,6 +5,7 @@ they say on hand-made inputs."""
 
 import json
 import math
+import statistics
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from tiny_models import needs_sst
 
 TINY = {
     "seeds": [0, 1],
+    "stability_seeds": {"seeds": [2], "layers": [0, 2]},
     "train_sentences": 96,
     "eval_sentences": 24,
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
@@ -98,20 +100,32 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     assert results["model"]["source"] == "tiny" and 0 <= results["model"]["dev_macro_f1"] <= 100
     for mode in ("input", "hidden"):
         dm = results["diffmask"][mode]
-        assert len(dm["runs"]) == 2 and all(r["selected_epoch"] is None for r in dm["runs"])
+        # seeds 0 and 1 at every layer, the stability seed 2 at layers 0 and 2 alone
+        assert [r["seed"] for r in dm["runs"]] == [0, 1, 2] and all(r["selected_epoch"] is None for r in dm["runs"])
+        fitted = {0: list(range(L + 1)), 1: list(range(L + 1)), 2: [0, 2]}
         # no checkpoint is selected: the last probe's read-out is scored on the held-out train sentences
-        assert all(sorted(r["heldout"]) == [str(k) for k in range(L + 1)] for r in dm["runs"])
+        assert all(sorted(r["heldout"]) == [str(k) for k in fitted[r["seed"]]] for r in dm["runs"])
+        assert all(sorted(r["convergence"]) == [str(k) for k in fitted[r["seed"]]] for r in dm["runs"])
         layers = dm["faithfulness"]["per_layer"]
         assert [r["layer"] for r in layers] == list(range(L + 1))
+        assert [r["seeds"] for r in layers] == [3 if k in (0, 2) else 2 for k in range(L + 1)]
         assert all(0 <= r["masked_share"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in layers)
-        assert dm["stability"]["seeds"] == 2 and 0 <= dm["stability"]["mean_std"] <= 0.5
-        # the swap test: the two seeds' masks under one objective, at every layer
-        assert [p["layer"] for p in dm["swap"]["pairs"]] == list(range(L + 1))
+        # the stability over the three seeds at the stability seed's layers, both ways
+        st = dm["stability"]
+        assert st["seeds"] == 3 and st["layers"] == [0, 2] and 0 <= st["mean_std"] <= 0.5
+        assert len(st["per_layer"]) == 2 and 0 <= st["masked_share_std"] <= 0.5
+        shares = {r["seed"]: r["faithfulness"]["per_layer"] for r in dm["runs"]}
+        by_hand = [statistics.stdev([row["masked_share"] / 100 for seed in (0, 1, 2) for row in shares[seed]
+                                     if row["layer"] == k]) for k in (0, 2)]
+        assert st["masked_share_std"] == pytest.approx(statistics.mean(by_hand))
+        # the swap test: the three seeds' masks under one objective, at those layers
+        assert sorted({p["layer"] for p in dm["swap"]["pairs"]}) == [0, 2] and len(dm["swap"]["pairs"]) == 3 * 2
         assert all(0 <= p["disagreement"] <= 1 and p["masked_gap"] >= 0 for p in dm["swap"]["pairs"])
         # every probe's certificate: 5 further steps, each layer's drift, and whether it counts
         for run in dm["runs"]:
             certificate = run["certificate"]
-            assert certificate["tolerances"]["steps"] == 5 and sorted(certificate["layers"]) == [str(k) for k in range(L + 1)]
+            assert certificate["tolerances"]["steps"] == 5
+            assert sorted(certificate["layers"]) == [str(k) for k in fitted[run["seed"]]]
             assert all(0 <= c["keep_change"] <= 1 and isinstance(c["counted"], bool) for c in certificate["layers"].values())
         assert set(results["layers_kept"][mode]["sentiment"]) >= {"[CLS]", "[SEP]"}
         assert all(0 <= g["mean_layers"] <= L + 1 for g in results["layers_kept"][mode]["sentiment"].values())
@@ -128,8 +142,8 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
             assert not {"lr", "multiplier", "votes", "lr_lambda"} & set(run["options"])
             assert run["options"]["epochs"] == (2 if mode == "hidden" else 1) and run["options"]["precision"] == "bfloat16"
             assert len(run["epoch_seconds"]) == run["options"]["epochs"]
-            assert run["options"]["convergence"] == {"cooldown": 500} and run["layers_per_batch"] == L + 1
-            assert sorted(run["convergence"]) == [str(k) for k in range(L + 1)]
+            assert run["options"]["convergence"] == {"cooldown": 500}
+            assert run["layers_per_batch"] == (L + 1 if run["seed"] < 2 else 2)
             assert all(r["status"] in STATUSES for r in run["convergence"].values())
     # the paper's recipe: its optimisation, the authors' tied input votes, one epoch here
     paper = results["paper_recipe"]
@@ -163,8 +177,9 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
     # the macro-F1 change's interval and the changed predictions' gap, per layer, mean over the seeds
     assert "F1 change: 95 % interval width" in report and "changed: median top-2 gap" in report
     for mode in ("input", "hidden"):
-        for row, layer in zip(results["diffmask"][mode]["faithfulness"]["per_layer"],
-                              zip(*[run["faithfulness"]["per_layer"] for run in results["diffmask"][mode]["runs"]])):
+        for row in results["diffmask"][mode]["faithfulness"]["per_layer"]:
+            layer = [r for run in results["diffmask"][mode]["runs"] for r in run["faithfulness"]["per_layer"]
+                     if r["layer"] == row["layer"]]
             widths = [r["f1_change_interval"][1] - r["f1_change_interval"][0] for r in layer]
             assert row["f1_change_interval_width"] == pytest.approx(sum(widths) / len(widths)) and min(widths) >= 0
     stored = json.loads((tmp_path / "results.json").read_text())
@@ -178,6 +193,10 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
 def test_bad_configuration_names_the_key(tmp_path):
     with pytest.raises(ValueError, match="methods"):
         suite.run({**suite.DEFAULTS, "methods": ["Nope"]}, tmp_path, verbose=False)
+    with pytest.raises(ValueError, match="stability_seeds: seeds"):
+        suite.run({**suite.DEFAULTS, "stability_seeds": {"seeds": [1, 2], "layers": [0]}}, tmp_path, verbose=False)
+    with pytest.raises(ValueError, match="stability_seeds: layers"):
+        suite.run({**suite.DEFAULTS, "stability_seeds": {"seeds": [2], "layers": []}}, tmp_path, verbose=False)
     with pytest.raises(ValueError, match="split"):
         suite.run({**suite.DEFAULTS, "split": "validation"}, tmp_path, verbose=False)
 

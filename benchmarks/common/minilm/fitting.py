@@ -123,7 +123,8 @@ def continuation_arguments(config: Mapping[str, Any], mode: str) -> Tuple[Dict[s
     takes over (not the caps, the checkpoint's bounds or the last layer's
     rate), and the batch size."""
     _, options, batch_size, _ = fit_arguments(config, mode)
-    for key in ("lr_lambda_last", "max_steps", "epochs", "eps_valid", "agreement_valid"):
+    # the layers too: a continuation trains the layers the fit trained
+    for key in ("lr_lambda_last", "max_steps", "epochs", "eps_valid", "agreement_valid", "layers"):
         options.pop(key, None)
     return options, batch_size
 

@@ -28,7 +28,7 @@ from benchmarks.common.minilm.fit_cache import certified_fit, stored_fit, with_c
 from benchmarks.common.minilm.fitting import certify_fit, faithfulness, fit_diffmask, OnDevice
 from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.sst.scoring import (
-    cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability,
+    aggregate_std, cls_share, cls_share_table, label_groups, layers_kept_by_group, mean_faithfulness, stability,
 )
 from benchmarks.suites.sst.settings import METHODS
 from benchmarks.suites.sst.speed import measure_speed
@@ -55,7 +55,7 @@ def run(config: Mapping[str, Any], out_dir: Path, verbose: bool = True) -> Dict[
         "title": f"SST-5 with {bench.model_info['source']} ({L} layers): DiffMask on inputs and hidden states",
         "split": config.get("split", "dev"), "model": bench.model_info, "diffmask": diffmask, "methods": method_records,
         "cls_share": cls_shares, "layers_kept": groups, "speed": speed, "notes": notes, "paper_recipe": paper,
-        "figures": figures, "seeds": seeds,
+        "figures": figures, "seeds": seeds, "stability_seeds": config.get("stability_seeds") or None,
     }
 
 
@@ -64,6 +64,11 @@ def _check_config(config: Mapping[str, Any]) -> List[int]:
     seeds = [int(s) for s in config["seeds"]]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
+    extra, layers = stability_seeds(config)
+    if extra and not layers:
+        raise ValueError("stability_seeds: layers must name at least one layer")
+    if set(extra) & set(seeds) or len(set(extra)) != len(extra):
+        raise ValueError(f"stability_seeds: seeds {extra} must differ from each other and from seeds {seeds}")
     split = config.get("split", "dev")
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
@@ -73,58 +78,110 @@ def _check_config(config: Mapping[str, Any]) -> List[int]:
     return seeds
 
 
+def stability_seeds(config: Mapping[str, Any]) -> Tuple[List[int], List[int]]:
+    r"""The seeds fitted for the stability alone (``config["stability_seeds"]``)
+    and the layers they fit; two empty lists when there are none."""
+    extra = config.get("stability_seeds") or {}
+    return [int(s) for s in extra.get("seeds", [])], [int(k) for k in extra.get("layers", [])]
+
+
+def fit_config(config: Mapping[str, Any], seed: int) -> Mapping[str, Any]:
+    r"""The configuration a seed's fit runs with: a stability seed's fits train
+    its ``layers`` alone (its fit cache key says so); every other seed's, the
+    configuration as it is."""
+    extra, layers = stability_seeds(config)
+    if seed not in extra:
+        return config
+    return {**config, "diffmask": {**config["diffmask"], "layers": layers}}
+
+
 def fit_diffmask_modes(
     config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool, attribute: bool = True,
 ) -> Tuple[Dict[str, Any], Dict[str, List[List[Tensor]]], Dict[str, DiffMask]]:
     r"""
-    DiffMask in input and hidden mode, fitted once per seed, each fit's
-    faithfulness and attributions on the evaluated sentences.
+    DiffMask in input and hidden mode, fitted once per seed (and per stability
+    seed at its layers, :func:`stability_seeds`), each fit's faithfulness and
+    attributions on the evaluated sentences.
 
     Args:
 
         config (Mapping): the suite's configuration.
         bench (Bench): the model and the sentences.
-        seeds (list of int): the fits' seeds.
+        seeds (list of int): the seeds whose fits train every layer.
         verbose (bool): progress bars and a line per fit.
         attribute (bool, optional): False leaves out the attributions of the
                     evaluated sentences (and so the stability). Default: True
 
     Returns:
         *tuple* ``(diffmask, attributions, explainers)``: the results'
-        ``diffmask`` (per mode: the runs, the stability across seeds and the
-        faithfulness averaged over them), per mode and seed the (T, L + 1)
+        ``diffmask`` (per mode: the runs of every seed, stability seeds last,
+        the stability across all of them and the faithfulness averaged over
+        them per layer), per mode and seed of ``seeds`` the (T, L + 1)
         attributions of every sentence, and per mode the first seed's explainer.
     """
+    extra, layers = stability_seeds(config)
     diffmask: Dict[str, Any] = {}
     attributions: Dict[str, List[List[Tensor]]] = {"input": [], "hidden": []}
     explainers: Dict[str, DiffMask] = {}
-    fitted = fit_in_workers(config, bench, seeds, verbose)
+    fitted = fit_in_workers(config, bench, seeds + extra, verbose)
     for mode in ("input", "hidden"):
-        runs, every = [], []
-        for seed in seeds:
-            if (mode, seed) in fitted:
-                explainer, info = fitted[(mode, seed)]
-                with_certificate(certify_fit, explainer, info, mode, bench.train, bench.valid, config, seed, verbose)
-            else:
-                log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
-                explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid, config, seed,
-                                               verbose)
+        runs, every, partial = [], [], []
+        for seed in seeds + extra:
+            explainer, info = _fitted(config, bench, mode, seed, fitted, verbose)
             info["faithfulness"] = faithfulness(explainer, bench.evaluated, 64, verbose)
             if attribute:
-                attributions[mode].append(per_sentence(
-                    bench.evaluated, 64,
-                    lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None),
-                    verbose, f"attribute {mode}"))
+                scores = per_sentence(bench.evaluated, 64, _attribution(explainer, None if seed in seeds else layers),
+                                      verbose, f"attribute {mode}")
+                (attributions[mode] if seed in seeds else partial).append(scores)
             runs.append({"seed": seed, **info})
             every.append(explainer)
             if seed == seeds[0]:
                 explainers[mode] = explainer
         # the seeds' masks under one objective, on the held-out train sentences
         held_out = OnDevice(bench.valid.loader(128, shuffle=False, sort_by_length=True), model_device(bench.model))
-        diffmask[mode] = {"runs": runs, "stability": stability(attributions[mode]),
-                          "swap": swap_test(every, held_out) if len(every) > 1 else None,
+        compared = layers or None
+        diffmask[mode] = {"runs": runs, "stability": _stability(attributions[mode], partial, runs, compared),
+                          "swap": swap_test(every, held_out, compared) if len(every) > 1 else None,
                           "faithfulness": mean_faithfulness([r["faithfulness"] for r in runs])}
     return diffmask, attributions, explainers
+
+
+def _fitted(
+    config: Mapping[str, Any], bench: Bench, mode: str, seed: int,
+    fitted: Mapping[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]], verbose: bool,
+) -> Tuple[DiffMask, Dict[str, Any]]:
+    r"""A seed's certified fit: from the workers (certified here if it is not
+    yet), or fitted here through the fit cache."""
+    config = fit_config(config, seed)
+    if (mode, seed) in fitted:
+        explainer, info = fitted[(mode, seed)]
+        with_certificate(certify_fit, explainer, info, mode, bench.train, bench.valid, config, seed, verbose)
+        return explainer, info
+    log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
+    return certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid, config, seed, verbose)
+
+
+def _attribution(explainer: DiffMask, layers: Optional[List[int]]) -> Any:
+    r"""``(ids, mask) -> (B, T, K)`` keep probabilities: at every layer when
+    ``layers`` is None, else at those layers, in that order."""
+    if layers is None:
+        return lambda ids, mask: explainer.attribute(ids, additional_forward_args=(mask,), layer=None)
+    return lambda ids, mask: torch.stack(
+        [explainer.attribute(ids, additional_forward_args=(mask,), layer=k) for k in layers], -1)
+
+
+def _stability(
+    full: List[List[Tensor]], partial: List[List[Tensor]], runs: List[Mapping[str, Any]], layers: Optional[List[int]]
+) -> Optional[Dict[str, Any]]:
+    r"""The stability both ways over every seed: at ``layers`` (the stability
+    seeds' own, the full seeds' attributions cut to them) or, when None, at
+    every layer; None with fewer than two seeds' attributions."""
+    per_seed = full if layers is None else [[a[:, layers] for a in seed] for seed in full] + partial
+    result = stability(per_seed)
+    if result is not None:
+        result["layers"] = layers if layers is not None else list(range(per_seed[0][0].shape[-1]))
+        result["masked_share_std"] = aggregate_std([r["faithfulness"] for r in runs], result["layers"])
+    return result
 
 
 def paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Optional[Dict[str, Any]]:
@@ -144,7 +201,8 @@ def paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Opti
     seeds = [int(s) for s in recipe.get("seeds", config["seeds"][:1])]
     # the suite's split of the train sentences, so that a worker's bench is this one's
     split = {k: config["diffmask"][k] for k in ("validation_sentences", "validation_from") if k in config["diffmask"]}
-    recipe_config = {**config, "diffmask": {**recipe["diffmask"], **split, "epochs": int(recipe["epochs"])}}
+    recipe_config = {**config, "diffmask": {**recipe["diffmask"], **split, "epochs": int(recipe["epochs"])},
+                     "stability_seeds": None}
     log_to_stderr(verbose, f"[sst] the paper's recipe, {recipe['epochs']} epochs, seeds {seeds}")
     diffmask, _, _ = fit_diffmask_modes(recipe_config, bench, seeds, verbose, attribute=False)
     return {"epochs": int(recipe["epochs"]), "seeds": seeds, "diffmask": diffmask}
@@ -155,8 +213,8 @@ def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict
     loaded as the suite does, the fit through the fit cache, the probe saved to
     ``path``; the fit's record."""
     bench = load_bench(config, False)
-    explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid, config, seed,
-                                    False)
+    explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid,
+                                    fit_config(config, seed), seed, False)
     explainer.save(path)
     return info
 
@@ -201,7 +259,7 @@ def _stored_fits(
     stored = {}
     for mode in ("input", "hidden"):
         for seed in seeds:
-            loaded = stored_fit(bench.model, mode, bench.train, bench.valid, config, seed)
+            loaded = stored_fit(bench.model, mode, bench.train, bench.valid, fit_config(config, seed), seed)
             if loaded is not None:
                 log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}: from the fit cache "
                                        f"(fitted at commit {loaded[1]['stored']['commit']}, {loaded[1]['stored']['date']})")

@@ -15,7 +15,7 @@ from captum_diffmask.diffmask.fit.history import last_rows
 from benchmarks.common.minilm.convergence import convergence_section, multiplier_tolerance_section, probe_counts
 from benchmarks.common.minilm.fit_cache import fitted_where
 from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
-from benchmarks.suites.sst.scoring import counted_layers, layer_means
+from benchmarks.suites.sst.scoring import counted_layers, layer_means, layer_row
 from benchmarks.suites.sst.settings import ATTRIBUTION_RATIO_MAX, IG_SPEEDUP_MIN, STABILITY_TARGETS, PAPER
 
 
@@ -24,7 +24,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     model = results["model"]
     lines = [f"# {results['title']}", "",
              f"Suite `sst`, **{results.get('mode', '?')}** run on `{results['split']}` "
-             f"({model['evaluated_sentences']} sentences), seeds {results['seeds']}, "
+             f"({model['evaluated_sentences']} sentences), seeds {results['seeds']}{_stability_seeds(results)}, "
              f"{fmt_seconds(results.get('wall_seconds'))} in all. Command: `{results.get('command', '')}`.", ""]
     lines += _model_section(model)
     lines += _faithfulness_section(results["diffmask"])
@@ -52,6 +52,13 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
     return text
 
 
+def _stability_seeds(results: Mapping[str, Any]) -> str:
+    extra = results.get("stability_seeds")
+    if not extra:
+        return ""
+    return f" at every layer and {extra['seeds']} at layers {extra['layers']} (for the stability)"
+
+
 def _model_section(model: Mapping[str, Any]) -> List[str]:
     history = model.get("history") or []
     took = fmt_seconds(model["fine_tune_seconds"])
@@ -77,19 +84,19 @@ def _kept_epoch(history: List[Mapping[str, Any]]) -> str:
 def _faithfulness_section(dm: Mapping[str, Any]) -> List[str]:
     lines = ["## Faithfulness: the model with DiffMask's gates applied", "",
              "Deterministic gates (kept where the keep probability exceeds 0.5), gated-off positions replaced by the "
-             "learned baseline; mean +- std over seeds. Input mode at layer k masks input tokens with the votes read "
+             "learned baseline; mean +- std over the seeds fitted at the layer. Input mode at layer k masks input tokens with the votes read "
              "from layers 0..k; hidden mode at layer k masks the states of layer k.", ""]
     for mode in ("input", "hidden"):
         faith = dm[mode]["faithfulness"]
         base = faith["unmasked"]
         resolved = all("f1_change_interval_width" in r for r in faith["per_layer"])
-        rows = [[f"{r['layer']}", f"{r['macro_f1']:.2f} +- {r['macro_f1_std']:.2f}", f"{r['accuracy']:.2f}",
+        rows = [[f"{r['layer']}", r.get("seeds", ""), f"{r['macro_f1']:.2f} +- {r['macro_f1_std']:.2f}", f"{r['accuracy']:.2f}",
                  f"{r['masked_share']:.1f} +- {r['masked_share_std']:.1f}", f"{r['agreement']:.1f}"]
                 + ([f"{r['f1_change_interval_width']:.1f}", fmt(r["changed_top2_gap"], 3)] if resolved else [])
                 for r in faith["per_layer"]]
         extra = ["F1 change: 95 % interval width", "changed: median top-2 gap"] if resolved else []
         lines += [f"**{mode}** (unmasked: macro-F1 {base['macro_f1']:.2f}, accuracy {base['accuracy']:.2f})", "",
-                  table(["layer", "macro-F1", "accuracy %", "masked %", "same prediction %"] + extra, rows), ""]
+                  table(["layer", "seeds", "macro-F1", "accuracy %", "masked %", "same prediction %"] + extra, rows), ""]
         if resolved:
             lines += [f"The interval: a paired bootstrap of the macro-F1 change over the {mode} mode's scored sentences "
                       "(mean width over seeds, points); the changed predictions' median gap between their two most "
@@ -104,10 +111,9 @@ def _stability_section(dm: Mapping[str, Any]) -> List[str]:
     rows = []
     for mode in ("input", "hidden"):
         st, swap = dm[mode]["stability"], dm[mode].get("swap")
-        per_layer = dm[mode]["faithfulness"]["per_layer"]
-        aggregate = sum(r["masked_share_std"] for r in per_layer) / max(len(per_layer), 1) / 100.0
-        row = [mode, st["seeds"] if st else 1, fmt(st["mean_std"], 4) if st else "n/a (one seed)",
-               fmt(st["p95_std"], 3) if st else "", fmt(aggregate, 3)]
+        row = [mode, st["seeds"] if st else 1, ", ".join(str(k) for k in st["layers"]) if st else "",
+               fmt(st["mean_std"], 4) if st else "n/a (one seed)", fmt(st["p95_std"], 3) if st else "",
+               fmt(st["masked_share_std"], 3) if st else ""]
         if swap:
             pairs = swap["pairs"]
             row += [fmt(sum(p["disagreement"] for p in pairs) / len(pairs), 3), fmt(max(p["masked_gap"] for p in pairs), 3),
@@ -116,11 +122,12 @@ def _stability_section(dm: Mapping[str, Any]) -> List[str]:
             row += ["", "", ""]
         rows.append(row + [PAPER[f"{mode}_std"]])
     return ["## Stability across seeds, both ways", "",
-            table(["DiffMask", "seeds", "std of each keep probability (mean)", "95th percentile",
+            table(["DiffMask", "seeds", "layers", "std of each keep probability (mean)", "95th percentile",
                    "std of each layer's masked share (mean over layers)", "swap test: masks differ at (mean)",
                    "masked share gap (max)", "KL gap (max)", "paper (definition not given)"], rows), "",
             "The paper's figure does not say what its std is taken over; here both readings: the std across seeds "
-            "of every (sentence, token, layer) keep probability, and of each layer's masked share. The swap test "
+            "of every (sentence, token, layer) keep probability, and of each layer's masked share, over every seed "
+            "fitted at the layers given. The swap test "
             "scores every seed's deterministic mask under the same objective on the held-out train sentences: the "
             "share of real positions where two seeds' masks differ (mean over pairs and layers), and the largest "
             "gaps of the objective's two sides, the masked share and the mean KL (nats), over pairs and layers. "
@@ -317,7 +324,9 @@ def _depth_profile_section(dm: Mapping[str, Any]) -> List[str]:
 def _profile_row(runs: List[Mapping[str, Any]], layer: int) -> List[Any]:
     counted, why = [], []
     for run in runs:
-        state = counted_layers(run).get(layer, {"counts": False})
+        state = counted_layers(run).get(layer)
+        if state is None:  # a stability seed fitted at other layers
+            continue
         if state["counts"]:
             counted.append(run)
         else:
@@ -326,8 +335,8 @@ def _profile_row(runs: List[Mapping[str, Any]], layer: int) -> List[Any]:
     if not counted:
         return [layer, "none (" + "; ".join(why) + ")", "", "", ""]
     faith = [run["faithfulness"] for run in counted]
-    masked = ", ".join(f"{f['per_layer'][layer]['masked_share']:.1f}" for f in faith)
-    change = ", ".join(f"{f['per_layer'][layer]['macro_f1'] - f['unmasked']['macro_f1']:+.2f}" for f in faith)
+    masked = ", ".join(f"{layer_row(f, layer)['masked_share']:.1f}" for f in faith)
+    change = ", ".join(f"{layer_row(f, layer)['macro_f1'] - f['unmasked']['macro_f1']:+.2f}" for f in faith)
     kls = [last_rows(run.get("history") or []).get(layer, {}) for run in counted]
     kl = ", ".join(f"{fmt(r.get('kl'), 4)} / {fmt(r.get('kl_deployed'), 4)}" for r in kls)
     return [layer, ", ".join(str(run["seed"]) for run in counted), masked, change, kl]
@@ -353,8 +362,8 @@ def _targets(results: Mapping[str, Any]) -> List[str]:
     for mode, most in (("input", 0.05), ("hidden", 0.03)):
         st = dm[mode]["stability"]
         if st:
-            lines.append(f"- stability, {mode}: mean std of the attributions across {len(results['seeds'])} seeds "
-                         f"{st['mean_std']:.4f} (target <= {most}): **{'met' if st['mean_std'] <= most else 'missed'}**")
+            lines.append(f"- stability, {mode}: mean std of the attributions across {st['seeds']} seeds "
+                         f"(layers {', '.join(str(k) for k in st['layers'])}) {st['mean_std']:.4f} (target <= {most}): **{'met' if st['mean_std'] <= most else 'missed'}**")
     lines += _stability_targets(results)
     lines += _verdict_targets(dm)
     lines += _speed_targets(results)
@@ -369,7 +378,7 @@ def _counted_target(mode: str, runs: List[Mapping[str, Any]], least: float, base
     total = sum(len(run["faithfulness"]["per_layer"]) for run in runs)
     if not probes:
         return f"- {mode}, on the probes that count: none of {total} counts: **missed**"
-    rows = [(run, run["faithfulness"]["per_layer"][layer]) for run, layer in probes]
+    rows = [(run, layer_row(run["faithfulness"], layer)) for run, layer in probes]
     masked = sum(row["masked_share"] for _, row in rows) / len(rows)
     f1 = sum(row["macro_f1"] for _, row in rows) / len(rows)
     worst_run, worst = min(rows, key=lambda pair: pair[1]["macro_f1"])

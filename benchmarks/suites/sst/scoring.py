@@ -17,13 +17,30 @@ from benchmarks.tasks.sst_bert import EncodedSST
 from benchmarks.common.minilm.convergence import probe_counts
 
 
+def by_layer(runs: Sequence[Mapping[str, Any]]) -> Dict[int, List[Dict[str, Any]]]:
+    r"""Per layer, in order, the rows of the faithfulness scores ``runs`` (one
+    per seed) that have it: a seed fitted at some layers only is left out of
+    the others."""
+    rows: Dict[int, List[Dict[str, Any]]] = {}
+    for run in runs:
+        for row in run["per_layer"]:
+            rows.setdefault(int(row["layer"]), []).append(row)
+    return dict(sorted(rows.items()))
+
+
+def layer_row(faithfulness: Mapping[str, Any], layer: int) -> Dict[str, Any]:
+    r"""One seed's faithfulness scores at ``layer`` (its ``per_layer`` row)."""
+    return next(row for row in faithfulness["per_layer"] if int(row["layer"]) == int(layer))
+
+
 def mean_faithfulness(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    r"""Per layer, the mean and std over seeds of each faithfulness number; the
-    mean over seeds of the macro-F1 change's 95 % interval width and of the
-    changed predictions' median top-2 gap, when the scores have them."""
+    r"""Per layer, the mean and std over the seeds fitted there (``seeds``) of
+    each faithfulness number; the mean over them of the macro-F1 change's 95 %
+    interval width and of the changed predictions' median top-2 gap, when the
+    scores have them."""
     layers = []
-    for rows in zip(*[r["per_layer"] for r in runs]):
-        entry: Dict[str, Any] = {"layer": rows[0]["layer"]}
+    for layer, rows in by_layer(runs).items():
+        entry: Dict[str, Any] = {"layer": layer, "seeds": len(rows)}
         for key in ("macro_f1", "accuracy", "masked_share", "agreement"):
             values = [row[key] for row in rows]
             entry[key] = statistics.mean(values)
@@ -35,6 +52,15 @@ def mean_faithfulness(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
             entry["changed_top2_gap"] = statistics.mean(gaps) if gaps else None
         layers.append(entry)
     return {"unmasked": runs[0]["unmasked"], "per_layer": layers}
+
+
+def aggregate_std(runs: Sequence[Mapping[str, Any]], layers: Sequence[int]) -> float:
+    r"""The std across seeds of each layer's masked share (a fraction), averaged
+    over ``layers``: the stability of the aggregate, beside that of each keep
+    probability. ``runs``: each seed's faithfulness scores."""
+    rows = by_layer(runs)
+    stds = [statistics.stdev([r["masked_share"] / 100.0 for r in rows[k]]) if len(rows[k]) > 1 else 0.0 for k in layers]
+    return statistics.mean(stds)
 
 
 def stability(per_seed: List[List[Tensor]]) -> Optional[Dict[str, Any]]:
