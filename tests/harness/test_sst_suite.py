@@ -298,19 +298,24 @@ def test_depth_profile_and_verdict_targets_read_the_counted_probes():
 @needs_sst
 def test_fits_in_worker_processes_give_the_probes_of_one_process():
     from benchmarks.common.minilm.loading import load_bench
-    from benchmarks.suites.sst.orchestration import fit_in_workers
+    from benchmarks.suites.sst.orchestration import fit_config, fit_in_workers
 
-    config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2})
+    # seed 0 at every layer, the stability seed 1 at layer 1 alone
+    config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2,
+                                                   "stability_seeds": {"seeds": [1], "layers": [1]}})
     bench = load_bench(config, False)
-    fitted = fit_in_workers(config, bench, [0], False)
-    assert set(fitted) == {("input", 0), ("hidden", 0)}
+    fitted = fit_in_workers(config, bench, [0, 1], False)
+    assert set(fitted) == {("input", 0), ("hidden", 0), ("input", 1), ("hidden", 1)}
     ids, mask = bench.evaluated.input_ids[:8], bench.evaluated.attention_mask[:8]
     for mode in ("input", "hidden"):
-        here, info = suite.fit_diffmask(bench.model, mode, bench.train, bench.valid, config, 0, False)
-        there, worker_info = fitted[(mode, 0)]
-        assert worker_info["steps"] == info["steps"] and set(there.convergence) == set(here.convergence)
-        assert torch.allclose(there.attribute(ids, additional_forward_args=(mask,), layer=None),
-                              here.attribute(ids, additional_forward_args=(mask,), layer=None), atol=1e-5)
+        for seed, layer in ((0, None), (1, 1)):
+            here, info = suite.fit_diffmask(bench.model, mode, bench.train, bench.valid, fit_config(config, seed), seed,
+                                            False)
+            there, worker_info = fitted[(mode, seed)]
+            assert worker_info["steps"] == info["steps"] and set(there.convergence) == set(here.convergence)
+            assert sorted(there.fitted_layers) == (list(range(bench.layers + 1)) if layer is None else [layer])
+            assert torch.allclose(there.attribute(ids, additional_forward_args=(mask,), layer=layer),
+                                  here.attribute(ids, additional_forward_args=(mask,), layer=layer), atol=1e-5)
     assert fit_in_workers({**config, "workers": 1}, bench, [0], False) == {}
 
 
