@@ -406,3 +406,15 @@ def test_the_targets_on_the_probes_that_count_leave_out_the_others():
     assert _counted_target("input", runs, 46.0, 45.5).endswith("**missed**")
     none = [run(0, ["violated"], [0.01], [(50.0, 44.0)])]
     assert "none of 1 counts" in _counted_target("hidden", none, 45.0, 45.5)
+
+
+def test_a_run_from_before_the_stability_seeds_is_over_every_layer():
+    from benchmarks.suites.sst.report import stability_of
+
+    runs = [{"faithfulness": {"per_layer": [{"layer": 0, "masked_share": m0}, {"layer": 1, "masked_share": m1}]}}
+            for m0, m1 in ((10.0, 40.0), (20.0, 40.0))]
+    record = {"stability": {"seeds": 2, "mean_std": 0.1}, "runs": runs,
+              "faithfulness": {"per_layer": [{"layer": 0}, {"layer": 1}]}}
+    st = stability_of(record)
+    assert st["layers"] == [0, 1] and st["masked_share_std"] == pytest.approx((statistics.stdev([0.1, 0.2]) + 0.0) / 2)
+    assert stability_of({**record, "stability": None}) is None
