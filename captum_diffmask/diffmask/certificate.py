@@ -7,7 +7,13 @@ settled window. :func:`certify` asks what a reviewer asks: train the probe
 further, with nothing frozen and the same options, and measure on held-out
 batches how far it moves (the masked share, the keep probabilities, the KL).
 A probe counts only when it stays within tolerances fixed before the
-measurement (:class:`CertificateTolerances`).
+measurement (:class:`CertificateTolerances`). Given the fit's state (the file
+its ``checkpoint`` wrote), the further steps go on with the fit's own
+optimiser and multiplier states, as the fit would have gone on; without it
+they start fresh ones, whose first steps move every parameter by about the
+learning rate (Adam's normalised step, before its moments have the gradients'
+scale): a kick the fit itself never gives, which a certificate then counts as
+drift.
 
 The fit's ``"needed"`` verdict (every gate open, because closing the positions
 the probe ranks least needed breaks the constraint) trusts the probe's own
@@ -19,19 +25,24 @@ a single position, and every gate open is the answer.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from captum_diffmask.diffmask.constrained.convergence import Convergence, SETTLED
 from captum_diffmask.diffmask.constrained.multiplier_rules import default_rate
+from captum_diffmask.diffmask.fit.fit_state import FitCheckpoint, FitState
 from captum_diffmask.diffmask.fit.option_groups import Optimization
 from captum_diffmask.diffmask.fit.options import FitOptions
+from captum_diffmask.model.fingerprint import weights_fingerprint
 from captum_diffmask.diffmask.stacking import masked_logits
 from captum_diffmask.model.divergences import example_kl, log_probs
 from captum_diffmask.model.forward import Batch, frozen
@@ -126,12 +137,16 @@ class Certificate:
         tolerances (CertificateTolerances): the tolerances, fixed before the measurement.
         layers (dict): layer -> :class:`LayerCertificate`.
         continuation (dict): layer -> the continuation's own verdict.
+        continued (bool): whether the further steps went on with the fit's
+                    optimiser and multiplier states (its ``state`` file);
+                    False: with fresh ones.
     """
 
     eps: float
     tolerances: CertificateTolerances
     layers: Dict[int, LayerCertificate] = field(default_factory=dict)
     continuation: Dict[int, str] = field(default_factory=dict)
+    continued: bool = False
 
     @property
     def counted(self) -> List[int]:
@@ -143,10 +158,11 @@ class Certificate:
         return {"eps": self.eps, "tolerances": dataclasses.asdict(self.tolerances),
                 "layers": {str(k): dataclasses.asdict(c) for k, c in sorted(self.layers.items())},
                 "continuation": {str(k): v for k, v in sorted(self.continuation.items())},
-                "counted": self.counted}
+                "continued": self.continued, "counted": self.counted}
 
     def __str__(self) -> str:
-        rows = [f"Convergence certificate (eps {self.eps:g}, {self.tolerances.steps} further steps): "
+        how = "the fit's optimiser states" if self.continued else "fresh optimiser states"
+        rows = [f"Convergence certificate (eps {self.eps:g}, {self.tolerances.steps} further steps with {how}): "
                 f"{len(self.counted)} of {len(self.layers)} probes count",
                 "layer  verdict    masked before -> after  keep change  KL before -> after  counted"]
         for k, c in sorted(self.layers.items()):
@@ -158,7 +174,8 @@ class Certificate:
 
 def certify(
     explainer: Any, train: Iterable[Batch], held_out: Sequence[Batch], tolerances: Optional[CertificateTolerances] = None,
-    *, tokenizer: Any = None, seed: Optional[int] = None, verbose: bool = False, **fit_options: Any,
+    *, state: Optional[Union[str, os.PathLike]] = None, tokenizer: Any = None, seed: Optional[int] = None,
+    verbose: bool = False, **fit_options: Any,
 ) -> Certificate:
     r"""
     Trains a fitted probe further with nothing frozen and says which layers' probes count.
@@ -174,8 +191,15 @@ def certify(
         held_out: batches (or texts with ``tokenizer``) the fit never saw: where
                     the drift is measured. Read several times, so a sequence.
         tolerances (CertificateTolerances, optional): the allowed drift. Default: ``CertificateTolerances()``
+        state (str or PathLike, optional): the file the fit's ``checkpoint``
+                    wrote (read, not changed): the further steps go on with its
+                    optimiser and multiplier states and its data order, as the
+                    fit would have gone on. It must hold the explainer's probe
+                    (not one a checkpoint selection replaced). Default: None
+                    (fresh optimiser states)
         tokenizer (optional): tokenises texts, as :meth:`DiffMask.fit`. Default: None
-        seed (int, optional): the further steps' seed. Default: the fit's
+        seed (int, optional): the further steps' seed (without ``state``; with
+                    it, the RNG goes on as the fit left it). Default: the fit's
         verbose (bool, optional): the further steps' progress. Default: False
         **fit_options: options of the further steps over the fit's own (from
                     its ``fit_record``), e.g. ``eps`` for a probe without a record.
@@ -192,24 +216,27 @@ def certify(
         raise ValueError("certify: the explainer has no fit to certify; call fit first")
     if tokenizer is not None:
         train, held_out = text_batches(train, tokenizer), list(text_batches(held_out, tokenizer))
-    options = continuation_options(explainer, chosen, seed, verbose, fit_options)
     layers = sorted(explainer.convergence)
+    fit_state = None if state is None else fit_state_of(explainer, state, layers)
+    options = continuation_options(explainer, chosen, seed, verbose, fit_options,
+                                   None if fit_state is None else fit_state["state"])
     before = held_out_figures(explainer, held_out, layers)
     saved = _snapshot(explainer)
     try:
-        explainer.fit(train, layers=layers, **options)
+        with _going_on(fit_state, layers, chosen.steps) as resumed:
+            explainer.fit(train, layers=layers, **{**options, **resumed})
         continuation = {k: str(report["status"]) for k, report in explainer.convergence.items()}
         after = held_out_figures(explainer, held_out, layers)
     finally:
         _restore(explainer, saved)
-    certificate = Certificate(float(options["eps"]), chosen, continuation=continuation)
+    certificate = Certificate(float(options["eps"]), chosen, continuation=continuation, continued=state is not None)
     for k in layers:
         certificate.layers[k] = _judge(explainer, held_out, k, before[k], after[k], certificate)
     return certificate
 
 
 def continuation_options(explainer: Any, tolerances: CertificateTolerances, seed: Optional[int], verbose: bool,
-                         overrides: Mapping[str, Any]) -> Dict[str, Any]:
+                         overrides: Mapping[str, Any], state: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     r"""
     The options :meth:`DiffMask.fit` continues a fitted probe with: the fit's
     own (its record) with the continuation's caps (``tolerances.steps`` steps,
@@ -223,6 +250,10 @@ def continuation_options(explainer: Any, tolerances: CertificateTolerances, seed
         seed (int, optional): the continuation's seed; None: the fit's.
         verbose (bool): the continuation's progress.
         overrides (dict): options over the recorded ones.
+        state (dict, optional): the fit's ``FitState`` (as its state file holds
+                    it) when the continuation goes on from it: its rates are
+                    the cool-down's only when the fit reached its cool-down.
+                    Default: None
 
     Returns:
         *dict* of :meth:`DiffMask.fit`'s options.
@@ -234,13 +265,48 @@ def continuation_options(explainer: Any, tolerances: CertificateTolerances, seed
         raise ValueError("certify: the explainer has no fit record (a probe saved before release 0.2?); give eps=")
     given = options.get("convergence") or {}
     convergence = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
-    if convergence.get("cooldown"):
+    cooled = bool(convergence.get("cooldown")) if state is None else state.get("cooling_from") is not None
+    if cooled:
         options.update(_cooled_rates(options, float(convergence.get("cooldown_factor", Convergence.cooldown_factor))))
     convergence.update(until_converged=False, freeze_converged=False, cooldown=0)
     options.update(convergence=convergence, max_steps=tolerances.steps, epochs=None, verbose=verbose)
     if seed is not None:
         options["seed"] = seed
     return options
+
+
+@contextlib.contextmanager
+def _going_on(saved: Optional[Mapping[str, Any]], layers: List[int], steps: int) -> Iterator[Dict[str, Any]]:
+    r"""The fit options that make the further steps go on from the fit's
+    state ``saved`` (a reopened copy in a temporary file, ``steps`` beyond its
+    last step); none without a state."""
+    if saved is None:
+        yield {}
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "continuation.state")
+        FitCheckpoint(path, 1).write({**saved, "state": FitState.reopened(saved["state"], layers)})
+        yield {"checkpoint": path, "max_steps": int(saved["state"]["step"]) + steps}
+
+
+def fit_state_of(explainer: Any, state: Union[str, os.PathLike], layers: List[int]) -> Dict[str, Any]:
+    r"""
+    The fit state in the file ``state``, checked to be the explainer's fit:
+    the same probe configuration, layers and model, and the probe it holds.
+
+    Returns:
+        *dict*, as the fit wrote it; ValueError naming ``state`` otherwise.
+    """
+    try:
+        saved = FitCheckpoint(state, 1).read(explainer.config(), layers, weights_fingerprint(explainer.model))
+    except ValueError as error:
+        raise ValueError(f"certify: state {str(error).removeprefix('checkpoint: ')}") from None
+    held = explainer.probe.state_dict()
+    if set(saved["probe"]) != set(held) or not all(
+            torch.equal(saved["probe"][name].to(value.device), value) for name, value in held.items()):
+        raise ValueError(f"certify: state {os.fspath(state)} holds another probe than the explainer's (a later fit's, "
+                         "or the last one of a fit whose checkpoint selection restored an earlier probe)")
+    return saved
 
 
 def _cooled_rates(options: Mapping[str, Any], factor: float) -> Dict[str, Any]:

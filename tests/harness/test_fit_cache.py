@@ -180,19 +180,26 @@ def test_the_certificate_is_measured_once_kept_with_the_fit_and_not_in_its_key(b
     assert fit_key(model, "hidden", train, valid, certified, 0) == fit_key(model, "hidden", train, valid, CONFIG, 0)
     measured = []
 
-    def certify(*args):
+    def certify(*args, **kwargs):
         measured.append(args[1])
-        return certify_fit(*args)
+        return certify_fit(*args, **kwargs)
 
     _, info = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, certified, 0, False)
     assert measured == ["hidden"] and info["certificate"]["tolerances"]["steps"] == 4
     assert sorted(info["certificate"]["layers"]) == ["0", "1", "2"]
-    record = json.loads(fit_files(model, "hidden", train, valid, certified, 0).record.read_text())
+    files = fit_files(model, "hidden", train, valid, certified, 0)
+    # the fit's state is kept, and the further steps went on from it
+    assert files.state.exists() and info["certificate"]["continued"] is True
+    record = json.loads(files.record.read_text())
     assert record["info"]["certificate"] == json.loads(json.dumps(info["certificate"]))
     _, again = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, certified, 0, False)
     assert measured == ["hidden"] and again["certificate"] == record["info"]["certificate"]  # from the record
+    # a certificate of fresh optimiser states, stored beside the fit's state, is measured again from the state
+    files.add_to_record({"certificate": {**record["info"]["certificate"], "continued": False}})
+    _, redone = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, certified, 0, False)
+    assert measured == ["hidden"] * 2 and redone["certificate"] == record["info"]["certificate"]
     longer = {**certified, "diffmask": {**certified["diffmask"], "certificate": {"steps": 6, "closure_examples": 2}}}
     _, other = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, longer, 0, False)
-    assert measured == ["hidden", "hidden"] and other["certificate"]["tolerances"]["steps"] == 6
+    assert measured == ["hidden"] * 3 and other["certificate"]["tolerances"]["steps"] == 6
     _, none = certified_fit(fit_diffmask, certify, model, "hidden", train, valid, CONFIG, 0, False)
-    assert len(measured) == 2  # no certificate asked for: none measured
+    assert len(measured) == 3  # no certificate asked for: none measured

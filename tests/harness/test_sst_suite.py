@@ -125,6 +125,7 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
         for run in dm["runs"]:
             certificate = run["certificate"]
             assert certificate["tolerances"]["steps"] == 5
+            assert certificate["continued"] is False  # no fit cache: no fit state to go on from
             assert sorted(certificate["layers"]) == [str(k) for k in fitted[run["seed"]]]
             assert all(0 <= c["keep_change"] <= 1 and isinstance(c["counted"], bool) for c in certificate["layers"].values())
         assert set(results["layers_kept"][mode]["sentiment"]) >= {"[CLS]", "[SEP]"}
@@ -172,7 +173,8 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
                     "Convergence per layer", "fit's defaults, hidden", "other / default", "The depth profile on the probes that count",
                     "The paper's recipe, as a reference",
                     "verdicts, both modes", "Stability across seeds, both ways", "swap test: masks differ at",
-                    "the certificate (`captum_diffmask.certify`)", "certified (count)"):
+                    "the certificate (`captum_diffmask.certify`)", "certified (count)",
+                    "fresh optimiser states in the others"):
         assert heading in report
     # the macro-F1 change's interval and the changed predictions' gap, per layer, mean over the seeds
     assert "F1 change: 95 % interval width" in report and "changed: median top-2 gap" in report

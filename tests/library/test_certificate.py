@@ -104,3 +104,48 @@ def test_after_a_cool_down_the_continuation_goes_on_at_the_rates_the_fit_ended_a
     assert [g["lr"] for g in probe_opt.param_groups] == pytest.approx([0.002, 1e-4])
     assert [g["lr"] for g in rule.optimizer.param_groups] == pytest.approx([0.005] * 3)
     assert dm.fit_record == record and sorted(certificate.layers) == [0, 1, 2]
+
+
+# stopped by its step cap inside an epoch, and by its epochs (7 of 3 batches: 21 steps)
+@pytest.mark.parametrize("cap", [{"max_steps": 20}, {"epochs": 7}])
+def test_with_the_fits_state_the_further_steps_are_the_fit_gone_on(tmp_path, cap):
+    from captum_diffmask.diffmask.certificate import held_out_figures
+
+    model, batches = tiny_bert(), [token_batch(batch=4, length=9, seed=i) for i in range(3)]
+    held_out, going = batches[:2], {"until_converged": False, "freeze_converged": False}
+    options = dict(layers=[0, 2], eps=0.1, lr=0.02, seed=0, verbose=False, convergence=going)
+    dm = DiffMask(model, mode="hidden")
+    dm.fit(batches, **cap, checkpoint=str(tmp_path / "fit.state"), **options)
+    steps = dm.fit_record["steps"]
+    assert steps == 20 or dm.fit_record["ended"] == "epochs"
+    before = held_out_figures(dm, held_out, [0, 2])
+    certificate = certify(dm, batches, held_out, CertificateTolerances(steps=12), state=tmp_path / "fit.state")
+    longer = DiffMask(model, mode="hidden")  # the same fit, uninterrupted, 12 steps longer
+    longer.fit(batches, max_steps=steps + 12, **options)
+    after = held_out_figures(longer, held_out, [0, 2])
+    for k in (0, 2):
+        layer = certificate.layers[k]
+        assert layer.kl_after == pytest.approx(after[k]["kl"], rel=1e-5, abs=1e-9)
+        assert layer.masked_after == pytest.approx(after[k]["masked"], abs=1e-9)
+        assert layer.keep_change == pytest.approx(float((after[k]["keep"] - before[k]["keep"]).abs().mean()), abs=1e-6)
+    assert certificate.continued and certificate.to_dict()["continued"] is True
+    assert "with the fit's optimiser states" in str(certificate)
+    # fresh optimiser states (no state) take other steps: what the comparison above tells apart
+    fresh = certify(dm, batches, held_out, CertificateTolerances(steps=12))
+    assert not fresh.continued
+    assert max(abs(fresh.layers[k].keep_change - certificate.layers[k].keep_change) for k in (0, 2)) > 1e-4
+    assert (tmp_path / "fit.state").exists() and (tmp_path / "fit.state").stat().st_size > 0  # read, not changed
+
+
+def test_a_state_that_is_not_the_explainers_fit_is_refused(tmp_path):
+    model, batches = tiny_bert(), [token_batch(batch=4, length=9, seed=i) for i in range(2)]
+    options = dict(eps=0.1, lr=0.02, verbose=False, max_steps=6, convergence={"until_converged": False})
+    dm, other = DiffMask(model, mode="hidden"), DiffMask(model, mode="hidden")
+    dm.fit(batches, layers=[0, 1], seed=0, checkpoint=str(tmp_path / "a.state"), **options)
+    other.fit(batches, layers=[0, 1], seed=1, checkpoint=str(tmp_path / "b.state"), **options)
+    with pytest.raises(ValueError, match="certify: state .*b.state holds another probe"):
+        certify(dm, batches, batches, CertificateTolerances(steps=2), state=tmp_path / "b.state")
+    narrower = DiffMask(model, mode="hidden")
+    narrower.fit(batches, layers=[1], seed=0, checkpoint=str(tmp_path / "c.state"), **options)
+    with pytest.raises(ValueError, match="certify: state .*other layers"):
+        certify(narrower, batches, batches, CertificateTolerances(steps=2), state=tmp_path / "a.state")

@@ -38,8 +38,9 @@ CAP = "max_steps"
 #: ``fit(model, mode, train, valid, config, seed, verbose, checkpoint) ->
 #: (explainer, record)``, :func:`benchmarks.common.minilm.fitting.fit_diffmask`.
 Fit = Callable[..., Tuple[DiffMask, Dict[str, Any]]]
-#: ``certify(explainer, mode, train, valid, config, seed, verbose) -> certificate``
-#: (a dict, or None), :func:`benchmarks.common.minilm.fitting.certify_fit`.
+#: ``certify(explainer, mode, train, valid, config, seed, verbose, state=None) ->
+#: certificate`` (a dict, or None; ``state``: the fit's state file, which the
+#: further steps go on from), :func:`benchmarks.common.minilm.fitting.certify_fit`.
 Certify = Callable[..., Optional[Dict[str, Any]]]
 #: What a fit is fitted and held out on: SST sentences or SQuAD windows.
 FitData = Union[EncodedSST, SquadFeatures]
@@ -140,10 +141,10 @@ class FitFiles:
         info["stored"] = {k: record[k] for k in ("commit", "date", CAP) if k in record}
         return explainer, info
 
-    def store(self, explainer: DiffMask, info: Mapping[str, Any]) -> None:
+    def store(self, explainer: DiffMask, info: Mapping[str, Any], keep_state: bool = False) -> None:
         r"""Writes the probe and the record (each to a temporary name first, so a
         reader sees a whole file or none); removes the fit's state unless its
-        cap stopped it."""
+        cap stopped it or ``keep_state`` (a certificate goes on from it)."""
         self.probe.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.probe.with_suffix(f".tmp{os.getpid()}")
         explainer.save(str(tmp))
@@ -153,7 +154,7 @@ class FitFiles:
         tmp = self.record.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(record), encoding="utf-8")
         os.replace(tmp, self.record)
-        if _settled(explainer.convergence) and self.state.exists():
+        if _settled(explainer.convergence) and not keep_state and self.state.exists():
             self.state.unlink()
 
 
@@ -235,7 +236,8 @@ def cached_fit(
     info["resumed"] = resumed
     if resumed and earlier is not None:
         info["went_on_from_cap"] = earlier[CAP]
-    files.store(explainer, info)
+    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    files.store(explainer, info, keep_state=bool(settings.get("certificate")))
     return explainer, info
 
 
@@ -259,19 +261,24 @@ def with_certificate(
 ) -> Dict[str, Any]:
     r"""
     ``info`` with the fit's convergence certificate in ``info["certificate"]``
-    (``certify(explainer, mode, train, valid, config, seed, verbose)``): when the
-    settings ask for one (``diffmask.certificate``) and ``info`` holds none at
-    these tolerances, it is measured and kept in the fit's stored record.
+    (``certify(explainer, mode, train, valid, config, seed, verbose, state)``):
+    when the settings ask for one (``diffmask.certificate``) and ``info`` holds
+    none at these tolerances, or one of fresh optimiser states where the fit's
+    state is kept (``state``: the further steps go on from it), it is measured
+    and kept in the fit's stored record.
 
     Returns:
         *dict* ``info``, updated in place.
     """
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
     wanted = settings.get("certificate")
-    held = (info.get("certificate") or {}).get("tolerances", {})
-    if wanted and any(held.get(k) != v for k, v in wanted.items()):
-        info["certificate"] = certify(explainer, mode, train, valid, config, seed, verbose)
-        files = fit_files(explainer.model, mode, train, valid, config, seed)
+    held = info.get("certificate") or {}
+    files = fit_files(explainer.model, mode, train, valid, config, seed)
+    cached = config.get("cache", True) and files.state.exists()
+    stale = any(held.get("tolerances", {}).get(k) != v for k, v in wanted.items()) if wanted else False
+    if wanted and (stale or (cached and not held.get("continued"))):
+        info["certificate"] = certify(explainer, mode, train, valid, config, seed, verbose,
+                                      state=str(files.state) if cached else None)
         if config.get("cache", True) and files.any_cap() is not None:
             files.add_to_record({"certificate": info["certificate"]})
     return info

@@ -131,12 +131,13 @@ def continuation_arguments(config: Mapping[str, Any], mode: str) -> Tuple[Dict[s
 
 def certify_fit(
     explainer: DiffMask, mode: str, train: EncodedSST, valid: EncodedSST, config: Mapping[str, Any], seed: int,
-    verbose: bool,
+    verbose: bool, state: Optional[str] = None,
 ) -> Optional[Dict[str, Any]]:
     r"""The convergence certificate (:func:`captum_diffmask.certify`) of a suite's
     fit, at the suite's ``diffmask.certificate`` tolerances (None: no
     certificate): the probe trained further on the fit's batches with the fit's
-    options, its drift measured on the held-out train sentences ``valid``."""
+    options (from its ``state`` file when given: its optimiser states and data
+    order), its drift measured on the held-out train sentences ``valid``."""
     settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
     if not settings.get("certificate"):
         return None
@@ -145,7 +146,8 @@ def certify_fit(
     certificate = certify(
         explainer, OnDevice(train.loader(batch_size, shuffle=True, seed=None, sort_by_length=True), device),
         OnDevice(valid.loader(128, shuffle=False, sort_by_length=True), device),
-        CertificateTolerances(**settings["certificate"]), seed=seed + 1000, verbose=verbose, **grouped_options(options),
+        CertificateTolerances(**settings["certificate"]), state=state, seed=seed + 1000, verbose=verbose,
+        **grouped_options(options),
     )
     return certificate.to_dict()
 

@@ -438,8 +438,18 @@ def _verdict_targets(dm: Mapping[str, Any]) -> List[str]:
     if measured:
         lines.append(f"- the certificate (`captum_diffmask.certify`): {counts} of {measured} probes count, settled, "
                      f"within the bound and still when trained further ({100.0 * counts / measured:.0f} %, target "
-                     f">= 90 %): **{'met' if counts >= 0.9 * measured else 'missed'}**")
+                     f">= 90 %; {_continued(dm)}): **{'met' if counts >= 0.9 * measured else 'missed'}**")
     return lines
+
+
+def _continued(dm: Mapping[str, Any]) -> str:
+    r"""How the certificates' further steps were taken: going on from each fit's
+    state (its optimiser states), or with fresh optimiser states."""
+    fits = [run["certificate"] for mode in ("input", "hidden") for run in dm[mode]["runs"] if run.get("certificate")]
+    going_on = sum(bool(c.get("continued")) for c in fits)
+    if going_on == len(fits):
+        return "the further steps going on from each fit's state, its optimiser states"
+    return f"the further steps going on from the fit's state in {going_on} of {len(fits)} fits, fresh optimiser states in the others"
 
 
 def _speed_targets(results: Mapping[str, Any]) -> List[str]:

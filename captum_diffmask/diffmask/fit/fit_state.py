@@ -114,6 +114,27 @@ class FitState:
         return state
 
     @classmethod
+    def reopened(cls, state: Mapping[str, Any], layers: List[int]) -> Dict[str, Any]:
+        r"""
+        A finished fit's state (:meth:`state_dict`) as one its cap stopped
+        (which a call with a larger cap goes on from, in the epoch it stopped
+        in), with every layer of ``layers`` trained and no cool-down under
+        way: a continuation of the fit with its optimisers' states, which keep
+        the rates it ended at.
+
+        Args:
+
+            state (dict): a :meth:`state_dict`.
+            layers (list of int): the layers the continuation trains.
+
+        Returns:
+            *dict*, a :meth:`state_dict`.
+        """
+        # a fit that ended at an epoch's end has no running sums: it goes on with the next epoch
+        ended = "max_steps" if state["sums"] else "epochs"
+        return {**state, "finished": True, "ended": ended, "cooling_from": None, "active": list(layers)}
+
+    @classmethod
     def from_state_dict(cls, state: Mapping[str, Any], rng: Optional[Dict[str, Any]] = None) -> "FitState":
         r"""A state from :meth:`state_dict`; ``rng``: torch's RNG as it was when
         the state was written (:attr:`rng_to_restore`)."""
