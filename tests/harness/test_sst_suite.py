@@ -295,6 +295,10 @@ def test_depth_profile_and_verdict_targets_read_the_counted_probes():
     lines = _verdict_targets({"input": {"runs": certified}, "hidden": {"runs": certified[:1]}})
     assert lines[-1].startswith("- the certificate (`captum_diffmask.certify`): 3 of 6 probes count") and \
         lines[-1].endswith("**missed**")
+    assert "going on from the fit's state in 0 of 3 fits, fresh optimiser states in the others" in lines[-1]
+    going_on = [{**run, "certificate": {**run["certificate"], "continued": True}} for run in certified]
+    lines = _verdict_targets({"input": {"runs": going_on}, "hidden": {"runs": going_on[:1]}})
+    assert "the further steps going on from each fit's state, its optimiser states)" in lines[-1]
 
 
 @needs_sst
