@@ -42,9 +42,9 @@ from captum_diffmask.diffmask.constrained.multiplier_rules import default_rate
 from captum_diffmask.diffmask.fit.fit_state import FitCheckpoint, FitState
 from captum_diffmask.diffmask.fit.option_groups import Optimization
 from captum_diffmask.diffmask.fit.options import FitOptions
-from captum_diffmask.model.fingerprint import weights_fingerprint
 from captum_diffmask.diffmask.stacking import masked_logits
 from captum_diffmask.model.divergences import example_kl, log_probs
+from captum_diffmask.model.fingerprint import weights_fingerprint
 from captum_diffmask.model.forward import Batch, frozen
 
 #: The fit options a continuation does not take over from the fit it continues.
