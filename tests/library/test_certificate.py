@@ -87,26 +87,9 @@ def test_clear_errors_name_the_argument():
         certify(dm, [(ids, mask)], [(ids, mask)])
 
 
-def test_after_a_cool_down_the_continuation_goes_on_at_the_rates_the_fit_ended_at(monkeypatch):
-    import captum_diffmask.diffmask.fit.loop as loop
-    from captum_diffmask import Convergence
-
-    built, build = [], loop.build_optimizers
-    monkeypatch.setattr(loop, "build_optimizers", lambda *a: built.append(build(*a)) or built[-1])
-    batches = [token_batch(batch=4, length=9, seed=i) for i in range(3)]
-    loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1,
-                        cooldown=30, cooldown_factor=0.1)
-    dm = DiffMask(tiny_bert(), mode="hidden")
-    dm.fit(batches, seed=0, verbose=False, lr=0.02, optimization={"lr_lambda": 0.05}, convergence=loose)
-    record = dm.fit_record
-    certificate = certify(dm, batches, batches[:1], CertificateTolerances(steps=20))
-    probe_opt, rule = built[-1]  # the continuation's, as built: no cool-down of its own
-    assert [g["lr"] for g in probe_opt.param_groups] == pytest.approx([0.002, 1e-4])
-    assert [g["lr"] for g in rule.optimizer.param_groups] == pytest.approx([0.005] * 3)
-    assert dm.fit_record == record and sorted(certificate.layers) == [0, 1, 2]
-
-
-def test_going_on_from_a_cooled_fits_state_keeps_its_cooled_rates_without_a_warning(monkeypatch, tmp_path):
+# fresh optimiser states at the rates the fit ended at, or the fit's own states (which hold them)
+@pytest.mark.parametrize("from_state", [False, True])
+def test_after_a_cool_down_the_continuation_goes_on_at_the_rates_the_fit_ended_at(monkeypatch, tmp_path, from_state):
     import captum_diffmask.diffmask.fit.loop as loop
     from captum_diffmask import Convergence
 
@@ -118,14 +101,17 @@ def test_going_on_from_a_cooled_fits_state_keeps_its_cooled_rates_without_a_warn
     dm = DiffMask(tiny_bert(), mode="hidden")
     dm.fit(batches, seed=0, verbose=False, lr=0.02, optimization={"lr_lambda": 0.05}, convergence=loose,
            checkpoint=str(tmp_path / "fit.state"))
-    assert dm.fit_record["ended"] == "cooldown"
+    record = dm.fit_record
+    assert record["ended"] == "cooldown"
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no "goes on at the rates it was written with"
-        certificate = certify(dm, batches, batches[:1], CertificateTolerances(steps=20), state=tmp_path / "fit.state")
-    probe_opt, rule = built[-1]  # the continuation's, its states loaded from the fit's
+        warnings.filterwarnings("error", message=".*goes on at the rates")  # the rates asked are the state's
+        certificate = certify(dm, batches, batches[:1], CertificateTolerances(steps=20),
+                              state=tmp_path / "fit.state" if from_state else None)
+    probe_opt, rule = built[-1]  # the continuation's: no cool-down of its own
     assert [g["lr"] for g in probe_opt.param_groups] == pytest.approx([0.002, 1e-4])
     assert [g["lr"] for g in rule.optimizer.param_groups] == pytest.approx([0.005] * 3)
-    assert certificate.continued and certificate.continuation.keys() == {0, 1, 2}
+    assert dm.fit_record == record and sorted(certificate.layers) == [0, 1, 2]
+    assert certificate.continued is from_state
 
 
 # stopped by its step cap inside an epoch, and by its epochs (7 of 3 batches: 21 steps)
