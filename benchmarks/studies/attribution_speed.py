@@ -31,6 +31,7 @@ from unittest import mock
 import torch
 from torch import Tensor
 
+from benchmarks.common.minilm.fit_cache import mode_settings
 from benchmarks.common.minilm.loading import load_bench
 from benchmarks.common.sst_timing import run_study
 from benchmarks.report import fmt_ratio, fmt_seconds, table
@@ -57,7 +58,7 @@ def one_copy_per_network() -> Iterator[None]:
 def built_explainer(model: torch.nn.Module, train: Any, config: Mapping[str, Any], mode: str) -> DiffMask:
     r"""DiffMask in ``mode`` with the suite's settings and its probe built by a
     two-step fit (the probe's size and cost are a trained one's)."""
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings = mode_settings(config, mode)
     batches = list(train.batches(int(settings.get("batch_size", 64)), shuffle=True, seed=0, sort_by_length=True))[:2]
     explainer = DiffMask(model, mode=mode, l0=settings.get("l0", "expected"))
     with warnings.catch_warnings():  # a fit of two steps has no verdict, and says so

@@ -46,6 +46,12 @@ Certify = Callable[..., Optional[Dict[str, Any]]]
 FitData = Union[EncodedSST, SquadFeatures]
 
 
+def mode_settings(config: Mapping[str, Any], mode: str) -> Dict[str, Any]:
+    r"""A suite's ``diffmask`` settings for ``mode``: the shared ones with the
+    mode's own (``config["diffmask"][mode]``) over them."""
+    return {**config["diffmask"], **config["diffmask"].get(mode, {})}
+
+
 def _tensor_digest(*tensors: torch.Tensor) -> str:
     digest = hashlib.sha1()
     for t in tensors:
@@ -62,7 +68,7 @@ def fit_key(
     held-out sentences, and the library's and this cache's versions. Neither the
     step cap (:data:`CAP`; a record holds it) nor the code of the fit is in it:
     a record names the commit it was fitted at."""
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings = mode_settings(config, mode)
     for key in ("input", "hidden", CAP, "certificate"):  # the certificate is measured of a fit, not part of it
         settings.pop(key, None)
     return {
@@ -178,7 +184,7 @@ def fit_files(
     model: nn.Module, mode: str, train: FitData, valid: FitData, config: Mapping[str, Any], seed: int,
 ) -> FitFiles:
     r"""The files of this fit, at the cap the settings give it."""
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings = mode_settings(config, mode)
     return FitFiles(fit_key(model, mode, train, valid, config, seed), settings.get(CAP))
 
 
@@ -236,8 +242,7 @@ def cached_fit(
     info["resumed"] = resumed
     if resumed and earlier is not None:
         info["went_on_from_cap"] = earlier[CAP]
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
-    files.store(explainer, info, keep_state=bool(settings.get("certificate")))
+    files.store(explainer, info, keep_state=bool(mode_settings(config, mode).get("certificate")))
     return explainer, info
 
 
@@ -270,13 +275,14 @@ def with_certificate(
     Returns:
         *dict* ``info``, updated in place.
     """
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
-    wanted = settings.get("certificate")
+    wanted = mode_settings(config, mode).get("certificate")
+    if not wanted:
+        return info
     held = info.get("certificate") or {}
     files = fit_files(explainer.model, mode, train, valid, config, seed)
     cached = config.get("cache", True) and files.state.exists()
-    stale = any(held.get("tolerances", {}).get(k) != v for k, v in wanted.items()) if wanted else False
-    if wanted and (stale or (cached and not held.get("continued"))):
+    stale = any(held.get("tolerances", {}).get(k) != v for k, v in wanted.items())
+    if stale or (cached and not held.get("continued")):
         info["certificate"] = certify(explainer, mode, train, valid, config, seed, verbose,
                                       state=str(files.state) if cached else None)
         if config.get("cache", True) and files.any_cap() is not None:

@@ -20,6 +20,7 @@ from captum_diffmask.diffmask import Compute, grouped_options
 from captum_diffmask.diffmask.fit.history import epoch_seconds
 from captum_diffmask.model.forward import model_device
 
+from benchmarks.common.minilm.fit_cache import mode_settings
 from benchmarks.progress import bar
 
 
@@ -59,7 +60,7 @@ def fit_arguments(config: Mapping[str, Any], mode: str) -> Tuple[Dict[str, Any],
     r"""The suite's ``diffmask`` settings for ``mode`` (the mode's own win) split
     into the explainer's arguments, :meth:`DiffMask.fit`'s options (ungrouped),
     the batch size and whether a checkpoint is selected."""
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings = mode_settings(config, mode)
     select = bool(settings.get("select_checkpoint", True))
     options = {k: v for k, v in settings.items() if k not in SUITE_KEYS}
     if not select:
@@ -138,7 +139,7 @@ def certify_fit(
     certificate): the probe trained further on the fit's batches with the fit's
     options (from its ``state`` file when given: its optimiser states and data
     order), its drift measured on the held-out train sentences ``valid``."""
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings = mode_settings(config, mode)
     if not settings.get("certificate"):
         return None
     options, batch_size = continuation_arguments(config, mode)

@@ -449,7 +449,8 @@ def _continued(dm: Mapping[str, Any]) -> str:
     going_on = sum(bool(c.get("continued")) for c in fits)
     if going_on == len(fits):
         return "the further steps going on from each fit's state, its optimiser states"
-    return f"the further steps going on from the fit's state in {going_on} of {len(fits)} fits, fresh optimiser states in the others"
+    return (f"the further steps going on from the fit's state in {going_on} of {len(fits)} fits, "
+            "fresh optimiser states in the others")
 
 
 def _speed_targets(results: Mapping[str, Any]) -> List[str]:

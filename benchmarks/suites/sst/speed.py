@@ -21,6 +21,7 @@ from captum_diffmask.diffmask import grouped_options
 from benchmarks.progress import bar
 from benchmarks.records import median_seconds
 from benchmarks.common.minilm.attributions import attribute_at
+from benchmarks.common.minilm.fit_cache import mode_settings
 from benchmarks.common.minilm.loading import Bench
 
 
@@ -111,7 +112,7 @@ def fit_step_seconds(
     Returns:
         *dict* ``stack_layers -> seconds per step``.
     """
-    settings = {**config["diffmask"], **config["diffmask"].get(mode, {})}
+    settings = mode_settings(config, mode)
     batch_size = int(settings.get("batch_size", 64))
     batches = list(train.batches(batch_size, shuffle=True, seed=seed, sort_by_length=True))[:steps]
     options = {"eps": float(settings.get("eps", 0.1)), "precision": settings.get("precision", "float32"),

@@ -113,8 +113,8 @@ class FitState:
         state.pop("rng_to_restore")
         return state
 
-    @classmethod
-    def reopened(cls, state: Mapping[str, Any], layers: List[int]) -> Dict[str, Any]:
+    @staticmethod
+    def reopened(state: Mapping[str, Any], layers: List[int]) -> Dict[str, Any]:
         r"""
         A finished fit's state (:meth:`state_dict`) as one its cap stopped
         (which a call with a larger cap goes on from, in the epoch it stopped
