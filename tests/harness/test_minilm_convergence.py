@@ -1,30 +1,43 @@
-"""The MiniLM suites' convergence tables: the multiplier's last move and the
-tolerance section that counts certified probes by it."""
+"""The MiniLM suites' convergence tables: the least multiplier tolerance each
+first verdict needed, read from a fit's state, and the tolerance section that
+counts certified probes by it."""
 
 import pytest
 
-from benchmarks.common.minilm.convergence import multiplier_move, multiplier_tolerance_section
+from benchmarks.common.minilm.convergence import first_verdict_tolerances, multiplier_tolerance_section
+from captum_diffmask import Convergence
 
 
-def _report(status, *lams):
-    return {"status": status, "steps": 100 * len(lams), "windows": [{"lam": lam, "kept": 0.5, "kl": 0.01} for lam in lams]}
+def _window(lam):
+    return {"kl": 0.01, "kept": 0.5, "lam": lam, "steps": 100, "closure": None, "kept_sd": 0.0, "lam_sd": 0.0}
 
 
-def test_the_move_is_a_share_of_the_multipliers_scale():
-    assert multiplier_move(_report("converged", 8.0, 10.0)) == pytest.approx(0.2)
-    assert multiplier_move(_report("converged", 0.5, 1.0)) == pytest.approx(0.25)  # below the floor of 2
-    assert multiplier_move(_report("converged", 3.0)) is None
+def _state(step, cooling_from, **lams):
+    return {"state": {"step": step, "cooling_from": cooling_from},
+            "monitors": {int(k[1:]): {"windows": [_window(lam) for lam in v]} for k, v in lams.items()}}
 
 
-def test_the_section_counts_the_certified_converged_probes_by_band():
-    runs = [{"seed": 0, "convergence": {"0": _report("converged", 10.0, 10.5), "1": _report("converged", 4.0, 7.0),
-                                        "2": _report("unsettled", 4.0, 9.0), "3": _report("converged", 2.0, 6.0)},
+def test_the_first_verdicts_windows_are_those_before_the_cool_down():
+    criterion = Convergence(patience=2, cooldown=300)
+    # layer 0 settled on 10, 10, 12 and was frozen; layer 1 ended the plateau on 4, 4, 4.5; then 3 windows cooled
+    saved = _state(800, 500, l0=[3.0, 10.0, 10.0, 12.0, 30.0, 30.0, 30.0],
+                   l1=[9.0, 4.0, 4.0, 4.5, 4.5, 9.0, 9.0, 9.0])
+    needed = first_verdict_tolerances(saved, criterion)
+    assert needed["0"] == pytest.approx(2.0 / 12.0)  # not the cool-down's windows (no move there)
+    assert needed["1"] == pytest.approx(0.5 / 4.5)
+    assert first_verdict_tolerances(_state(500, None, l0=[1.0, 1.0, 1.0]), criterion) is None  # no cool-down reached
+    short = first_verdict_tolerances(_state(500, 200, l0=[2.0, 2.0, 2.0, 2.0, 2.0]), criterion)
+    assert short == {"0": None}  # two windows before the cool-down: fewer than patience + 1
+
+
+def test_the_section_counts_the_certified_probes_by_band():
+    runs = [{"seed": 0, "tol_lambda_needed": {"0": 0.03, "1": 0.3, "2": 0.08, "3": None},
              "certificate": {"layers": {"0": {"counted": True}, "1": {"counted": False}, "2": {"counted": False},
                                         "3": {"counted": True}}}},
-            {"seed": 1, "convergence": {"0": _report("converged", 10.0, 10.2)}, "certificate": None}]
+            {"seed": 1, "tol_lambda_needed": {"0": 0.02}, "certificate": None},
+            {"seed": 2, "tol_lambda_needed": None, "certificate": {"layers": {"0": {"counted": True}}}}]
     text = "\n".join(multiplier_tolerance_section({"input": {"runs": runs}, "hidden": {"runs": []}}))
-    assert "| <= 10% | 1 | 1 |" in text  # layer 0 of seed 0; seed 1 has no certificate
-    assert "| <= 50% | 1 | 0 |" in text  # a move of 3 / 7
-    assert "| > 50% (noise allowance) | 1 | 1 |" in text  # 4 / 6, within the noise allowance
-    assert "<= 25%" not in text  # an empty band is left out, and so is the unsettled layer
+    assert "| <= 5% | 1 | 1 |" in text  # layer 0 of seed 0; seed 1 has no certificate, seed 2 no state
+    assert "| <= 10% | 1 | 0 |" in text and "| <= 50% | 1 | 0 |" in text
+    assert "<= 25%" not in text  # an empty band is left out, and so is a layer with too few windows
     assert multiplier_tolerance_section({"input": {"runs": []}, "hidden": {"runs": []}}) == []

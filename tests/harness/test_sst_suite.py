@@ -126,6 +126,7 @@ def test_tiny_run_is_complete_and_writes_the_report(tmp_path):
             certificate = run["certificate"]
             assert certificate["tolerances"]["steps"] == 5
             assert certificate["continued"] is False  # no fit cache: no fit state to go on from
+            assert run["tol_lambda_needed"] is None  # nor one to read the first verdicts from
             assert sorted(certificate["layers"]) == [str(k) for k in fitted[run["seed"]]]
             assert all(0 <= c["keep_change"] <= 1 and isinstance(c["counted"], bool) for c in certificate["layers"].values())
         assert set(results["layers_kept"][mode]["sentiment"]) >= {"[CLS]", "[SEP]"}
@@ -365,6 +366,17 @@ def test_fits_in_the_cache_are_loaded_not_given_to_workers(tmp_path, monkeypatch
     fitted = orchestration.fit_in_workers(config, bench, [0], False)
     assert given == [] and set(fitted) == {("input", 0), ("hidden", 0)}
     assert all(info["stored"]["date"] for _, info in fitted.values())
+    # the least multiplier tolerance of each first verdict, from the state the cache keeps
+    from benchmarks.common.minilm.fit_cache import fit_files
+
+    assert orchestration._first_verdicts(config, bench, "input", 0) is None  # the tiny fit reached no cool-down
+    path = fit_files(bench.model, "input", bench.train, bench.valid, config, 0).state
+    saved = torch.load(path, weights_only=True)
+    saved["state"]["cooling_from"] = saved["state"]["step"]  # as if its cool-down began at its last step
+    torch.save(saved, path)
+    needed = orchestration._first_verdicts(config, bench, "input", 0)
+    assert sorted(needed) == sorted(str(k) for k in saved["monitors"])
+    assert all(v is None or v >= 0 for v in needed.values())
 
 
 def _timed_results(runs, cached_model=True):

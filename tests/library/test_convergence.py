@@ -6,7 +6,7 @@ import pytest
 
 from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 from captum_diffmask.diffmask.constrained.convergence import (
-    Convergence, DiffMaskConvergenceWarning, LayerMonitor, warn_unconverged,
+    Convergence, DiffMaskConvergenceWarning, LayerMonitor, least_tol_lambda, warn_unconverged,
 )
 
 CRITERION = Convergence(window=10, patience=2, needed_windows=4)  # 3 windows, for short tests
@@ -186,3 +186,21 @@ def test_the_constraint_is_judged_on_the_settled_span_not_one_window():
     assert monitor.status() == "converged"
     _feed(monitor, 2, kl=0.14, kept=0.4, lam=1.0)  # the span is now mostly above: 1.3 eps
     assert monitor.status() == "violated"
+
+
+def test_the_least_multiplier_tolerance_is_where_the_verdict_turns():
+    lams = [10.0, 10.0, 12.0]  # the last window 2 above: 2 / 12 of the larger multiplier
+
+    def monitor(tol_lambda):
+        criterion = Convergence(window=10, patience=2, tol_lambda=tol_lambda)
+        layer = LayerMonitor(0, KLConstraint(0.1), criterion)
+        _feed(layer, 3, kl=0.09, kept=0.4, lam=lambda i: lams[i])
+        return layer
+
+    least = least_tol_lambda(monitor(0.5).windows, CRITERION)
+    assert least == pytest.approx(2.0 / 12.0)  # constant within each window: no noise allowance
+    assert monitor(least * 1.01).status() == "converged" and monitor(least * 0.99).status() == "unsettled"
+    assert least_tol_lambda(monitor(0.5).windows[:2], CRITERION) is None  # fewer than patience + 1
+    small = LayerMonitor(0, KLConstraint(0.1), CRITERION)
+    _feed(small, 3, kl=0.09, kept=0.4, lam=lambda i: [0.5, 0.5, 1.5][i])
+    assert least_tol_lambda(small.windows, CRITERION) == pytest.approx(1.0 / CRITERION.lambda_floor)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.diffmask.constrained.convergence import Convergence, least_tol_lambda, SETTLED, Window
 from captum_diffmask.diffmask.fit.history import last_rows
 
 from benchmarks.report import fmt, table
@@ -89,46 +89,68 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
             table(headers, [r + [""] * (len(headers) - len(r)) for r in rows]), ""]
 
 
-#: The bands of the multiplier's last move (a share of its scale) the
-#: tolerance section counts probes in; the criterion allows up to 0.5.
-MULTIPLIER_BANDS = (0.1, 0.25, 0.5)
+#: The bands of the least multiplier tolerance a first verdict needed (a share
+#: of the multiplier's scale) the tolerance section counts probes in; the
+#: criterion allows up to 0.5.
+MULTIPLIER_BANDS = (0.05, 0.1, 0.25, 0.5)
 
 
-def multiplier_move(report: Mapping[str, Any], floor: float = 2.0) -> Optional[float]:
-    r"""How far a settled layer's multiplier moved between its last two windows,
-    as a share of its scale ``max(lambda, floor)`` (the criterion's
-    ``tol_lambda`` measures the same); None with fewer than two windows."""
-    windows = report.get("windows") or []
-    if len(windows) < 2:
+def first_verdict_tolerances(saved: Mapping[str, Any], criterion: Convergence) -> Optional[Dict[str, Optional[float]]]:
+    r"""
+    Per layer of a fit that reached its cool-down, the least ``tol_lambda`` its
+    first verdict needed (:func:`least_tol_lambda` over the windows before the
+    cool-down's: the ones the layer first settled on, and was frozen or ended
+    the fit on). After the cool-down the verdicts are judged again on windows
+    at a tenth of the rates, where the multiplier hardly moves.
+
+    Args:
+
+        saved (Mapping): a fit's state file as ``torch.load`` reads it (every
+                    layer trained on every batch).
+        criterion (Convergence): the fit's convergence criterion.
+
+    Returns:
+        *dict* layer -> float (None with too few windows), or None when the fit
+        did not reach its cool-down.
+    """
+    state = saved["state"]
+    if state.get("cooling_from") is None:
         return None
-    before, after = float(windows[-2]["lam"]), float(windows[-1]["lam"])
-    return abs(after - before) / max(before, after, floor)
+    cooled = (int(state["step"]) - int(state["cooling_from"])) // criterion.window
+    moves = {}
+    for layer, monitor in saved["monitors"].items():
+        windows = [Window(**w) for w in monitor["windows"]]
+        moves[str(layer)] = least_tol_lambda(windows[:len(windows) - cooled], criterion)
+    return moves
 
 
 def multiplier_tolerance_section(dm: Mapping[str, Any]) -> List[str]:
     r"""Is the criterion's 50 % tolerance on the multiplier too loose? Every
-    converged probe with a certificate, by how far its multiplier moved at the
-    end (:func:`multiplier_move`), and how many of each band the certificate
-    counts: a loose tolerance shows as probes in the upper bands that further
-    training moves. Empty without certificates."""
+    certified probe of a fit that reached its cool-down, by the least
+    tolerance its first verdict needed (``tol_lambda_needed``,
+    :func:`first_verdict_tolerances`), and how many of each band the
+    certificate counts: a loose tolerance shows as probes in the upper bands
+    that further training moves. Empty without them."""
     bands: Dict[str, List[bool]] = {}
     for mode in ("input", "hidden"):
         for run in dm[mode]["runs"]:
             certificate = (run.get("certificate") or {}).get("layers", {})
-            for layer, report in (run.get("convergence") or {}).items():
-                move = multiplier_move(report)
-                if report["status"] != "converged" or move is None or str(layer) not in certificate:
+            for layer, needed in (run.get("tol_lambda_needed") or {}).items():
+                if needed is None or str(layer) not in certificate:
                     continue
-                upper = next((b for b in MULTIPLIER_BANDS if move <= b), None)
-                name = f"<= {upper:.0%}" if upper is not None else f"> {MULTIPLIER_BANDS[-1]:.0%} (noise allowance)"
+                name = f"<= {next(b for b in MULTIPLIER_BANDS if needed <= b + 1e-12):.0%}"
                 bands.setdefault(name, []).append(bool(certificate[str(layer)]["counted"]))
     if not bands:
         return []
-    order = [f"<= {b:.0%}" for b in MULTIPLIER_BANDS] + [f"> {MULTIPLIER_BANDS[-1]:.0%} (noise allowance)"]
-    rows = [[name, len(bands[name]), sum(bands[name])] for name in order if name in bands]
+    rows = [[name, len(bands[name]), sum(bands[name])] for name in (f"<= {b:.0%}" for b in MULTIPLIER_BANDS)
+            if name in bands]
     return ["## The multiplier's tolerance, measured", "",
             "The criterion calls a layer settled when, among other things, its multiplier's window means moved by at "
-            "most 50 % of max(lambda, 2). Is that loose enough to call a moving probe settled? Each converged, "
-            "certified probe by how far its multiplier moved between its last two windows, and how many the "
-            "certificate counts (further training left it within the tolerances fixed in advance):", "",
-            table(["multiplier's last move", "converged probes", "certificate counts"], rows), ""]
+            "most 50 % of max(lambda, 2) beyond two standard errors of the batches' noise. Is that loose enough to "
+            "call a moving probe settled? Each certified probe of a fit that reached its cool-down, by the least "
+            "tolerance its first verdict needed (on the windows it first settled on, before the cool-down), and how "
+            "many the certificate counts (the verdict after the cool-down settled, and further training left it "
+            "within the tolerances fixed in advance). Probes in the lower bands that the certificate does not "
+            "count moved for another reason than a loose multiplier tolerance; a tighter tolerance would have held "
+            "back every probe above it, counted or not:", "",
+            table(["least tolerance the first verdict needed", "probes", "certificate counts"], rows), ""]

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from captum_diffmask import DiffMask, swap_test
+from captum_diffmask import Convergence, DiffMask, swap_test
 from captum_diffmask.model.forward import model_device
 from benchmarks.tasks import sst_bert
 from benchmarks.tasks.sst import SSTSentence
@@ -24,7 +24,8 @@ from benchmarks.progress import log_to_stderr
 from benchmarks.workers import check_workers, Job, run_jobs
 from benchmarks.common.minilm.attributions import attribute_at, per_sentence, prepare_method
 from benchmarks.suites.sst.figures import groups_figure, heatmaps
-from benchmarks.common.minilm.fit_cache import certified_fit, stored_fit, with_certificate
+from benchmarks.common.minilm.convergence import first_verdict_tolerances
+from benchmarks.common.minilm.fit_cache import certified_fit, fit_files, mode_settings, stored_fit, with_certificate
 from benchmarks.common.minilm.fitting import certify_fit, faithfulness, fit_diffmask, OnDevice
 from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.sst.scoring import (
@@ -133,6 +134,7 @@ def fit_diffmask_modes(
                 scores = per_sentence(bench.evaluated, 64, _attribution(explainer, None if seed in seeds else layers),
                                       verbose, f"attribute {mode}")
                 (attributions[mode] if seed in seeds else partial).append(scores)
+            info["tol_lambda_needed"] = _first_verdicts(config, bench, mode, seed)
             runs.append({"seed": seed, **info})
             every.append(explainer)
             if seed == seeds[0]:
@@ -159,6 +161,22 @@ def _fitted(
         return explainer, info
     log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}")
     return certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid, config, seed, verbose)
+
+
+def _first_verdicts(
+    config: Mapping[str, Any], bench: Bench, mode: str, seed: int
+) -> Optional[Dict[str, Optional[float]]]:
+    r"""Per layer, the least multiplier tolerance the fit's first verdict needed
+    (:func:`first_verdict_tolerances`), from its state kept in the fit cache;
+    None without one."""
+    config = fit_config(config, seed)
+    if not config.get("cache", True):
+        return None
+    files = fit_files(bench.model, mode, bench.train, bench.valid, config, seed)
+    if not files.state.exists():
+        return None
+    criterion = Convergence(**(mode_settings(config, mode).get("convergence") or {}))
+    return first_verdict_tolerances(torch.load(files.state, map_location="cpu", weights_only=True), criterion)
 
 
 def _attribution(explainer: DiffMask, layers: Optional[List[int]]) -> Any:

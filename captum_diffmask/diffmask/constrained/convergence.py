@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from captum_diffmask.diffmask.constrained.constraint import KLConstraint
 
@@ -275,8 +275,7 @@ class LayerMonitor:
         # under the tolerance at every window still adds up. A change within
         # `noise` standard errors of the difference of two window means is the
         # batches' noise (one batch keeps more than another), not a trend.
-        pairs = list(zip(recent, recent[1:])) + [(recent[0], recent[-1])]
-        for before, after in pairs:
+        for before, after in _judged_pairs(recent):
             if abs(after.kept - before.kept) > c.tol_kept + c.noise * _standard_error(before, after, "kept_sd"):
                 return False
             scale = c.tol_lambda * max(after.lam, before.lam, c.lambda_floor)
@@ -395,6 +394,41 @@ class LayerMonitor:
             what = ("the kept share or the multiplier is still moving" + moving +
                     ": raise the cap (epochs, max_steps)")
         return f"layer {self.layer}: {what}; {figures}"
+
+
+def _judged_pairs(recent: Sequence[Window]) -> List[Tuple[Window, Window]]:
+    r"""The pairs of windows a verdict compares: each with the next, and the
+    first with the last."""
+    return list(zip(recent, recent[1:])) + [(recent[0], recent[-1])]
+
+
+def _lambda_move(before: Window, after: Window, c: Convergence) -> float:
+    r"""How far the mean multiplier moved between two windows, beyond ``noise``
+    standard errors of the difference, relative to max(lambda, ``lambda_floor``):
+    the least ``tol_lambda`` under which the pair passes."""
+    beyond_noise = max(abs(after.lam - before.lam) - c.noise * _standard_error(before, after, "lam_sd"), 0.0)
+    scale = max(after.lam, before.lam, c.lambda_floor)
+    return beyond_noise / scale if scale > 0 else (math.inf if beyond_noise > 0 else 0.0)
+
+
+def least_tol_lambda(windows: Sequence[Window], criterion: Convergence) -> Optional[float]:
+    r"""
+    The least ``tol_lambda`` under which the multiplier's part of the settling
+    test passes on the last ``patience + 1`` of ``windows``: how close to its
+    tolerance a verdict judged on them came.
+
+    Args:
+
+        windows (sequence of Window): a layer's closed windows, oldest first.
+        criterion (Convergence): gives ``patience``, ``noise`` and ``lambda_floor``.
+
+    Returns:
+        *float*, or None with fewer than ``patience + 1`` windows.
+    """
+    recent = list(windows[-(criterion.patience + 1):])
+    if len(recent) < criterion.patience + 1:
+        return None
+    return max(_lambda_move(before, after, criterion) for before, after in _judged_pairs(recent))
 
 
 def _standard_error(a: Window, b: Window, spread: str) -> float:
