@@ -68,10 +68,10 @@ DEFAULTS: Dict[str, Any] = {
         "certificate": {"steps": 500},
         # once every layer has its verdict, 500 more steps at every layer at a
         # tenth of the rates, the verdicts judged again on them: at the fit's
-        # rates two continuations of one settled probe end as far apart as
-        # either from its start (docs/results/certificate-noise.md), so the
-        # certificate (which then goes on at the cooled rates) would judge
-        # its own seed
+        # rates the certificate going on from a settled probe's own state
+        # counts 2 of its 7 depths, after the cool-down 6 of 7
+        # (docs/results/certificate-noise.md): at those rates it would
+        # measure the optimiser's noise
         "convergence": {"cooldown": 500},
         "input": {}, "hidden": {},
     },

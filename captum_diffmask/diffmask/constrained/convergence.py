@@ -110,11 +110,11 @@ class Convergence:
                     ``cooldown_factor``, and judge the verdicts again on the
                     windows of those steps. At the fit's rates a settled
                     probe still jitters around its answer: on SST at eps 0.01
-                    two continuations of one probe end as far apart as either
-                    from where it started (masked share up to 0.042 apart,
-                    mean keep change up to 0.065;
-                    ``docs/results/certificate-noise.md``), and at a tenth of
-                    the rates the certificate then counts 6 of 7 depths (the
+                    the certificate going on from the fit's own state counts
+                    2 of 7 depths (masked share moved up to 0.067), two
+                    continuations with fresh optimiser states end up to 0.044
+                    apart (``docs/results/certificate-noise.md``); after a
+                    cool-down at a tenth of the rates it counts 6 of 7 (the
                     seventh a trend it still sees). Steps at each layer (with
                     one layer drawn per batch, the fit's steps are that many
                     times the layers); at least ``(patience + 1) * window``, so
