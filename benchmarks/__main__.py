@@ -70,9 +70,7 @@ def _list() -> None:
 
 def _study(name: str, args: List[str]) -> int:
     r"""Runs the study ``name`` with its own arguments; its exit code (0 when
-    its ``main`` returns nothing or a result). A fit the study asks to be
-    verbose writes its line per layer and epoch to stderr."""
-    from .progress import show_library_progress
+    its ``main`` returns nothing or a result)."""
     from .studies import load_study
 
     try:
@@ -80,7 +78,6 @@ def _study(name: str, args: List[str]) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    show_library_progress(True)
     code = study.main(list(args))
     return code if isinstance(code, int) else 0
 
