@@ -107,7 +107,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.command == "study":
         return _study(args.name, args.args)
-    from benchmarks.progress import show_library_progress
     from benchmarks.runner import limit_onednn_cache, rewrite_report, run_suite
 
     limit_onednn_cache()
@@ -135,7 +134,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         overrides["split"] = args.split
     if args.data_dir is not None:
         overrides["data_dir"] = args.data_dir
-    show_library_progress(not args.quiet)
     try:
         run_suite(args.suite, args.out, quick=args.quick, seeds=args.seeds, methods=args.methods,
                   overrides=overrides or None, verbose=not args.quiet, stem=args.stem)

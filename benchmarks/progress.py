@@ -3,7 +3,6 @@ failing method's error in one line."""
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from typing import Any, Iterable, Iterator
@@ -21,32 +20,6 @@ def log_to_stderr(verbose: bool, message: str) -> None:
     r"""Prints ``message`` to stderr, flushed, when ``verbose``."""
     if verbose:
         print(message, file=sys.stderr, flush=True)
-
-
-def show_library_progress(verbose: bool) -> None:
-    r"""When ``verbose``, the library's own progress lines go to stderr: a fit's
-    line per layer and epoch, which it writes at INFO on the ``captum_diffmask``
-    logger (and its progress bar shows only on a terminal), so a long fit's log
-    says where it is. Once per process; a handler the caller attached is kept."""
-    logger = logging.getLogger("captum_diffmask")
-    if verbose and not logger.handlers:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("  %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-
-
-class _StderrHandler(logging.StreamHandler):
-    r"""Writes to ``sys.stderr`` as it is when a line is written, not as it was
-    when the handler was made (a caller or a test may replace it in between)."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
 
 
 def bar(iterable: Any, verbose: bool, **kwargs: Any) -> Any:

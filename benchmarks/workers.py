@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence
 
 import torch
 
-from benchmarks.progress import log_to_stderr, show_library_progress
+from benchmarks.progress import log_to_stderr
 
 #: prctl's option that sends the calling process a signal when its parent ends.
 PR_SET_PDEATHSIG = 1
@@ -41,12 +41,10 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
-def start_worker(verbose: bool = False) -> None:
+def start_worker() -> None:
     r"""One torch thread; on Linux the worker ends with this process (a run
-    stopped by a signal leaves no fit running on without it); when ``verbose``,
-    the library's progress lines on the worker's stderr."""
+    stopped by a signal leaves no fit running on without it)."""
     torch.set_num_threads(1)
-    show_library_progress(verbose)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -82,7 +80,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: st
         return results
     done: Dict[int, Any] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=start_worker, initargs=(verbose,)) as pool:
+                             initializer=start_worker) as pool:
         futures = {pool.submit(job.function, *job.arguments): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             index = futures[future]
