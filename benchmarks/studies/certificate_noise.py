@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import time
 from datetime import datetime, timezone
@@ -92,16 +91,6 @@ def certificate_rows(certificate: Mapping[str, Any]) -> Dict[str, Dict[str, Any]
             for k, c in certificate["layers"].items()}
 
 
-def cooldown_factor(options: Mapping[str, Any]) -> float:
-    r"""The factor a fit's cool-down multiplied its rates by, from its options."""
-    from captum_diffmask import Convergence
-
-    given = options.get("convergence") or {}
-    if dataclasses.is_dataclass(given):
-        return float(given.cooldown_factor)
-    return float(given.get("cooldown_factor", Convergence.cooldown_factor))
-
-
 def measure(data_dir: Optional[str], verbose: bool = True) -> Dict[str, Any]:
     r"""
     The three parts on the sst suite's stored fits of seed :data:`FIT_SEED`
@@ -122,7 +111,7 @@ def measure(data_dir: Optional[str], verbose: bool = True) -> Dict[str, Any]:
     from benchmarks.common.minilm.loading import load_bench
     from captum_diffmask import CertificateTolerances
     from captum_diffmask.diffmask import grouped_options
-    from captum_diffmask.diffmask.certificate import continuation_options, held_out_figures
+    from captum_diffmask.diffmask.certificate import continuation_options, held_out_figures, recorded_cooldown_factor
     from captum_diffmask.model.forward import model_device
 
     config = plateau_config(data_dir)
@@ -161,7 +150,7 @@ def measure(data_dir: Optional[str], verbose: bool = True) -> Dict[str, Any]:
         "drifts": drifts, "going_on": info["certificate"], "certificate": cooled_info["certificate"], "eps": eps,
         "steps": STEPS, "seeds": SEEDS, "tolerances": info["certificate"]["tolerances"], "fit_steps": info["steps"],
         "cooled_steps": cooled_info["steps"], "fit_rates": record["options"]["lr"],
-        "cooldown_factor": cooldown_factor(cooled.fit_record["options"]),
+        "cooldown_factor": recorded_cooldown_factor(cooled.fit_record["options"]),
         "figures": {name: {str(k): {"masked": f[k]["masked"], "kl": f[k]["kl"]} for k in layers}
                     for name, f in figures.items()},
         "verdicts": {str(k): r["status"] for k, r in info["convergence"].items()},

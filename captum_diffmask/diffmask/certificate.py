@@ -263,16 +263,33 @@ def continuation_options(explainer: Any, tolerances: CertificateTolerances, seed
     options.update(overrides)
     if "eps" not in options:
         raise ValueError("certify: the explainer has no fit record (a probe saved before release 0.2?); give eps=")
-    given = options.get("convergence") or {}
-    convergence = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
+    convergence = _convergence_of(options)
     cooled = bool(convergence.get("cooldown")) if state is None else state.get("cooling_from") is not None
     if cooled:
-        options.update(_cooled_rates(options, float(convergence.get("cooldown_factor", Convergence.cooldown_factor))))
+        options.update(_cooled_rates(options, recorded_cooldown_factor(options)))
     convergence.update(until_converged=False, freeze_converged=False, cooldown=0)
     options.update(convergence=convergence, max_steps=tolerances.steps, epochs=None, verbose=verbose)
     if seed is not None:
         options["seed"] = seed
     return options
+
+
+def recorded_cooldown_factor(options: Mapping[str, Any]) -> float:
+    r"""
+    The factor a fit's cool-down multiplies its rates by, read from the fit's
+    options (its record's ``"options"``, whose ``convergence`` is a
+    :class:`Convergence` or its dict).
+
+    Returns:
+        *float*; ``Convergence.cooldown_factor`` when the options give none.
+    """
+    return float(_convergence_of(options).get("cooldown_factor", Convergence.cooldown_factor))
+
+
+def _convergence_of(options: Mapping[str, Any]) -> Dict[str, Any]:
+    r"""The options' ``convergence`` as a dict (a copy; empty when none)."""
+    given = options.get("convergence") or {}
+    return dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given)
 
 
 @contextlib.contextmanager

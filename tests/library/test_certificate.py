@@ -114,6 +114,16 @@ def test_after_a_cool_down_the_continuation_goes_on_at_the_rates_the_fit_ended_a
     assert certificate.continued is from_state
 
 
+def test_the_recorded_cooldown_factor_is_read_from_a_convergence_or_its_dict_and_defaults_to_convergences():
+    from captum_diffmask import Convergence
+    from captum_diffmask.diffmask.certificate import recorded_cooldown_factor
+
+    assert recorded_cooldown_factor({"convergence": Convergence(cooldown=500, cooldown_factor=0.25)}) == 0.25
+    assert recorded_cooldown_factor({"convergence": {"cooldown_factor": 0.5}}) == 0.5
+    assert recorded_cooldown_factor({"convergence": {"cooldown": 30}}) == Convergence.cooldown_factor
+    assert recorded_cooldown_factor({}) == Convergence.cooldown_factor
+
+
 # stopped by its step cap inside an epoch, and by its epochs (7 of 3 batches: 21 steps)
 @pytest.mark.parametrize("cap", [{"max_steps": 20}, {"epochs": 7}])
 def test_with_the_fits_state_the_further_steps_are_the_fit_gone_on(tmp_path, cap):
