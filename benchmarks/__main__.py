@@ -108,6 +108,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "study":
         return _study(args.name, args.args)
     from benchmarks.runner import limit_onednn_cache, rewrite_report, run_suite
+    from captum_diffmask.diffmask.fit.history import log_lines
 
     limit_onednn_cache()
     if args.command == "report":
@@ -134,9 +135,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         overrides["split"] = args.split
     if args.data_dir is not None:
         overrides["data_dir"] = args.data_dir
+    # off a terminal (a run's log) a long fit shows where it is by its line per layer and epoch
     try:
-        run_suite(args.suite, args.out, quick=args.quick, seeds=args.seeds, methods=args.methods,
-                  overrides=overrides or None, verbose=not args.quiet, stem=args.stem)
+        with log_lines(not args.quiet and not sys.stderr.isatty(), timestamps=True):
+            run_suite(args.suite, args.out, quick=args.quick, seeds=args.seeds, methods=args.methods,
+                      overrides=overrides or None, verbose=not args.quiet, stem=args.stem)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence
 import torch
 
 from benchmarks.progress import log_to_stderr
+from captum_diffmask.diffmask.fit.history import log_lines
 
 #: prctl's option that sends the calling process a signal when its parent ends.
 PR_SET_PDEATHSIG = 1
@@ -52,6 +53,14 @@ def start_worker() -> None:
             pass
 
 
+def _logged(lines: bool, function: Callable[..., Any], *arguments: Any) -> Any:
+    r"""``function(*arguments)`` in a worker, with the library's INFO lines (a
+    verbose fit's line per layer and epoch) on the worker's stderr when
+    ``lines``: a spawned worker has none of the run's logging."""
+    with log_lines(lines, timestamps=True):
+        return function(*arguments)
+
+
 def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: str = "") -> List[Any]:
     r"""
     Every job's result, in the order of ``jobs``.
@@ -63,7 +72,10 @@ def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: st
         workers (int): processes side by side, one torch thread each (spawned);
                     1 runs the jobs here, one after the other, on this
                     process's threads.
-        verbose (bool, optional): a line as each job ends. Default: True
+        verbose (bool, optional): a line as each job ends; off a terminal, the
+                    library's INFO lines of the jobs in workers (as
+                    ``python -m benchmarks run`` shows them in its own
+                    process). Default: True
         prefix (str, optional): the lines' prefix, e.g. ``"[components] "``.
 
     Returns:
@@ -81,7 +93,8 @@ def run_jobs(jobs: Sequence[Job], workers: int, verbose: bool = True, prefix: st
     done: Dict[int, Any] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
                              initializer=start_worker) as pool:
-        futures = {pool.submit(job.function, *job.arguments): index for index, job in enumerate(jobs)}
+        lines = verbose and not sys.stderr.isatty()
+        futures = {pool.submit(_logged, lines, job.function, *job.arguments): index for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             index = futures[future]
             done[index] = future.result()

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -194,6 +195,28 @@ def test_cli(capsys, tmp_path):
     assert "NoSuchMethod" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "toy"])  # --out is required
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_run_in_a_log_shows_the_fits_lines_and_leaves_the_logger_as_found(capsys, monkeypatch, tmp_path, raises):
+    import logging
+
+    import benchmarks.runner as runner
+
+    def run_suite(*args, **kwargs):
+        logging.getLogger("captum_diffmask").info("DiffMask fit epoch 1/-, layer 0: a line")
+        if raises:
+            raise ValueError("suite: a refusal")
+
+    logger = logging.getLogger("captum_diffmask")
+    handlers, level = list(logger.handlers), logger.level
+    monkeypatch.setattr(runner, "run_suite", run_suite)
+    assert main(["run", "toy", "--out", str(tmp_path)]) == (2 if raises else 0)
+    err = capsys.readouterr().err
+    assert re.search(r"^\d\d:\d\d:\d\d DiffMask fit epoch 1/-, layer 0: a line$", err, re.M)
+    assert logger.handlers == handlers and logger.level == level
+    assert main(["run", "toy", "--out", str(tmp_path), "--quiet"]) == (2 if raises else 0)
+    assert "a line" not in capsys.readouterr().err
 
 
 def test_cache_reuses_until_the_key_changes(tmp_path, monkeypatch):

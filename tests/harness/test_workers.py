@@ -1,6 +1,7 @@
 """Jobs in worker processes: results in the jobs' order, the argument checked,
 and no worker left running when its run is killed."""
 
+import logging
 import operator
 import os
 import signal
@@ -22,6 +23,15 @@ def test_the_results_come_in_the_jobs_order_with_one_worker_or_two():
 def test_a_job_that_raises_raises_in_the_run():
     with pytest.raises(TypeError):
         run_jobs([Job("bad", operator.add, (1, "a")), Job("good", operator.add, (1, 2))], 2, verbose=False)
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_off_a_terminal_a_workers_library_lines_reach_the_runs_stderr_unless_quiet(capfd, verbose):
+    say = logging.getLogger("captum_diffmask").info  # a job that logs as a verbose fit does
+    jobs = [Job(f"say {i}", say, (f"a line from job {i}",)) for i in range(2)]
+    assert run_jobs(jobs, 2, verbose=verbose) == [None, None]
+    err = capfd.readouterr().err
+    assert all(("a line from job %d" % i in err) is verbose for i in range(2))
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
