@@ -351,18 +351,29 @@ def test_the_papers_recipe_fits_on_the_suites_split_in_workers_too(monkeypatch):
 
 
 @needs_sst
-def test_fits_in_the_cache_are_loaded_not_given_to_workers(tmp_path, monkeypatch):
+def test_fits_in_the_cache_are_loaded_not_given_to_workers_unless_their_certificate_is_due(tmp_path, monkeypatch):
     from benchmarks.common.minilm.loading import load_bench
     from benchmarks.suites.sst import orchestration
-    from benchmarks.common.minilm.fit_cache import cached_fit
+    from benchmarks.common.minilm.fit_cache import cached_fit, certified_fit
+    from benchmarks.common.minilm.fitting import certify_fit
 
     monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
     config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2, "cache": True})
     bench = load_bench(config, False)
-    for mode in ("input", "hidden"):  # stored by an earlier invocation
+    for mode in ("input", "hidden"):  # stored by an earlier invocation, one stopped before its certificate
         cached_fit(suite.fit_diffmask, bench.model, mode, bench.train, bench.valid, config, 0, False)
     given = []
     monkeypatch.setattr(orchestration, "run_jobs", lambda jobs, *args: given.extend(jobs) or [])
+    assert orchestration.fit_in_workers(config, bench, [0], False) == {}  # two certificates due: both in workers
+    assert [job.label for job in given] == ["DiffMask input, seed 0", "DiffMask hidden, seed 0"]
+    certified_fit(suite.fit_diffmask, certify_fit, bench.model, "input", bench.train, bench.valid, config, 0,
+                  False)
+    given.clear()
+    fitted = orchestration.fit_in_workers(config, bench, [0], False)
+    assert [job.label for job in given] == ["DiffMask hidden, seed 0"] and set(fitted) == {("input", 0)}
+    certified_fit(suite.fit_diffmask, certify_fit, bench.model, "hidden", bench.train, bench.valid, config, 0,
+                  False)
+    given.clear()
     fitted = orchestration.fit_in_workers(config, bench, [0], False)
     assert given == [] and set(fitted) == {("input", 0), ("hidden", 0)}
     assert all(info["stored"]["date"] for _, info in fitted.values())

@@ -275,19 +275,36 @@ def with_certificate(
     Returns:
         *dict* ``info``, updated in place.
     """
-    wanted = mode_settings(config, mode).get("certificate")
-    if not wanted:
+    if not certificate_due(explainer.model, info, mode, train, valid, config, seed):
         return info
-    held = info.get("certificate") or {}
     files = fit_files(explainer.model, mode, train, valid, config, seed)
     cached = config.get("cache", True) and files.state.exists()
-    stale = any(held.get("tolerances", {}).get(k) != v for k, v in wanted.items())
-    if stale or (cached and not held.get("continued")):
-        info["certificate"] = certify(explainer, mode, train, valid, config, seed, verbose,
-                                      state=str(files.state) if cached else None)
-        if config.get("cache", True) and files.any_cap() is not None:
-            files.add_to_record({"certificate": info["certificate"]})
+    info["certificate"] = certify(explainer, mode, train, valid, config, seed, verbose,
+                                  state=str(files.state) if cached else None)
+    if config.get("cache", True) and files.any_cap() is not None:
+        files.add_to_record({"certificate": info["certificate"]})
     return info
+
+
+def certificate_due(
+    model: nn.Module, info: Mapping[str, Any], mode: str, train: FitData, valid: FitData,
+    config: Mapping[str, Any], seed: int,
+) -> bool:
+    r"""
+    Whether :func:`with_certificate` measures the certificate of the fit whose
+    record is ``info``: the settings ask for one (``diffmask.certificate``)
+    and ``info`` holds none at these tolerances, or one of fresh optimiser
+    states where the fit cache keeps the fit's state.
+    """
+    wanted = mode_settings(config, mode).get("certificate")
+    if not wanted:
+        return False
+    held = info.get("certificate") or {}
+    stale = any(held.get("tolerances", {}).get(k) != v for k, v in wanted.items())
+    if stale:
+        return True
+    cached = config.get("cache", True) and fit_files(model, mode, train, valid, config, seed).state.exists()
+    return bool(cached and not held.get("continued"))
 
 
 def fitted_where(record: Mapping[str, Any]) -> str:

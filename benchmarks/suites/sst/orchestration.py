@@ -25,7 +25,8 @@ from benchmarks.workers import check_workers, Job, run_jobs
 from benchmarks.common.minilm.attributions import attribute_at, per_sentence, prepare_method
 from benchmarks.suites.sst.figures import groups_figure, heatmaps
 from benchmarks.common.minilm.convergence import first_verdict_tolerances
-from benchmarks.common.minilm.fit_cache import certified_fit, fit_files, mode_settings, stored_fit, with_certificate
+from benchmarks.common.minilm.fit_cache import (certificate_due, certified_fit, fit_files, mode_settings, stored_fit,
+                                                with_certificate)
 from benchmarks.common.minilm.fitting import certify_fit, faithfulness, fit_diffmask, OnDevice
 from benchmarks.common.minilm.loading import Bench, load_bench
 from benchmarks.suites.sst.scoring import (
@@ -244,7 +245,8 @@ def fit_in_workers(
     Every (mode, seed) fit in ``workers`` processes side by side (spawned, one
     torch thread each; input mode, the longer, first), each probe loaded back
     onto this process's model; a fit the cache holds is loaded, not refitted
-    (:mod:`benchmarks.common.minilm.fit_cache`); nothing when ``workers`` is 1
+    (:mod:`benchmarks.common.minilm.fit_cache`), and its certificate, when
+    due, is measured in a worker too; nothing when ``workers`` is 1
     (the fits then run here, one after the other). Every fit is seeded by its
     seed alone, so the probes are those of one process (up to the threads'
     rounding).
@@ -273,12 +275,18 @@ def fit_in_workers(
 def _stored_fits(
     config: Mapping[str, Any], bench: Bench, seeds: List[int], verbose: bool
 ) -> Dict[Tuple[str, int], Tuple[DiffMask, Dict[str, Any]]]:
-    r"""The (mode, seed) fits the fit cache holds, loaded onto the bench's model."""
+    r"""The (mode, seed) fits the fit cache holds with their certificate due
+    measured (:func:`certificate_due`), loaded onto the bench's model; a fit
+    whose certificate is due is left to a worker."""
     stored = {}
     for mode in ("input", "hidden"):
         for seed in seeds:
             loaded = stored_fit(bench.model, mode, bench.train, bench.valid, fit_config(config, seed), seed)
-            if loaded is not None:
+            if loaded is not None and certificate_due(bench.model, loaded[1], mode, bench.train, bench.valid,
+                                                      fit_config(config, seed), seed):
+                log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}: from the fit cache, "
+                                       "its certificate measured in a worker")
+            elif loaded is not None:
                 log_to_stderr(verbose, f"[sst] DiffMask {mode}, seed {seed}: from the fit cache "
                                        f"(fitted at commit {loaded[1]['stored']['commit']}, {loaded[1]['stored']['date']})")
                 stored[(mode, seed)] = loaded
