@@ -52,18 +52,24 @@ def test_eraser_prediction_scores_words_by_their_best_piece():
     assert rationale["hard_rationale_predictions"] == [{"start_token": 1, "end_token": 2}]
 
 
-def test_verdicts_table_counts_settled_probes_within_the_held_out_bound():
+def test_verdicts_table_counts_settled_probes_within_the_held_out_bound_that_the_certificate_counts():
     from benchmarks.suites.faithfulness.report import _verdicts_table
 
     fits = [{"seed": 0, "eps": 0.02, "convergence": {"0": "converged", "1": "unsettled"},
              "heldout": {"0": {"kl": 0.024}, "1": {"kl": 0.01}}},
             {"seed": 1, "eps": 0.02, "convergence": {"0": "converged", "1": "needed"},
              "heldout": {"0": {"kl": 0.026}, "1": {"kl": 0.01}}}]
-    text = "\n".join(_verdicts_table(fits))
+    text = "\n".join(_verdicts_table(fits))  # fits without a certificate: settled and within the bound
     assert ("| DiffMask layer 0 | seed 0: converged, held-out KL 0.0240; seed 1: converged, held-out KL 0.0260 (over) "
             "| 1 of 2 |") in text
     assert "| DiffMask layer 1 | seed 0: unsettled, held-out KL 0.0100; seed 1: needed, held-out KL 0.0100 | 1 of 2 |" in text
-    assert _verdicts_table([]) == []
+    fits[0]["certificate"] = {"layers": {"0": {"counted": False}, "1": {"counted": False}}}
+    fits[1]["certificate"] = {"layers": {"0": {"counted": True}, "1": {"counted": True}}}
+    text = "\n".join(_verdicts_table(fits))
+    assert ("| DiffMask layer 0 | seed 0: converged, not certified, held-out KL 0.0240; seed 1: converged, certified, "
+            "held-out KL 0.0260 (over) | 0 of 2 |") in text
+    assert "seed 1: needed, certified, held-out KL 0.0100 | 1 of 2 |" in text
+    assert "convergence certificate" in text and _verdicts_table([]) == []
 
 
 def test_across_seeds_gives_mean_and_sample_std():

@@ -107,7 +107,7 @@ def diffmask_scores(
         fits.append({"seed": seed, "seconds": info["seconds"], "selected_epoch": info["selected_epoch"],
                      "convergence": {str(k): v.get("status") for k, v in info["convergence"].items()},
                      "heldout": info.get("heldout"), "eps": info.get("options", {}).get("eps"),
-                     "stored": info.get("stored")})
+                     "stored": info.get("stored"), "certificate": info.get("certificate")})
         for k in range(scores[0].shape[-1]):
             sets.setdefault(f"DiffMask layer {k}", []).append([s[:, k] for s in scores])
             baselines.setdefault(f"DiffMask layer {k}", []).append(explainer.learned_baseline(k))

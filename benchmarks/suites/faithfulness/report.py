@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Mapping
 
-from benchmarks.common.minilm.convergence import probe_counts
 from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
 from benchmarks.report import chosen_on_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from benchmarks.suites.faithfulness.rationales import VARIANTS
+from benchmarks.suites.sst.scoring import counted_layers
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
@@ -112,24 +112,31 @@ def _diffmask_section(results: Mapping[str, Any]) -> List[str]:
 
 def _verdicts_table(fits: List[Mapping[str, Any]]) -> List[str]:
     r"""Per depth, each seed's verdict (``DiffMask layer k`` averages those
-    probes): a probe counts when it is settled and, where the fit scored its
-    read-out on held-out train sentences, within eps x 1.25 there."""
+    probes), counted as the sst suite counts a probe
+    (:func:`~benchmarks.suites.sst.scoring.counted_layers`): settled, within
+    eps x 1.25 on held-out train sentences, and counted by the convergence
+    certificate where the fit has one."""
     if not fits or not all(fit.get("convergence") for fit in fits):
         return []
+    counted = [counted_layers({"convergence": {k: {"status": s} for k, s in fit["convergence"].items()},
+                               "options": {"eps": fit.get("eps")}, "heldout": fit.get("heldout"),
+                               "certificate": fit.get("certificate")}) for fit in fits]
     rows = []
     for layer in sorted(fits[0]["convergence"], key=int):
-        cells, counted = [], 0
-        for fit in fits:
-            status = fit["convergence"].get(layer, "?")
+        cells = []
+        for fit, states in zip(fits, counted):
+            state = states[int(layer)]
             kl = ((fit.get("heldout") or {}).get(layer) or {}).get("kl")
-            settled, within = probe_counts(status, kl, fit.get("eps"))
-            counted += settled and within
-            cells.append(f"seed {fit['seed']}: {status}" + ("" if kl is None else f", held-out KL {fmt(kl, 4)}"
-                                                            + ("" if within else " (over)")))
-        rows.append([f"DiffMask layer {layer}", "; ".join(cells), f"{counted} of {len(fits)}"])
+            certified = {None: "", True: ", certified", False: ", not certified"}[state["certified"]]
+            cells.append(f"seed {fit['seed']}: {fit['convergence'][layer]}" + certified
+                         + ("" if kl is None else f", held-out KL {fmt(kl, 4)}" + ("" if state["within"] else " (over)")))
+        total = sum(states[int(layer)]["counts"] for states in counted)
+        rows.append([f"DiffMask layer {layer}", "; ".join(cells), f"{total} of {len(fits)}"])
     return ["Each depth's probes (its score set averages them over the seeds); a probe counts when its fit "
-            f"settled (`converged` or `needed`) and its read-out's KL on held-out train sentences is within eps x "
-            f"{HELD_OUT_MARGIN:g}:", "", table(["score set", "verdicts", "probes that count"], rows), ""]
+            f"settled (`converged` or `needed`), its read-out's KL on held-out train sentences is within eps x "
+            f"{HELD_OUT_MARGIN:g}, and its convergence certificate (further steps from the fit's state, drift "
+            "within tolerances stated in advance; the sst suite's) counts it:", "",
+            table(["score set", "verdicts", "probes that count"], rows), ""]
 
 
 def _own_baseline_section(results: Mapping[str, Any]) -> List[str]:
