@@ -9,7 +9,7 @@ from typing import Any, List, Mapping
 from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
 from benchmarks.report import chosen_on_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from benchmarks.suites.faithfulness.rationales import VARIANTS
-from benchmarks.suites.sst.scoring import counted_layers
+from benchmarks.suites.sst import counted_layers
 
 
 def write_report(results: Mapping[str, Any], path: Any, json_name: str = "results.json") -> str:
@@ -113,7 +113,7 @@ def _diffmask_section(results: Mapping[str, Any]) -> List[str]:
 def _verdicts_table(fits: List[Mapping[str, Any]]) -> List[str]:
     r"""Per depth, each seed's verdict (``DiffMask layer k`` averages those
     probes), counted as the sst suite counts a probe
-    (:func:`~benchmarks.suites.sst.scoring.counted_layers`): settled, within
+    (:func:`~benchmarks.suites.sst.counted_layers`): settled, within
     eps x 1.25 on held-out train sentences, and counted by the convergence
     certificate where the fit has one."""
     if not fits or not all(fit.get("convergence") for fit in fits):
