@@ -303,7 +303,7 @@ def test_depth_profile_and_verdict_targets_read_the_counted_probes():
 
 
 @needs_sst
-def test_fits_in_worker_processes_give_the_probes_of_one_process():
+def test_fits_in_worker_processes_give_the_probes_of_one_process(capfd):
     from benchmarks.common.minilm.loading import load_bench
     from benchmarks.suites.sst.orchestration import fit_config, fit_in_workers
 
@@ -311,8 +311,9 @@ def test_fits_in_worker_processes_give_the_probes_of_one_process():
     config = runner.build_config(suite, overrides={**TINY, "seeds": [0], "workers": 2,
                                                    "stability_seeds": {"seeds": [1], "layers": [1]}})
     bench = load_bench(config, False)
-    fitted = fit_in_workers(config, bench, [0, 1], False)
+    fitted = fit_in_workers(config, bench, [0, 1], True)
     assert set(fitted) == {("input", 0), ("hidden", 0), ("input", 1), ("hidden", 1)}
+    assert "DiffMask fit epoch 1/1, layer 1" in capfd.readouterr().err  # off a terminal, the workers' fits' lines
     ids, mask = bench.evaluated.input_ids[:8], bench.evaluated.attention_mask[:8]
     for mode in ("input", "hidden"):
         for seed, layer in ((0, None), (1, 1)):

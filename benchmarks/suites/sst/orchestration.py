@@ -227,13 +227,14 @@ def paper_recipe(config: Mapping[str, Any], bench: Bench, verbose: bool) -> Opti
     return {"epochs": int(recipe["epochs"]), "seeds": seeds, "diffmask": diffmask}
 
 
-def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str) -> Dict[str, Any]:
+def _fit_job(config: Mapping[str, Any], mode: str, seed: int, path: str, verbose: bool) -> Dict[str, Any]:
     r"""One DiffMask fit in a worker process on one thread: the model and sentences
-    loaded as the suite does, the fit through the fit cache, the probe saved to
-    ``path``; the fit's record."""
+    loaded as the suite does, the fit through the fit cache (its progress when
+    ``verbose``: off a terminal, a line per layer and epoch), the probe saved
+    to ``path``; the fit's record."""
     bench = load_bench(config, False)
     explainer, info = certified_fit(fit_diffmask, certify_fit, bench.model, mode, bench.train, bench.valid,
-                                    fit_config(config, seed), seed, False)
+                                    fit_config(config, seed), seed, verbose)
     explainer.save(path)
     return info
 
@@ -261,8 +262,9 @@ def fit_in_workers(
     jobs = [(mode, seed) for mode in ("input", "hidden") for seed in seeds if (mode, seed) not in fitted]
     with tempfile.TemporaryDirectory() as folder:
         paths = {job: os.path.join(folder, f"{job[0]}-{job[1]}.pt") for job in jobs}
-        infos = run_jobs([Job(f"DiffMask {mode}, seed {seed}", _fit_job, (dict(config), mode, seed, paths[(mode, seed)]))
-                          for mode, seed in jobs], workers, verbose, "[sst] ")
+        infos = run_jobs([Job(f"DiffMask {mode}, seed {seed}", _fit_job,
+                              (dict(config), mode, seed, paths[(mode, seed)], verbose)) for mode, seed in jobs],
+                         workers, verbose, "[sst] ")
         for job, info in zip(jobs, infos):
             log_to_stderr(verbose, f"[sst] DiffMask {job[0]}, seed {job[1]}: fitted in a worker "
                                    f"({info['seconds'] / 60:.1f} min, {info['steps']} steps)")
