@@ -299,17 +299,66 @@ def test_the_score_gradient_leaves_the_first_step_s_kl_as_it_was():
     assert kls[0] == kls[1]  # the same sampled gates, the same KL: the term is 0 in value
 
 
+#: A criterion every layer meets at its third window of 10 steps, with a cool-down of 30.
+LOOSE_COOLING = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1,
+                            cooldown=30, cooldown_factor=0.1)
+
+
+def _moving(monkeypatch, moving) -> None:
+    r"""Layer 0 reads as unsettled while ``moving(its steps)``."""
+    from captum_diffmask.diffmask.constrained.convergence import LayerMonitor
+
+    status = LayerMonitor.status
+    monkeypatch.setattr(LayerMonitor, "status",
+                        lambda self: "unsettled" if self.layer == 0 and moving(self.steps) else status(self))
+
+
+def _fitted_without_warning(convergence: Convergence) -> DiffMask:
+    dm = DiffMask(tiny_bert(), mode="hidden")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiffMaskConvergenceWarning)
+        dm.fit(_loader(3), seed=0, verbose=False, convergence=convergence)
+    return dm
+
+
+def test_a_cool_down_goes_on_until_every_layer_settles_again_on_its_windows_or_a_cap_ends_it(monkeypatch):
+    # settled at step 30, the cool-down's 30 steps end at 60, where layer 0
+    # moves; on until its window at 80 holds
+    _moving(monkeypatch, lambda steps: 40 < steps <= 70)
+    dm = _fitted_without_warning(LOOSE_COOLING)
+    assert dm.fit_record["ended"] == "cooldown" and dm.fit_record["steps"] == 80
+    assert all(r["converged"] for r in dm.convergence.values())
+
+    # a cap inside the extension ends the fit, which says the layer did not settle
+    capped = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.warns(DiffMaskConvergenceWarning, match="max_steps=70"):
+        capped.fit(_loader(3), seed=0, verbose=False, convergence=LOOSE_COOLING, max_steps=70)
+    assert capped.fit_record["ended"] == "max_steps" and not capped.convergence[0]["converged"]
+
+
+def test_a_cool_down_begins_at_the_criterions_budget_at_the_latest(monkeypatch):
+    # layer 0 moves until its step 60: the budget (5 windows of 10) is spent at
+    # 50 with it unsettled, the cool-down begins there; its 30 steps end at 80,
+    # where it has settled on the cooled windows. No cap is given: the fit's
+    # budget is the criterion's plus the cool-down's
+    _moving(monkeypatch, lambda steps: steps <= 60)
+    budgeted = dataclasses.replace(LOOSE_COOLING, max_windows=5)
+    dm = _fitted_without_warning(budgeted)
+    assert dm.fit_record["ended"] == "cooldown" and dm.fit_record["steps"] == 80
+    # without a cool-down the budget ends the fit with the layer unsettled
+    plain = DiffMask(tiny_bert(), mode="hidden")
+    with pytest.warns(DiffMaskConvergenceWarning, match="budget of 50 steps"):
+        plain.fit(_loader(3), seed=0, verbose=False, convergence=dataclasses.replace(budgeted, cooldown=0))
+    assert plain.fit_record["ended"] == "max_steps" and not plain.convergence[0]["converged"]
+
+
 def test_a_cool_down_trains_every_layer_further_at_the_scaled_rates_and_judges_its_windows(monkeypatch):
     import captum_diffmask.diffmask.fit.loop as loop
 
     built, build = [], loop.build_optimizers
     monkeypatch.setattr(loop, "build_optimizers", lambda *a: built.append(build(*a)) or built[-1])
-    loose = Convergence(window=10, patience=2, tol_kept=1.0, tol_lambda=100.0, tol_kl=1e6, open_share=1.1,
-                        cooldown=30, cooldown_factor=0.1)
-    dm = DiffMask(tiny_bert(), mode="hidden")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DiffMaskConvergenceWarning)
-        dm.fit(_loader(3), seed=0, verbose=False, convergence=loose)
+    loose = LOOSE_COOLING
+    dm = _fitted_without_warning(loose)
     # settled at 30 steps, then 30 more at every layer
     assert all(r["converged"] and r["steps"] == 60 for r in dm.convergence.values())
     assert dm.fit_record["ended"] == "cooldown" and dm.fit_record["steps"] == 60
@@ -325,14 +374,16 @@ def test_a_cool_down_trains_every_layer_further_at_the_scaled_rates_and_judges_i
     assert [g["lr"] for g in built[0][0].param_groups] == pytest.approx([3e-3, 1e-3])
 
     # one layer drawn per batch: each layer frozen at its 30th step; the
-    # cool-down's 30 steps a layer are 90 of the fit's, shared among the layers
+    # cool-down's 30 steps a layer are 90 of the fit's, shared among the
+    # layers, and it ends where a layer's window next closes
     one = {"layers_per_batch": "one"}
     plain = DiffMask(tiny_bert(), mode="hidden")
     plain.fit(_loader(3), seed=0, verbose=False, compute=one, convergence=dataclasses.replace(loose, cooldown=0))
     cooled = DiffMask(tiny_bert(), mode="hidden")
     cooled.fit(_loader(3), seed=0, verbose=False, compute=one, convergence=loose)
-    assert cooled.fit_record["steps"] == plain.fit_record["steps"] + 90
-    assert sum(r["steps"] for r in cooled.convergence.values()) == 3 * 30 + 90
+    extra = cooled.fit_record["steps"] - plain.fit_record["steps"]
+    assert cooled.fit_record["ended"] == "cooldown" and 90 <= extra < 90 + 3 * 10
+    assert sum(r["steps"] for r in cooled.convergence.values()) == 3 * 30 + extra
 
 
 def test_a_cool_down_long_enough_for_its_windows_is_required():

@@ -100,7 +100,8 @@ def first_verdict_tolerances(saved: Mapping[str, Any], criterion: Convergence) -
     Per layer of a fit that reached its cool-down, the least ``tol_lambda`` its
     first verdict needed (:func:`least_tol_lambda` over the windows before the
     cool-down's: the ones the layer first settled on, and was frozen or ended
-    the fit on). After the cool-down the verdicts are judged again on windows
+    the fit on; for a layer still unsettled where the cool-down began at the
+    criterion's budget, the tolerance that would have settled it there). After the cool-down the verdicts are judged again on windows
     at a tenth of the rates, where the multiplier hardly moves.
 
     Args:

@@ -30,7 +30,7 @@ from benchmarks.records import git_commit, cache_dir, config_hash, to_jsonable
 
 #: Bumped when a stored fit's meaning changes (what the key holds, what the
 #: record holds), so that older files are not read as this layout.
-FIT_CACHE_VERSION = 3
+FIT_CACHE_VERSION = 4
 
 #: The settings that cap a fit rather than define it, kept out of its key.
 CAP = "max_steps"

@@ -66,11 +66,12 @@ DEFAULTS: Dict[str, Any] = {
         # every probe trained 500 steps further with nothing frozen, its drift
         # measured on the held-out train sentences (captum_diffmask.certify)
         "certificate": {"steps": 500},
-        # once every layer has its verdict, 500 more steps at every layer at a
-        # tenth of the rates, the verdicts judged again on them: at the fit's
-        # rates the certificate going on from a settled probe's own state
-        # counts 2 of its 7 depths, after the cool-down 6 of 7
-        # (docs/results/certificate-noise.md): at those rates it would
+        # once every layer has its verdict (or at the criterion's budget, 4 000
+        # steps a layer, at the latest), at least 500 more steps at every layer
+        # at a tenth of the rates, and on until the verdicts hold again on
+        # them: at the fit's rates the certificate going on from a settled
+        # probe's own state counts 2 of its 7 depths, after the cool-down 6 of
+        # 7 (docs/results/certificate-noise.md): at those rates it would
         # measure the optimiser's noise
         "convergence": {"cooldown": 500},
         "input": {}, "hidden": {},
@@ -148,8 +149,10 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
                                              "middle, top), fixed in advance for the CPU's budget"},
     "fit budget": {"on": "rule", "why": "fit's defaults (run until every layer has its verdict), capped at 5 000 "
                                         "steps a layer; the certificate's 500 further steps"},
-    "cool-down": {"on": "train", "why": "500 steps at 0.1 x the rates, fixed before the run that measured it on the "
-                                       "400 held-out train sentences (docs/results/certificate-noise.md)"},
+    "cool-down": {"on": "train", "why": "at least 500 steps at 0.1 x the rates, fixed before the run that measured it "
+                                       "on the 400 held-out train sentences (docs/results/certificate-noise.md); "
+                                       "begun at the criterion's budget at the latest and run until the verdicts "
+                                       "hold again on it (by rule: a verdict judged on the cooled windows)"},
     "methods' options": {"on": "rule", "why": "DiffMask's own SST comparison (algorithms.md 1.10); the Readout "
                                               "Bottleneck's lr and beta on held-out train sentences "
                                               "(docs/results/sst-readout-tuning.md)"},

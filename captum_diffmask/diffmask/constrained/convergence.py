@@ -66,8 +66,9 @@ class Convergence:
     could close and have not, or have not been open long enough to tell.
 
     A fit stops at the latest after ``max_windows`` windows of steps at each
-    layer (``budget``), so that a fit that cannot converge ends in bounded time
-    and says so. What the fit does with the verdicts: it stops once every
+    layer (``budget``; with a cool-down, the cool-down begins there at the
+    latest and the fit stops after its steps), so that a fit that cannot
+    converge ends in bounded time and says so. What the fit does with the verdicts: it stops once every
     trained layer has one (``until_converged``), and a layer whose probe is its
     own stops training once it has its own (``freeze_converged``).
 
@@ -88,8 +89,10 @@ class Convergence:
         closed_share (float, optional): kept share counted as "all closed".
                     Default: 0.01
         max_windows (int, optional): the windows of steps per layer after
-                    which a fit stops unconverged, when no cap is given.
-                    Default: 40
+                    which a fit stops unconverged, when no cap is given; with
+                    a cool-down, after which the cool-down begins whether or
+                    not every layer has its verdict (a cap given still ends
+                    the fit). Default: 40
         needed_windows (int, optional): the windows a layer's gates must have
                     been all open before ``"needed"`` can be said: a probe needs
                     some hundred steps to learn which positions it may close
@@ -107,8 +110,12 @@ class Convergence:
         cooldown (int, optional): once every trained layer has its verdict,
                     train every layer (nothing frozen) this many further
                     steps with the probe's and the multipliers' rates times
-                    ``cooldown_factor``, and judge the verdicts again on the
-                    windows of those steps. At the fit's rates a settled
+                    ``cooldown_factor``, and on, window by window, until
+                    every verdict holds again on the cool-down's own windows
+                    (or a cap ends the fit, which then says which layers did
+                    not settle); it begins at the criterion's budget at the
+                    latest, so that a layer whose multiplier still cycles at
+                    the fit's rates is damped too. At the fit's rates a settled
                     probe still jitters around its answer: on SST at eps 0.01
                     the certificate going on from the fit's own state counts
                     2 of 7 depths (masked share moved up to 0.067), two

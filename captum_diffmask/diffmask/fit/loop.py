@@ -7,8 +7,8 @@ logits), the layers trained on it (every active one, or one drawn,
 ``layers_per_batch``), one training step (:mod:`~captum_diffmask.diffmask.fit.step`),
 and the step recorded at each layer's convergence monitor. A layer whose probe
 is its own is frozen once it settles; the loop ends when every layer has settled
-(``converged``; with a cool-down, once every layer has trained that many
-further steps at the lower rates), or at ``max_steps`` (the criterion's budget when no cap is
+(``converged``; with a cool-down, once every layer has trained at least that
+many further steps at the lower rates and settled again on them), or at ``max_steps`` (the criterion's budget when no cap is
 given), or when the epochs run out.
 """
 
@@ -101,9 +101,13 @@ class FitLoop:
         # layer drawn one batch in len(trained) gets that share of the fit's steps
         per_layer = 1 if options.compute.layers_per_batch == "all" else len(self.trained)
         self.max_steps = options.max_steps
-        if options.max_steps is None and options.epochs is None:
-            self.max_steps = criterion.budget * per_layer
         self.cooldown_steps = criterion.cooldown * per_layer
+        # with a cool-down, it begins at the criterion's budget at the latest:
+        # a layer still swinging there (a multiplier in a cycle at the fit's
+        # rates) gets the cooled rates too, rather than a cap's unsettled end
+        self.cooldown_by = criterion.budget * per_layer if criterion.cooldown else None
+        if options.max_steps is None and options.epochs is None:
+            self.max_steps = criterion.budget * per_layer + self.cooldown_steps
         self.optimizers: Optional[Tuple[torch.optim.Optimizer, MultiplierRule]] = None
         validation = options.validation
         self.selection = None if validation is None else CheckpointSelection(
@@ -236,17 +240,30 @@ class FitLoop:
         criterion = self.options.convergence
         if self.freezes and state.cooling_from is None:
             self._freeze_settled(closed)
-        if self.max_steps is not None and state.step >= self.max_steps:
+        cooling = state.cooling_from is not None
+        # a cool-down runs at least its steps, then on until every layer's
+        # verdict holds on its own windows (or a cap ends it): a verdict judged
+        # once at a fixed step calls a layer still moving at the cooled rates
+        # unsettled, a probe no longer trained leaves
+        if (cooling and state.step - state.cooling_from >= self.cooldown_steps
+                and closed and self._all_settled()):
+            state.ended = "cooldown"
+        elif self.max_steps is not None and state.step >= self.max_steps:
             state.ended = "max_steps"
-        elif state.cooling_from is not None:
-            if state.step - state.cooling_from >= self.cooldown_steps:
-                state.ended = "cooldown"
-        elif closed and criterion.until_converged and all(m.status() in SETTLED for m in self.monitors.values()):
+        elif cooling:
+            pass
+        elif closed and criterion.until_converged and self._all_settled():
             if criterion.cooldown:
                 self._start_cooldown()
             else:
                 state.ended = "converged"
+        elif criterion.until_converged and self.cooldown_by is not None and state.step >= self.cooldown_by:
+            self._start_cooldown()
         return closed
+
+    def _all_settled(self) -> bool:
+        r"""Whether every trained layer has its verdict."""
+        return all(m.status() in SETTLED for m in self.monitors.values())
 
     def _start_cooldown(self) -> None:
         r"""Every layer trained again, at the cool-down's rates (the optimisers'
@@ -257,7 +274,9 @@ class FitLoop:
         for optimizer in (self.optimizers[0], self.optimizers[1].optimizer):
             for group in optimizer.param_groups:
                 group["lr"] *= criterion.cooldown_factor
-        LOGGER.info("DiffMask fit: every layer settled at step %d; %d steps of cool-down at %g x the rates",
+        settled = self._all_settled()
+        LOGGER.info("DiffMask fit: %s at step %d; cool-down of at least %d steps at %g x the rates",
+                    "every layer settled" if settled else "the criterion's budget spent with layers unsettled",
                     state.step, criterion.cooldown, criterion.cooldown_factor)
 
     def _freeze_settled(self, closed: List[int]) -> None:
@@ -289,9 +308,6 @@ class FitLoop:
             if options.max_steps is None:
                 return f"the criterion's budget of {self.max_steps} steps (convergence.max_windows)"
             return f"the cap max_steps={options.max_steps}"
-        if state.ended == "cooldown":
-            return (f"the end of its cool-down ({options.convergence.cooldown} steps at "
-                    f"{options.convergence.cooldown_factor:g} x the rates)")
         if not options.convergence.until_converged:
             return f"epochs={options.epochs} with until_converged=False"
         return f"the cap epochs={options.epochs} ({state.step} steps)"

@@ -51,8 +51,9 @@ class FitOptions:
         max_steps (int, optional): the most steps (optimiser steps, one per
                     batch) in all (a cap). When neither it nor ``epochs`` is
                     given, the convergence criterion's budget:
-                    ``convergence.budget`` steps at each layer (4 000 by default),
-                    so that a fit ends in bounded time.
+                    ``convergence.budget`` steps at each layer (4 000 by default;
+                    with a cool-down, plus its steps), so that a fit ends in
+                    bounded time.
         epochs (int, optional): the most passes over the data loader (a cap);
                     None: as many as the steps need.
         lr (float): learning rate of the gate networks. Default: 3e-3
