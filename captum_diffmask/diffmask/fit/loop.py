@@ -250,15 +250,14 @@ class FitLoop:
             state.ended = "cooldown"
         elif self.max_steps is not None and state.step >= self.max_steps:
             state.ended = "max_steps"
-        elif cooling:
-            pass
-        elif closed and criterion.until_converged and self._all_settled():
-            if criterion.cooldown:
+        elif not cooling and criterion.until_converged:
+            if closed and self._all_settled():
+                if criterion.cooldown:
+                    self._start_cooldown()
+                else:
+                    state.ended = "converged"
+            elif self.cooldown_by is not None and state.step >= self.cooldown_by:
                 self._start_cooldown()
-            else:
-                state.ended = "converged"
-        elif criterion.until_converged and self.cooldown_by is not None and state.step >= self.cooldown_by:
-            self._start_cooldown()
         return closed
 
     def _all_settled(self) -> bool:
