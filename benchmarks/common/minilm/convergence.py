@@ -101,8 +101,9 @@ def first_verdict_tolerances(saved: Mapping[str, Any], criterion: Convergence) -
     first verdict needed (:func:`least_tol_lambda` over the windows before the
     cool-down's: the ones the layer first settled on, and was frozen or ended
     the fit on; for a layer still unsettled where the cool-down began at the
-    criterion's budget, the tolerance that would have settled it there). After the cool-down the verdicts are judged again on windows
-    at a tenth of the rates, where the multiplier hardly moves.
+    criterion's budget, the tolerance that would have settled it there).
+    After the cool-down the verdicts are judged again on windows at a tenth of
+    the rates, where the multiplier hardly moves.
 
     Args:
 

@@ -68,9 +68,10 @@ class Convergence:
     A fit stops at the latest after ``max_windows`` windows of steps at each
     layer (``budget``; with a cool-down, the cool-down begins there at the
     latest and the fit stops after its steps), so that a fit that cannot
-    converge ends in bounded time and says so. What the fit does with the verdicts: it stops once every
-    trained layer has one (``until_converged``), and a layer whose probe is its
-    own stops training once it has its own (``freeze_converged``).
+    converge ends in bounded time and says so. What the fit does with the
+    verdicts: it stops once every trained layer has one (``until_converged``),
+    and a layer whose probe is its own stops training once it has its own
+    (``freeze_converged``).
 
     Args:
 

@@ -73,8 +73,9 @@ class FitState:
         ended (str, optional): None while the loop trains; then what ended it
                     (:data:`ENDINGS`): ``"converged"`` (every trained layer
                     settled), ``"cooldown"`` (the cool-down that followed ran
-                    its steps and every layer settled again on them), ``"max_steps"`` (the step cap, or the criterion's
-                    budget), ``"epochs"`` (the epochs ran out).
+                    its steps and every layer settled again on them),
+                    ``"max_steps"`` (the step cap, or the criterion's budget),
+                    ``"epochs"`` (the epochs ran out).
         finished (bool): the call wrapped up after its loop ended (the epoch's
                     history rows, the checkpoint selection, the verdicts): a
                     fit resumed from a finished state is not trained again.

@@ -8,8 +8,9 @@ logits), the layers trained on it (every active one, or one drawn,
 and the step recorded at each layer's convergence monitor. A layer whose probe
 is its own is frozen once it settles; the loop ends when every layer has settled
 (``converged``; with a cool-down, once every layer has trained at least that
-many further steps at the lower rates and settled again on them), or at ``max_steps`` (the criterion's budget when no cap is
-given), or when the epochs run out.
+many further steps at the lower rates and settled again on them), or at
+``max_steps`` (the criterion's budget when no cap is given), or when the
+epochs run out.
 """
 
 from __future__ import annotations
@@ -253,30 +254,29 @@ class FitLoop:
         elif not cooling and criterion.until_converged:
             if closed and self._all_settled():
                 if criterion.cooldown:
-                    self._start_cooldown()
+                    self._start_cooldown("every layer settled")
                 else:
                     state.ended = "converged"
             elif self.cooldown_by is not None and state.step >= self.cooldown_by:
-                self._start_cooldown()
+                self._start_cooldown("the criterion's budget spent with layers unsettled")
         return closed
 
     def _all_settled(self) -> bool:
         r"""Whether every trained layer has its verdict."""
         return all(m.status() in SETTLED for m in self.monitors.values())
 
-    def _start_cooldown(self) -> None:
+    def _start_cooldown(self, why: str) -> None:
         r"""Every layer trained again, at the cool-down's rates (the optimisers'
-        states carry them, so a fit resumed in its cool-down keeps them)."""
+        states carry them, so a fit resumed in its cool-down keeps them);
+        ``why`` it begins, for the log."""
         assert self.optimizers is not None
         criterion, state = self.options.convergence, self.state
         state.cooling_from, state.active = state.step, list(self.trained)
         for optimizer in (self.optimizers[0], self.optimizers[1].optimizer):
             for group in optimizer.param_groups:
                 group["lr"] *= criterion.cooldown_factor
-        settled = self._all_settled()
         LOGGER.info("DiffMask fit: %s at step %d; cool-down of at least %d steps at %g x the rates",
-                    "every layer settled" if settled else "the criterion's budget spent with layers unsettled",
-                    state.step, criterion.cooldown, criterion.cooldown_factor)
+                    why, state.step, criterion.cooldown, criterion.cooldown_factor)
 
     def _freeze_settled(self, closed: List[int]) -> None:
         r"""Stops training the layers of ``closed`` that are settled, while
