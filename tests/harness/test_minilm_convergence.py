@@ -39,5 +39,17 @@ def test_the_section_counts_the_certified_probes_by_band():
     text = "\n".join(multiplier_tolerance_section({"input": {"runs": runs}, "hidden": {"runs": []}}))
     assert "| <= 5% | 1 | 1 |" in text  # layer 0 of seed 0; seed 1 has no certificate, seed 2 no state
     assert "| <= 10% | 1 | 0 |" in text and "| <= 50% | 1 | 0 |" in text
-    assert "<= 25%" not in text  # an empty band is left out, and so is a layer with too few windows
+    assert "<= 20%" not in text  # an empty band is left out, and so is a layer with too few windows
+    assert "at most 50% of max(lambda" in text  # the criterion's default, without options
     assert multiplier_tolerance_section({"input": {"runs": []}, "hidden": {"runs": []}}) == []
+
+
+def test_the_section_reads_the_fits_own_tolerance():
+    certified = {"layers": {"0": {"counted": True}, "1": {"counted": False}, "2": {"counted": True}}}
+    runs = [{"seed": 0, "options": {"convergence": {"cooldown": 500, "tol_lambda": 0.2}},
+             "tol_lambda_needed": {"0": 0.15, "1": 0.3, "2": 0.2}, "certificate": certified}]
+    text = "\n".join(multiplier_tolerance_section({"input": {"runs": []}, "hidden": {"runs": runs}}))
+    assert "at most 20% of max(lambda" in text
+    assert "| <= 20% | 2 | 2 |" in text  # 0.15 and 0.2: within the fits' tolerance
+    assert "| > 20% | 1 | 0 |" in text  # a layer the budget's cool-down began on unsettled
+    assert "50%" not in text

@@ -90,9 +90,9 @@ def convergence_section(dm: Mapping[str, Any]) -> List[str]:
 
 
 #: The bands of the least multiplier tolerance a first verdict needed (a share
-#: of the multiplier's scale) the tolerance section counts probes in; the
-#: criterion allows up to 0.5.
-MULTIPLIER_BANDS = (0.05, 0.1, 0.25, 0.5)
+#: of the multiplier's scale) the tolerance section counts probes in, those
+#: below the fits' own tolerance (the last band).
+MULTIPLIER_BANDS = (0.05, 0.1, 0.2, 0.5)
 
 
 def first_verdict_tolerances(saved: Mapping[str, Any], criterion: Convergence) -> Optional[Dict[str, Optional[float]]]:
@@ -127,12 +127,14 @@ def first_verdict_tolerances(saved: Mapping[str, Any], criterion: Convergence) -
 
 
 def multiplier_tolerance_section(dm: Mapping[str, Any]) -> List[str]:
-    r"""Is the criterion's 50 % tolerance on the multiplier too loose? Every
-    certified probe of a fit that reached its cool-down, by the least
-    tolerance its first verdict needed (``tol_lambda_needed``,
-    :func:`first_verdict_tolerances`), and how many of each band the
-    certificate counts: a loose tolerance shows as probes in the upper bands
-    that further training moves. Empty without them."""
+    r"""Is the criterion's tolerance on the multiplier (the fits' own
+    ``tol_lambda``) too loose? Every certified probe of a fit that reached its
+    cool-down, by the least tolerance its first verdict needed
+    (``tol_lambda_needed``, :func:`first_verdict_tolerances`), and how many of
+    each band the certificate counts: a loose tolerance shows as probes in the
+    upper bands that further training moves. Empty without them."""
+    tolerance = _tol_lambda(dm)
+    edges = [b for b in MULTIPLIER_BANDS if b < tolerance - 1e-12] + [tolerance]
     bands: Dict[str, List[bool]] = {}
     for mode in ("input", "hidden"):
         for run in dm[mode]["runs"]:
@@ -140,19 +142,31 @@ def multiplier_tolerance_section(dm: Mapping[str, Any]) -> List[str]:
             for layer, needed in (run.get("tol_lambda_needed") or {}).items():
                 if needed is None or str(layer) not in certificate:
                     continue
-                name = f"<= {next(b for b in MULTIPLIER_BANDS if needed <= b + 1e-12):.0%}"
+                band = next((b for b in edges if needed <= b + 1e-12), None)
+                # above the tolerance: a layer the budget's cool-down began on unsettled
+                name = f"> {tolerance:.0%}" if band is None else f"<= {band:.0%}"
                 bands.setdefault(name, []).append(bool(certificate[str(layer)]["counted"]))
     if not bands:
         return []
-    rows = [[name, len(bands[name]), sum(bands[name])] for name in (f"<= {b:.0%}" for b in MULTIPLIER_BANDS)
-            if name in bands]
+    names = [f"<= {b:.0%}" for b in edges] + [f"> {tolerance:.0%}"]
+    rows = [[name, len(bands[name]), sum(bands[name])] for name in names if name in bands]
     return ["## The multiplier's tolerance, measured", "",
             "The criterion calls a layer settled when, among other things, its multiplier's window means moved by at "
-            "most 50 % of max(lambda, 2) beyond two standard errors of the batches' noise. Is that loose enough to "
-            "call a moving probe settled? Each certified probe of a fit that reached its cool-down, by the least "
-            "tolerance its first verdict needed (on the windows it first settled on, before the cool-down), and how "
+            f"most {tolerance:.0%} of max(lambda, 2) beyond two standard errors of the batches' noise. Is that "
+            "loose enough to call a moving probe settled? Each certified probe of a fit that reached its cool-down, by the least "
+            "tolerance its first verdict needed (on the windows it first settled on, before the cool-down; above "
+            "the tolerance: a layer still unsettled where the budget began the cool-down), and how "
             "many the certificate counts (the verdict after the cool-down settled, and further training left it "
             "within the tolerances fixed in advance). Probes in the lower bands that the certificate does not "
             "count moved for another reason than a loose multiplier tolerance; a tighter tolerance would have held "
             "back every probe above it, counted or not:", "",
             table(["least tolerance the first verdict needed", "probes", "certificate counts"], rows), ""]
+
+
+def _tol_lambda(dm: Mapping[str, Any]) -> float:
+    r"""The multiplier tolerance of the fits' criterion (a run's
+    ``options["convergence"]``; the criterion's default without one)."""
+    for mode in ("input", "hidden"):
+        for run in dm[mode]["runs"]:
+            return Convergence(**((run.get("options") or {}).get("convergence") or {})).tol_lambda
+    return Convergence().tol_lambda
