@@ -153,13 +153,13 @@ def multiplier_tolerance_section(dm: Mapping[str, Any]) -> List[str]:
     return ["## The multiplier's tolerance, measured", "",
             "The criterion calls a layer settled when, among other things, its multiplier's window means moved by at "
             f"most {tolerance:.0%} of max(lambda, 2) beyond two standard errors of the batches' noise. Is that "
-            "loose enough to call a moving probe settled? Each certified probe of a fit that reached its cool-down, by the least "
-            "tolerance its first verdict needed (on the windows it first settled on, before the cool-down; above "
-            "the tolerance: a layer still unsettled where the budget began the cool-down), and how "
-            "many the certificate counts (the verdict after the cool-down settled, and further training left it "
-            "within the tolerances fixed in advance). Probes in the lower bands that the certificate does not "
-            "count moved for another reason than a loose multiplier tolerance; a tighter tolerance would have held "
-            "back every probe above it, counted or not:", "",
+            "loose enough to call a moving probe settled? Each certified probe of a fit that reached its "
+            "cool-down, by the least tolerance its first verdict needed (on the windows it first settled on, "
+            "before the cool-down; above the tolerance: a layer still unsettled where the budget began the "
+            "cool-down), and how many the certificate counts (the verdict after the cool-down settled, and "
+            "further training left it within the tolerances fixed in advance). Probes in the lower bands that the "
+            "certificate does not count moved for another reason than a loose multiplier tolerance; a tighter "
+            "tolerance would have held back every probe above it, counted or not:", "",
             table(["least tolerance the first verdict needed", "probes", "certificate counts"], rows), ""]
 
 
