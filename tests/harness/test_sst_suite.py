@@ -448,3 +448,15 @@ def test_a_run_from_before_the_stability_seeds_is_over_every_layer():
     st = stability_of(record)
     assert st["layers"] == [0, 1] and st["masked_share_std"] == pytest.approx((statistics.stdev([0.1, 0.2]) + 0.0) / 2)
     assert stability_of({**record, "stability": None}) is None
+
+
+def test_the_per_layer_target_counts_the_layers_within_one_point():
+    from benchmarks.suites.sst.report import _layers_within_target
+
+    faith = {"unmasked": {"macro_f1": 50.0},
+             "per_layer": [{"layer": k, "macro_f1": f} for k, f in enumerate([49.5, 49.0, 48.9, 50.2])]}
+    line = _layers_within_target("input", faith)
+    assert "within one point of the unmasked model's at 3 of 4 layers (target >= 3; below: 2 (-1.10))" in line
+    assert line.endswith("**met**")
+    faith["per_layer"][0]["macro_f1"] = 48.0
+    assert _layers_within_target("hidden", faith).endswith("**missed**")

@@ -371,6 +371,7 @@ def _targets(results: Mapping[str, Any]) -> List[str]:
                      f"unmasked (target: within 1 point; lowest layer: {worst['macro_f1']:.2f} at layer "
                      f"{worst['layer']}): **{'met' if ok else 'missed'}**")
         lines.append(_counted_target(mode, dm[mode]["runs"], least, base))
+        lines.append(_layers_within_target(mode, faith))
     for mode, most in (("input", 0.05), ("hidden", 0.03)):
         st = stability_of(dm[mode])
         if st:
@@ -399,6 +400,19 @@ def _counted_target(mode: str, runs: List[Mapping[str, Any]], least: float, base
     return (f"- {mode}, on the {len(probes)} of {total} probes that count: {masked:.1f} % masked, macro-F1 {f1:.2f} "
             f"(lowest: {worst['macro_f1']:.2f} at layer {worst['layer']}, seed {worst_run['seed']}): "
             f"**{'met' if ok else 'missed'}**")
+
+
+def _layers_within_target(mode: str, faith: Mapping[str, Any]) -> str:
+    r"""The issue's per-layer reading of faithfulness: at how many layers the
+    masked model's macro-F1 (seeds averaged) is within one point of the
+    unmasked model's (target: all but one)."""
+    base = faith["unmasked"]["macro_f1"]
+    rows = faith["per_layer"]
+    within = [row["layer"] for row in rows if row["macro_f1"] >= base - 1.0]
+    below = ", ".join(f"{row['layer']} ({row['macro_f1'] - base:+.2f})" for row in rows if row["layer"] not in within)
+    ok = len(within) >= len(rows) - 1
+    return (f"- {mode}, per layer: macro-F1 within one point of the unmasked model's at {len(within)} of {len(rows)} "
+            f"layers (target >= {len(rows) - 1}; below: {below or 'none'}): **{'met' if ok else 'missed'}**")
 
 
 def _stability_targets(results: Mapping[str, Any]) -> List[str]:
