@@ -460,3 +460,18 @@ def test_the_per_layer_target_counts_the_layers_within_one_point():
     assert line.endswith("**met**")
     faith["per_layer"][0]["macro_f1"] = 48.0
     assert _layers_within_target("hidden", faith).endswith("**missed**")
+
+
+def test_the_swap_test_per_layer_splits_the_pairs_whose_objectives_agree():
+    from benchmarks.suites.sst.report import _swap_layers_section
+
+    def pair(i, j, layer, disagreement, masked_gap, kl_gap):
+        return {"fits": [i, j], "layer": layer, "disagreement": disagreement, "masked_gap": masked_gap, "kl_gap": kl_gap}
+
+    swap = {"layers": [0, 3], "pairs": [pair(0, 1, 0, 0.10, 0.01, 0.002), pair(0, 2, 0, 0.30, 0.05, 0.001),
+                                        pair(1, 2, 0, 0.20, 0.01, 0.004), pair(0, 1, 3, 0.05, 0.0, 0.0)]}
+    run = {"certificate": {"eps": 0.01, "tolerances": {"masked_share": 0.02, "tol_kl": 0.25}}}
+    text = "\n".join(_swap_layers_section({"input": {"runs": [run], "swap": swap}, "hidden": {"runs": [run], "swap": None}}))
+    assert "(masked share gap <= 0.02, KL gap <= 0.25 x eps = 0.0025)" in text
+    assert "| input | 0 | 3 | 1 | 0.100 | 0.250 |" in text and "| input | 3 | 1 | 1 | 0.050 | - |" in text
+    assert _swap_layers_section({"input": {"runs": [{}], "swap": swap}, "hidden": {"runs": [], "swap": None}}) == []

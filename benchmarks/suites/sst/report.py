@@ -144,7 +144,36 @@ def _stability_section(dm: Mapping[str, Any]) -> List[str]:
             "share of real positions where two seeds' masks differ (mean over pairs and layers), and the largest "
             "gaps of the objective's two sides, the masked share and the mean KL (nats), over pairs and layers. "
             "Masks that differ while both gaps are small say the objective cannot tell them apart; large gaps say "
-            "the optimiser, not the objective, sets the spread.", ""]
+            "the optimiser, not the objective, sets the spread.", ""] + _swap_layers_section(dm)
+
+
+def _swap_layers_section(dm: Mapping[str, Any]) -> List[str]:
+    r"""The swap test per layer: the pairs of seeds whose objective values agree
+    within the certificate's tolerances (masked share, KL as a share of eps),
+    and how far their masks differ, beside the pairs whose values do not."""
+    certificates = [run["certificate"] for mode in ("input", "hidden") for run in dm[mode]["runs"]
+                    if run.get("certificate")]
+    if not certificates or not any(dm[mode].get("swap") for mode in ("input", "hidden")):
+        return []
+    tol, eps = certificates[0]["tolerances"], certificates[0]["eps"]
+    most_masked, most_kl = tol["masked_share"], tol["tol_kl"] * eps
+    rows = []
+    for mode in ("input", "hidden"):
+        swap = dm[mode].get("swap")
+        for layer in (swap or {}).get("layers", []):
+            pairs = [p for p in swap["pairs"] if p["layer"] == layer]
+            equal = [p for p in pairs if p["masked_gap"] <= most_masked and p["kl_gap"] <= most_kl]
+            other = [p for p in pairs if p not in equal]
+            rows.append([mode, layer, len(pairs), len(equal), _mean_disagreement(equal), _mean_disagreement(other)])
+    return ["Per layer, the pairs of seeds whose objective values agree within the certificate's tolerances "
+            f"(masked share gap <= {most_masked:g}, KL gap <= {tol['tol_kl']:g} x eps = {most_kl:g}; the "
+            "certificate's, fixed in advance), and how far the masks differ in those pairs and in the others:", "",
+            table(["mode", "layer", "pairs", "objectives agree", "masks differ at (mean), agreeing pairs",
+                   "masks differ at (mean), the others"], rows), ""]
+
+
+def _mean_disagreement(pairs: List[Mapping[str, Any]]) -> str:
+    return fmt(sum(p["disagreement"] for p in pairs) / len(pairs), 3) if pairs else "-"
 
 
 def _cls_section(results: Mapping[str, Any]) -> List[str]:
