@@ -54,7 +54,7 @@ def test_the_committed_reports_choices_do_not_name_their_scored_split():
 
 #: Committed suite reports from runs before their suite declared its choices;
 #: each leaves this set when its suite is rerun (this set only shrinks).
-REPORTS_BEFORE_CHOSEN_ON = {"squad.json", "sst.json"}
+REPORTS_BEFORE_CHOSEN_ON = {"squad.json"}
 
 
 def test_every_committed_suite_report_carries_its_choices():
