@@ -4,7 +4,8 @@ counts certified probes by it."""
 
 import pytest
 
-from benchmarks.common.minilm.convergence import first_verdict_tolerances, multiplier_tolerance_section
+from benchmarks.common.minilm.convergence import (constraint_binding_section, first_verdict_tolerances,
+                                                  multiplier_tolerance_section)
 from captum_diffmask import Convergence
 
 
@@ -53,3 +54,23 @@ def test_the_section_reads_the_fits_own_tolerance():
     assert "| <= 20% | 2 | 2 |" in text  # 0.15 and 0.2: within the fits' tolerance
     assert "| > 20% | 1 | 0 |" in text  # a layer the budget's cool-down began on unsettled
     assert "50%" not in text
+
+
+def test_the_binding_section_bands_the_certified_probes_by_the_constraints_place():
+    def layer(kls, lam):
+        return {"windows": [{"kl": kl, "lam": lam, "steps": 100} for kl in kls]}
+
+    def cert(before, after, counted):
+        return {"masked_before": before, "masked_after": after, "counted": counted}
+
+    run = {"options": {"eps": 0.01},
+           "convergence": {"0": layer([0.006, 0.008], 9.0), "1": layer([0.0095, 0.0097], 12.0),
+                           "2": layer([0.012, 0.012], 5.0), "3": layer([0.0, 0.0], 0.1), "4": layer([0.005], 9.0)},
+           "certificate": {"layers": {"0": cert(0.2, 0.23, False), "1": cert(0.3, 0.302, True),
+                                      "2": cert(0.4, 0.39, True), "3": cert(0.9, 0.9, True)}}}
+    text = "\n".join(constraint_binding_section({"input": {"runs": [run]}, "hidden": {"runs": []}}))
+    assert "| < 0.8 | 1 | +0.0300 | 0 |" in text  # 0.7 of eps, the multiplier 9: not at a KKT point
+    assert "| 0.9 to 1 | 1 | +0.0020 | 1 |" in text and "| >= 1.1 | 1 | -0.0100 | 1 |" in text
+    assert "| multiplier <= 2 | 1 | +0.0000 | 1 |" in text  # layer 4 has no certificate: left out
+    assert "0.8 to 0.9" not in text
+    assert constraint_binding_section({"input": {"runs": [{**run, "certificate": None}]}, "hidden": {"runs": []}}) == []

@@ -163,6 +163,56 @@ def multiplier_tolerance_section(dm: Mapping[str, Any]) -> List[str]:
             table(["least tolerance the first verdict needed", "probes", "certificate counts"], rows), ""]
 
 
+#: The constraint's place at the verdict, as a share of eps: the bands' upper edges.
+BINDING_BANDS = (0.8, 0.9, 1.0, 1.1)
+
+
+def constraint_binding_section(dm: Mapping[str, Any]) -> List[str]:
+    r"""Does a probe the certificate moves end its fit off the constraint? Every
+    certified probe, by where its constraint stood when the fit ended (the mean
+    over the windows its record keeps, as a share of eps), with the mean change
+    of its masked share under the certificate and how many the certificate
+    counts; a probe whose multiplier ended at most ``lambda_floor`` (its
+    constraint need not bind) in a row of its own. Empty without certificates."""
+    floor = Convergence().lambda_floor
+    bands: Dict[str, List[Tuple[bool, float]]] = {}
+    for mode in ("input", "hidden"):
+        for run in dm[mode]["runs"]:
+            certificate = (run.get("certificate") or {}).get("layers", {})
+            eps = (run.get("options") or {}).get("eps")
+            for layer, report in (run.get("convergence") or {}).items():
+                windows, cert = report.get("windows") or [], certificate.get(str(layer))
+                if not windows or cert is None or not eps:
+                    continue
+                share = sum(w["kl"] * w["steps"] for w in windows) / sum(w["steps"] for w in windows) / eps
+                name = f"multiplier <= {floor:g}" if windows[-1]["lam"] <= floor else _binding_band(share)
+                moved = cert["masked_after"] - cert["masked_before"]
+                bands.setdefault(name, []).append((bool(cert["counted"]), moved))
+    if not bands:
+        return []
+    names = [_binding_band(b - 1e-9) for b in BINDING_BANDS] + [_binding_band(math.inf), f"multiplier <= {floor:g}"]
+    rows = [[name, len(bands[name]), f"{sum(m for _, m in bands[name]) / len(bands[name]):+.4f}",
+             sum(c for c, _ in bands[name])] for name in names if name in bands]
+    return ["## Where the constraint stood when the fit ended", "",
+            "A fit ends a layer at a verdict; at an optimum of the Lagrangian a positive multiplier goes with a "
+            "constraint that binds (the KL at eps). Each certified probe by its constraint's mean over the last "
+            "windows its record keeps, as a share of eps (the multiplier above its floor of "
+            f"{floor:g}; at or below it the constraint need not bind), the mean change of its held-out masked share "
+            "under the certificate's further steps, and how many the certificate counts:", "",
+            table(["constraint / eps when the fit ended", "probes", "masked share change (mean)",
+                   "certificate counts"], rows), ""]
+
+
+def _binding_band(share: float) -> str:
+    r"""The :data:`BINDING_BANDS` band a constraint / eps share falls in."""
+    lower = 0.0
+    for edge in BINDING_BANDS:
+        if share < edge:
+            return f"< {edge:g}" if lower == 0.0 else f"{lower:g} to {edge:g}"
+        lower = edge
+    return f">= {lower:g}"
+
+
 def _tol_lambda(dm: Mapping[str, Any]) -> float:
     r"""The multiplier tolerance of the fits' criterion (a run's
     ``options["convergence"]``; the criterion's default without one)."""

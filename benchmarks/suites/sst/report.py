@@ -12,7 +12,8 @@ from benchmarks.tasks.sst import LABEL_NAMES
 from benchmarks.report import chosen_on_section, fmt, fmt_ratio, fmt_seconds, notes_section, table
 from captum_diffmask.diffmask.fit.history import last_rows
 
-from benchmarks.common.minilm.convergence import convergence_section, multiplier_tolerance_section, probe_counts
+from benchmarks.common.minilm.convergence import (constraint_binding_section, convergence_section,
+                                                  multiplier_tolerance_section, probe_counts)
 from benchmarks.common.minilm.fit_cache import fitted_where
 from benchmarks.common.minilm.fitting import HELD_OUT_MARGIN
 from benchmarks.suites.sst.scoring import aggregate_std, counted_layers, layer_means, layer_row
@@ -44,6 +45,7 @@ def write_report(results: Mapping[str, Any], path: Any, json_name: str = "result
                                results["speed"]["per_sentence_seconds"]["forward"])
     lines += convergence_section(results["diffmask"])
     lines += multiplier_tolerance_section(results["diffmask"])
+    lines += constraint_binding_section(results["diffmask"])
     lines += notes_section(results.get("notes") or [])
     lines += chosen_on_section(results)
     lines += [f"All numbers are in `{json_name}`; configuration and environment there too.", ""]
