@@ -434,7 +434,7 @@ def _counted_target(mode: str, runs: List[Mapping[str, Any]], least: float, base
 
 
 def _layers_within_target(mode: str, faith: Mapping[str, Any]) -> str:
-    r"""The issue's per-layer reading of faithfulness: at how many layers the
+    r"""The per-layer reading of faithfulness: at how many layers the
     masked model's macro-F1 (seeds averaged) is within one point of the
     unmasked model's (target: all but one)."""
     base = faith["unmasked"]["macro_f1"]
