@@ -472,6 +472,6 @@ def test_the_swap_test_per_layer_splits_the_pairs_whose_objectives_agree():
                                         pair(1, 2, 0, 0.20, 0.01, 0.004), pair(0, 1, 3, 0.05, 0.0, 0.0)]}
     run = {"certificate": {"eps": 0.01, "tolerances": {"masked_share": 0.02, "tol_kl": 0.25}}}
     text = "\n".join(_swap_layers_section({"input": {"runs": [run], "swap": swap}, "hidden": {"runs": [run], "swap": None}}))
-    assert "(masked share gap <= 0.02, KL gap <= 0.25 x eps = 0.0025)" in text
+    assert "(masked share gap <= 0.02, KL gap <= 0.25 x eps = 0.0025; the certificate's, fixed in advance)" in text
     assert "| input | 0 | 3 | 1 | 0.100 | 0.250 |" in text and "| input | 3 | 1 | 1 | 0.050 | - |" in text
     assert _swap_layers_section({"input": {"runs": [{}], "swap": swap}, "hidden": {"runs": [], "swap": None}}) == []
