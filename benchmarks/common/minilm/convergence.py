@@ -190,7 +190,7 @@ def constraint_binding_section(dm: Mapping[str, Any]) -> List[str]:
                 bands.setdefault(name, []).append((bool(cert["counted"]), moved))
     if not bands:
         return []
-    names = [_binding_band(b - 1e-9) for b in BINDING_BANDS] + [_binding_band(math.inf), f"multiplier <= {floor:g}"]
+    names = _binding_band_names() + [f"multiplier <= {floor:g}"]
     rows = [[name, len(bands[name]), f"{sum(m for _, m in bands[name]) / len(bands[name]):+.4f}",
              sum(c for c, _ in bands[name])] for name in names if name in bands]
     return ["## Where the constraint stood when the fit ended", "",
@@ -203,14 +203,16 @@ def constraint_binding_section(dm: Mapping[str, Any]) -> List[str]:
                    "certificate counts"], rows), ""]
 
 
+def _binding_band_names() -> List[str]:
+    r"""The names of the :data:`BINDING_BANDS` bands, lowest first, and of the band above them."""
+    lowers = (None,) + BINDING_BANDS[:-1]
+    return ([f"< {edge:g}" if lower is None else f"{lower:g} to {edge:g}" for lower, edge in zip(lowers, BINDING_BANDS)]
+            + [f">= {BINDING_BANDS[-1]:g}"])
+
+
 def _binding_band(share: float) -> str:
-    r"""The :data:`BINDING_BANDS` band a constraint / eps share falls in."""
-    lower = 0.0
-    for edge in BINDING_BANDS:
-        if share < edge:
-            return f"< {edge:g}" if lower == 0.0 else f"{lower:g} to {edge:g}"
-        lower = edge
-    return f">= {lower:g}"
+    r"""The name of the :data:`BINDING_BANDS` band a constraint / eps share falls in."""
+    return _binding_band_names()[sum(share >= edge for edge in BINDING_BANDS)]
 
 
 def _tol_lambda(dm: Mapping[str, Any]) -> float:
