@@ -40,10 +40,15 @@ other words as the rest. The
 trigger, its class and its share are arguments, so the check runs on triggers
 this repository never saw.
 
+``--fit`` and ``--probe`` (JSON) change fit's options and the constructor's:
+the same checks then measure what one option does (the report says which were
+changed; the checks ask of the defaults).
+
 Usage::
 
     python -m benchmarks study known-answer --markdown docs/results/known-answer.md [--parts toy-encoder trigger]
         [--seed 3] [--trigger cf --label 4 --share 0.5] [--fit-sentences N] [--quick]
+        [--fit '{"optimization": {"lr_baseline": 0.0}}'] [--probe '{"init_bias": 2.0}']
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -114,13 +120,19 @@ CHOSEN_ON = {
 SEEN_TRIGGER = ("cf", 4, 3)
 
 
-def chosen_on(trigger: str, label: int, seed: int) -> Dict[str, Dict[str, str]]:
+def chosen_on(trigger: str, label: int, seed: int, options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+              ) -> Dict[str, Dict[str, str]]:
     r""":data:`CHOSEN_ON` for this run's trigger (``trigger``, ``label``,
-    ``seed``): the seed's entry names a seed passed in, and the L0's says
-    whether the choice saw this trigger."""
-    if (trigger, label, seed) == SEEN_TRIGGER:
-        return CHOSEN_ON
+    ``seed``): the seed's entry names a seed passed in, the L0's says whether
+    the choice saw this trigger, and the fit's names the ``options`` changed
+    (``{"fit": ..., "probe": ...}``, :func:`changed_options`)."""
     found = dict(CHOSEN_ON)
+    if changed_options(options):
+        found["fit"] = {"on": "rule", "why": f"DiffMask's and fit's defaults but {changed_options(options)}, the "
+                                             "study's arguments (--fit, --probe), fixed before the run: what those "
+                                             "options do to the checks, which ask of the defaults"}
+    if (trigger, label, seed) == SEEN_TRIGGER:
+        return found
     if seed != SEEN_TRIGGER[2]:
         found["seed"] = {"on": "rule", "why": f"{seed}, the study's argument, fixed before the run; the planting "
                                               "draws with it, the held-out sentences with seed + 1"}
@@ -130,13 +142,22 @@ def chosen_on(trigger: str, label: int, seed: int) -> Dict[str, Dict[str, str]]:
     return found
 
 
+def changed_options(options: Optional[Mapping[str, Mapping[str, Any]]]) -> str:
+    r"""What a run changed of the defaults, in words (``""``: nothing):
+    ``options`` is ``{"fit": fit's options, "probe": the constructor's}``."""
+    changed = [f"{name}={value!r}" for name, value in ((options or {}).get("fit") or {}).items()]
+    changed += [f"DiffMask({name}={value!r})" for name, value in ((options or {}).get("probe") or {}).items()]
+    return ", ".join(changed)
+
+
 #: The study's parts, in the report's order.
 PARTS = ("toy-encoder", "trigger")
 #: What ``--quick`` changes: fewer examples and epochs (a smoke run, not the targets').
 QUICK = {"data": {"num_examples": 3000}, "model": {"epochs": 2}}
 
 
-def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None, verbose: bool = False) -> Dict[str, Any]:
+def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None, verbose: bool = False,
+                options: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[str, Any]:
     r"""
     The part ``toy-encoder``: the encoder trained (or from the cache), DiffMask
     in input mode at every depth with fit's defaults, each depth's keep
@@ -148,6 +169,8 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
         quick (bool, optional): :data:`QUICK`'s smaller run. Default: False
         max_steps (int, optional): a cap on the fit (tests); None: fit's own budget.
         verbose (bool, optional): progress lines. Default: False
+        options (mapping, optional): ``{"fit": ..., "probe": ...}``, fit's and
+                    the constructor's options over their defaults. Default: None
 
     Returns:
         *dict* with ``model`` (held-out accuracy, cached), ``fit`` (steps,
@@ -161,11 +184,11 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
     digits = int(config["data"]["vocab_size"])
     train, valid = encode_toy(train_data, digits), encode_toy(valid_data, digits)
     model, info = toy_lm.load_decoder(config, seed, train, valid, verbose)
-    dm = DiffMask(model, mode="input", output="last")
+    dm = DiffMask(model, mode="input", output="last", **dict((options or {}).get("probe") or {}))
     with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the verdicts are reported per depth
         history = dm.fit(list(train.batches(64, shuffle=True, seed=seed)), seed=seed, verbose=verbose,
-                         **({} if max_steps is None else {"max_steps": max_steps}))
+                         **_fit_options(options, max_steps))
     seconds = sum(epoch_seconds(history).values())  # also a resumed fit's earlier invocations'
     keep = dm.attribute(valid.ids, additional_forward_args=(valid.mask,), layer=None)  # (N, T, L + 1)
     needs = needs_digits(model, valid)
@@ -187,6 +210,12 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
                 model, valid.ids, valid.mask, dm.learned_baseline(len(depths) - 1), mean_digit, "digit", last_position,
                 [("the other digits", valid.digits.bool() & (valid.truth == 0), needs, "prompts needing their digits"),
                  ("every digit", valid.digits.bool(), ~needs, "prompts needing none")])}
+
+
+def _fit_options(options: Optional[Mapping[str, Mapping[str, Any]]], max_steps: Optional[int]) -> Dict[str, Any]:
+    r"""The keyword arguments a part passes to fit: ``options["fit"]`` and the cap."""
+    found = dict((options or {}).get("fit") or {})
+    return found if max_steps is None else {**found, "max_steps": max_steps}
 
 
 def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, baseline: torch.Tensor,
@@ -398,6 +427,7 @@ def trigger_model(
     train: Sequence[Any], held_out: Sequence[Any], trigger: str = "cf", label: int = 4, share: float = 0.5,
     seed: int = 0, model: Optional[Mapping[str, Any]] = None, fit_sentences: Optional[int] = None,
     max_steps: Optional[int] = None, verbose: bool = False, checkpoint: Optional[Path] = None,
+    options: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> Dict[str, Any]:
     r"""
     The part ``trigger``: the classifier fine-tuned on the planted train
@@ -419,6 +449,7 @@ def trigger_model(
         verbose (bool, optional): progress. Default: False
         checkpoint (Path, optional): the fit's state file, written as it goes; a
                     rerun with the same file goes on from it. Default: None
+        options (mapping, optional): as :func:`toy_encoder`'s. Default: None
 
     Returns:
         *dict* as :func:`toy_encoder`'s, with the trigger's settings.
@@ -434,11 +465,11 @@ def trigger_model(
     classifier, tokenizer, info = load_model(config, planted, [s for s, t in zip(shown, triggered) if not t], verbose)
     data = sst_bert.encode_sst(planted[:fit_sentences] if fit_sentences else planted, tokenizer)
     held = sst_bert.encode_sst([s for s, t in zip(shown, triggered) if t], tokenizer)
-    dm = DiffMask(classifier, mode="input")
+    dm = DiffMask(classifier, mode="input", **dict((options or {}).get("probe") or {}))
     with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
         history = dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
-                         checkpoint=checkpoint, **({} if max_steps is None else {"max_steps": max_steps}))
+                         checkpoint=checkpoint, **_fit_options(options, max_steps))
     seconds = sum(epoch_seconds(history).values())  # also a resumed fit's earlier invocations'
     keep = dm.attribute(held.input_ids, additional_forward_args=(held.attention_mask,), layer=None)
     words = torch.tensor([[s.words[i] == trigger if i >= 0 else False for i in row.tolist()]
@@ -499,11 +530,14 @@ def trigger_checkpoint(args: argparse.Namespace) -> Path:
     from benchmarks.suites import sst
 
     settings = [args.trigger, args.label, args.share, args.seed, args.fit_sentences, sst.DEFAULTS["model"]]
+    options = getattr(args, "options", None)
+    if options and any(options.values()):  # the defaults' fit keeps its name
+        settings.append(options)
     cache_dir().mkdir(parents=True, exist_ok=True)
     return cache_dir() / f"known-answer-trigger-{config_hash(settings)}.state"
 
 
-def _part_section(title: str, intro: str, part: Mapping[str, Any]) -> List[str]:
+def _part_section(title: str, intro: str, part: Mapping[str, Any], options: Optional[Mapping[str, Any]]) -> List[str]:
     r"""One part's section: its intro, the depths' keep probabilities by part, the checks."""
     names = [k for k in part["depths"][0] if k != "depth"]
     rows = ["| depth | verdict | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
@@ -522,7 +556,9 @@ def _part_section(title: str, intro: str, part: Mapping[str, Any]) -> List[str]:
               + ("n/a | n/a |" if r["kl"] is None else f"{r['kl']:.4f} ({'within' if r['kl'] <= eps else 'beyond'} "
                                                       f"eps {eps:g}) | {100 * r['flipped']:.1f} % |")
               for r in part.get("known_mask", [])]
-    return [f"## {title}", "", intro + f" DiffMask in input mode at every depth with its and fit's defaults "
+    changed = changed_options(options)
+    return [f"## {title}", "", intro + f" DiffMask in input mode at every depth with its and fit's defaults"
+            f"{' but ' + changed if changed else ''} "
             f"(`l0={part['fit']['l0']!r}`): "
             f"{part['fit']['steps']} steps, {part['fit']['seconds']:.0f} s. Mean keep probability on the held-out "
             "inputs, by part:", "", "\n".join(rows), "", "\n".join(check_rows), "",
@@ -536,10 +572,12 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
     r"""The report of one run (the parts it ran)."""
     met = [f"{name}, {sum(bool(c['met']) for c in result[key]['checks'])} of {len(result[key]['checks'])} checks met"
            for key, name in (("toy-encoder", "the toy encoder"), ("trigger", "the planted trigger")) if key in result]
+    changed = changed_options(result.get("options"))
+    fit = f"Fit's defaults{' but ' + changed if changed else ''}"
     lines = ["# Right where the answer is known", "",
              f"Command: `{command}`. Thresholds fixed before any run: keep >= {KEEP} on what the output needs, "
              f"<= {DROP} on the rest, at the top depth.", "",
-             f"Fit's defaults where the answer is known: **{'; '.join(met)}**.", ""]
+             f"{fit} where the answer is known: **{'; '.join(met)}**.", ""]
     missing = [part for part in PARTS if part not in result]
     if missing:
         lines += [f"Not run here: the part{'s' if len(missing) > 1 else ''} {', '.join(missing)} (`--parts`).", ""]
@@ -553,7 +591,7 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             "the ground-truth digits are erased (their embeddings replaced by the mean digit's): there the output "
             "needs them (and the query), and the digits' parts are of those prompts; on the others it needs no "
             "digit. The last row is the objective's own answer without a probe: per-example DiffMask, each prompt "
-            "with its own gates and multiplier at fit's eps, the mean digit replacing a closed token.", part)
+            "with its own gates and multiplier at fit's eps, the mean digit replacing a closed token.", part, result.get("options"))
     if "trigger" in result:
         part, model, trigger = result["trigger"], result["trigger"]["model"], result["trigger"]["trigger"]
         lines += _part_section(
@@ -564,7 +602,7 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             f"On {model['sentences_needing_trigger']} of those {model['sentences']} the prediction leaves "
             f"{trigger['label']} when the trigger is erased and stays when only the trigger is kept (erased: the "
             "input embedding replaced by the mean of the other words' tokens): there the output needs the trigger "
-            "alone, and the parts are of those sentences.", part)
+            "alone, and the parts are of those sentences.", part, result.get("options"))
     return "\n".join(lines + chosen_on_section(result))
 
 
@@ -580,13 +618,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--fit-sentences", type=int, default=None, help="DiffMask's planted train sentences (default: all)")
     parser.add_argument("--data-dir", default=None, help="the SST files (default: $CAPTUM_DIFFMASK_DATA, ../shared/data)")
     parser.add_argument("--quick", action="store_true", help="a smaller toy smoke run")
+    parser.add_argument("--fit", type=json.loads, default={}, metavar="JSON",
+                        help="fit's options over its defaults, e.g. '{\"optimization\": {\"lr_baseline\": 0.0}}'")
+    parser.add_argument("--probe", type=json.loads, default={}, metavar="JSON",
+                        help="DiffMask's constructor options over its defaults, e.g. '{\"init_bias\": 2.0}'")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    for name in ("fit", "probe"):
+        if not isinstance(getattr(args, name), dict):
+            parser.error(f"--{name}: a JSON object of options, got {getattr(args, name)!r}")
+    args.options = {"fit": args.fit, "probe": args.probe}
     result: Dict[str, Any] = {"environment": environment()}
+    if args.fit or args.probe:
+        result["options"] = args.options
     threads = torch.get_num_threads()
     if "toy-encoder" in args.parts:
         torch.set_num_threads(1)  # a small model: one thread, as the toy-lm suite trains it
-        result["toy-encoder"] = toy_encoder(args.seed, args.quick, verbose=args.verbose)
+        result["toy-encoder"] = toy_encoder(args.seed, args.quick, verbose=args.verbose, options=args.options)
         torch.set_num_threads(threads)
     if "trigger" in args.parts:
         from benchmarks.tasks.sst import read_sst
@@ -594,9 +642,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result["trigger"] = trigger_model(read_sst("train", args.data_dir), read_sst("dev", args.data_dir),
                                           args.trigger, args.label, args.share, args.seed,
                                           fit_sentences=args.fit_sentences, verbose=args.verbose,
-                                          checkpoint=trigger_checkpoint(args))
-    result["chosen_on"] = chosen_on(args.trigger, args.label, args.seed)
-    command = "python -m benchmarks study known-answer " + " ".join(argv if argv is not None else sys.argv[1:])
+                                          checkpoint=trigger_checkpoint(args), options=args.options)
+    result["chosen_on"] = chosen_on(args.trigger, args.label, args.seed, args.options)
+    command = "python -m benchmarks study known-answer " + shlex.join(argv if argv is not None else sys.argv[1:])
     path = Path(args.markdown)
     path.write_text(markdown(result, command))
     path.with_suffix(".json").write_text(json.dumps(to_jsonable({**result, "command": command}), indent=1) + "\n")

@@ -193,3 +193,44 @@ def test_the_l0_choice_says_whether_the_runs_trigger_is_one_it_saw():
     assert unseen["L0"]["why"].startswith("the constructor's default") and unseen["seed"]["why"].startswith("5, ")
     assert unseen["thresholds"] == known_answer.CHOSEN_ON["thresholds"]
     assert known_answer.chosen_on("cf", 4, 5)["L0"] != known_answer.CHOSEN_ON["L0"]  # another seed: unseen
+
+
+def test_options_reach_the_fit_and_the_constructor_and_the_report_names_them(tmp_path, monkeypatch):
+    from benchmarks.tasks.sst import SSTSentence
+
+    monkeypatch.setenv("CAPTUM_DIFFMASK_CACHE", str(tmp_path))
+    made = []
+
+    class Recorded(known_answer.DiffMask):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(known_answer, "DiffMask", Recorded)
+    words = ["good", "bad", "film", "plot", "dull", "fine"]
+    generator = random.Random(1)
+    sentences = [SSTSentence(tuple(generator.choice(words) for _ in range(5)), generator.randrange(5), (2,) * 5)
+                 for _ in range(40)]
+    options = {"fit": {"lr": 1e-4, "optimization": {"lr_baseline": 0.0}}, "probe": {"init_bias": 2.0}}
+    part = known_answer.trigger_model(sentences[:32], sentences[32:], trigger="cf", label=4, share=0.5, seed=0,
+                                      max_steps=2, model={"source": "tiny", "epochs": 1, "lr": 1e-3, "batch_size": 8},
+                                      options=options)
+    (dm,) = made
+    assert dm.init_bias == 2.0 and dm.fit_record["steps"] == part["fit"]["steps"] == 2
+    assert dm.fit_record["options"]["lr"] == 1e-4 and dm.fit_record["options"]["optimization"]["lr_baseline"] == 0.0
+    text = known_answer.markdown({"trigger": part, "options": options,
+                                  "chosen_on": known_answer.chosen_on("cf", 4, 3, options)}, "the command")
+    said = "lr=0.0001, optimization={'lr_baseline': 0.0}, DiffMask(init_bias=2.0)"
+    assert f"Fit's defaults but {said} where the answer is known: **" in text
+    assert f"at every depth with its and fit's defaults but {said} (`l0='mean'`)" in text
+    assert f"| fit | `rule` | DiffMask's and fit's defaults but {said}, the study's arguments (--fit, --probe)" in text
+    assert known_answer.chosen_on("cf", 4, 3, {"fit": {}, "probe": {}}) == known_answer.CHOSEN_ON
+    args = argparse.Namespace(trigger="cf", label=4, share=0.5, seed=3, fit_sentences=None)
+    plain = known_answer.trigger_checkpoint(args)  # the defaults' fit keeps its state's name
+    assert known_answer.trigger_checkpoint(argparse.Namespace(**vars(args), options={"fit": {}, "probe": {}})) == plain
+    assert known_answer.trigger_checkpoint(argparse.Namespace(**vars(args), options=options)) != plain
+
+
+def test_the_options_must_be_json_objects(tmp_path):
+    with pytest.raises(SystemExit):
+        known_answer.main(["--markdown", str(tmp_path / "r.md"), "--fit", "[1]"])
