@@ -203,9 +203,11 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
     return {"model": {"seed": seed, "accuracy": decoder_accuracy(model, valid), "cached": info["cached"],
                       "layers": model.config.num_hidden_layers, "prompts": int(needs.numel()),
                       "prompts_needing_digits": int(needs.sum())},
-            "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts, "l0": dm.l0},
+            "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts, "l0": dm.l0,
+                    "eps": dm.fit_record["options"]["eps"]},
             "depths": depths, "checks": checks(depths, verdicts),
-            "objective": objective_answer(model, valid.ids, valid.mask, mean_digit, groups, seed),
+            "objective": objective_answer(model, valid.ids, valid.mask, mean_digit, groups, seed,
+                                          dm.fit_record["options"]["eps"]),
             "known_mask": known_mask_costs(
                 model, valid.ids, valid.mask, dm.learned_baseline(len(depths) - 1), mean_digit, "digit", last_position,
                 [("the other digits", valid.digits.bool() & (valid.truth == 0), needs, "prompts needing their digits"),
@@ -219,7 +221,7 @@ def _fit_options(options: Optional[Mapping[str, Mapping[str, Any]]], max_steps: 
 
 
 def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, baseline: torch.Tensor,
-                     groups: Mapping[str, torch.Tensor], seed: int) -> Dict[str, Any]:
+                     groups: Mapping[str, torch.Tensor], seed: int, eps: Optional[float] = None) -> Dict[str, Any]:
     r"""
     DiffMask's objective answered without a probe: per-example DiffMask
     (:meth:`PerExampleDiffMask.fit_masks` at its defaults and fit's eps, each
@@ -236,6 +238,7 @@ def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tens
         baseline (Tensor): (H,) what replaces a closed token.
         groups (dict): ``{part: (N, T) bool}``, the parts scored.
         seed (int): the gate samples' seed (the caller's RNG is left as found).
+        eps (float, optional): the KL bound; None: fit's default. Default: None
 
     Returns:
         *dict* with ``steps`` and ``keep`` (per part, the mean keep probability).
@@ -243,7 +246,8 @@ def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tens
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         found = PerExampleDiffMask(model, output="last").fit_masks(
-            ids, additional_forward_args=(mask,), layer=0, eps=FitOptions().eps, baselines=baseline, verbose=False)
+            ids, additional_forward_args=(mask,), layer=0, eps=FitOptions().eps if eps is None else eps,
+            baselines=baseline, verbose=False)
     return {"steps": int(found.step.max()), "keep": {name: float(found.keep[where].mean()) for name, where in groups.items()}}
 
 
@@ -487,7 +491,8 @@ def trigger_model(
             "model": {"accuracy": float((predicted == label).float().mean()), "cached": info["cached"],
                       "layers": classifier.config.num_hidden_layers, "seed": seed, "sentences": len(held),
                       "sentences_needing_trigger": int(needs.sum())},
-            "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts, "l0": dm.l0},
+            "fit": {"steps": dm.fit_record.get("steps"), "seconds": seconds, "verdicts": verdicts, "l0": dm.l0,
+                    "eps": dm.fit_record["options"]["eps"]},
             "depths": depths, "checks": checks(depths, verdicts, "the trigger", "the other words"),
             "known_mask": known_mask_costs(
                 classifier, held.input_ids, held.attention_mask, dm.learned_baseline(len(depths) - 1),
@@ -531,7 +536,7 @@ def trigger_checkpoint(args: argparse.Namespace) -> Path:
 
     settings = [args.trigger, args.label, args.share, args.seed, args.fit_sentences, sst.DEFAULTS["model"]]
     options = getattr(args, "options", None)
-    if options and any(options.values()):  # the defaults' fit keeps its name
+    if changed_options(options):  # the defaults' fit keeps its name
         settings.append(options)
     cache_dir().mkdir(parents=True, exist_ok=True)
     return cache_dir() / f"known-answer-trigger-{config_hash(settings)}.state"
@@ -550,7 +555,7 @@ def _part_section(title: str, intro: str, part: Mapping[str, Any], options: Opti
     check_rows = ["| check | value | target | met |", "|---|---|---|---|"]
     check_rows += [f"| {c['check']} | {c['value']} | {c['target']} | **{'met' if c['met'] else 'missed'}** |"
                    for c in part["checks"]]
-    eps = FitOptions().eps
+    eps = part["fit"].get("eps", FitOptions().eps)  # reports from before it was recorded: fit's default
     known = ["| replaced | by | on | inputs | KL (nats) | answers changed |", "|---|---|---|---|---|---|"]
     known += [f"| {r['replaced']} | {r['by']} | {r['on']} | {r['inputs']} | "
               + ("n/a | n/a |" if r["kl"] is None else f"{r['kl']:.4f} ({'within' if r['kl'] <= eps else 'beyond'} "
@@ -591,7 +596,8 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             "the ground-truth digits are erased (their embeddings replaced by the mean digit's): there the output "
             "needs them (and the query), and the digits' parts are of those prompts; on the others it needs no "
             "digit. The last row is the objective's own answer without a probe: per-example DiffMask, each prompt "
-            "with its own gates and multiplier at fit's eps, the mean digit replacing a closed token.", part, result.get("options"))
+            "with its own gates and multiplier at fit's eps, the mean digit replacing a closed token.", part,
+            result.get("options"))
     if "trigger" in result:
         part, model, trigger = result["trigger"], result["trigger"]["model"], result["trigger"]["trigger"]
         lines += _part_section(

@@ -211,16 +211,17 @@ def test_options_reach_the_fit_and_the_constructor_and_the_report_names_them(tmp
     generator = random.Random(1)
     sentences = [SSTSentence(tuple(generator.choice(words) for _ in range(5)), generator.randrange(5), (2,) * 5)
                  for _ in range(40)]
-    options = {"fit": {"lr": 1e-4, "optimization": {"lr_baseline": 0.0}}, "probe": {"init_bias": 2.0}}
+    options = {"fit": {"lr": 1e-4, "eps": 0.5, "optimization": {"lr_baseline": 0.0}}, "probe": {"init_bias": 2.0}}
     part = known_answer.trigger_model(sentences[:32], sentences[32:], trigger="cf", label=4, share=0.5, seed=0,
                                       max_steps=2, model={"source": "tiny", "epochs": 1, "lr": 1e-3, "batch_size": 8},
                                       options=options)
     (dm,) = made
     assert dm.init_bias == 2.0 and dm.fit_record["steps"] == part["fit"]["steps"] == 2
+    assert part["fit"]["eps"] == 0.5  # the bound the report's known-mask rows are read against
     assert dm.fit_record["options"]["lr"] == 1e-4 and dm.fit_record["options"]["optimization"]["lr_baseline"] == 0.0
     text = known_answer.markdown({"trigger": part, "options": options,
                                   "chosen_on": known_answer.chosen_on("cf", 4, 3, options)}, "the command")
-    said = "lr=0.0001, optimization={'lr_baseline': 0.0}, DiffMask(init_bias=2.0)"
+    said = "lr=0.0001, eps=0.5, optimization={'lr_baseline': 0.0}, DiffMask(init_bias=2.0)"
     assert f"Fit's defaults but {said} where the answer is known: **" in text
     assert f"at every depth with its and fit's defaults but {said} (`l0='mean'`)" in text
     assert f"| fit | `rule` | DiffMask's and fit's defaults but {said}, the study's arguments (--fit, --probe)" in text
