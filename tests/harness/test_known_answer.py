@@ -232,6 +232,8 @@ def test_options_reach_the_fit_and_the_constructor_and_the_report_names_them(tmp
     assert known_answer.trigger_checkpoint(argparse.Namespace(**vars(args), options=options)) != plain
 
 
-def test_the_options_must_be_json_objects(tmp_path):
+def test_the_options_must_be_json_objects(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        known_answer.main(["--markdown", str(tmp_path / "r.md"), "--fit", "[1]"])
+        known_answer.main(["--markdown", str(tmp_path / "r.md"), "--probe", "[1]"])
+    assert "--probe: a JSON object of options, got [1]" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
