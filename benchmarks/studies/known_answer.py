@@ -142,11 +142,16 @@ def chosen_on(trigger: str, label: int, seed: int, options: Optional[Mapping[str
     return found
 
 
+def _given(options: Optional[Mapping[str, Mapping[str, Any]]], kind: str) -> Dict[str, Any]:
+    r"""``options[kind]`` (``"fit"`` or ``"probe"``), empty when not given."""
+    return dict((options or {}).get(kind) or {})
+
+
 def changed_options(options: Optional[Mapping[str, Mapping[str, Any]]]) -> str:
     r"""What a run changed of the defaults, in words (``""``: nothing):
     ``options`` is ``{"fit": fit's options, "probe": the constructor's}``."""
-    changed = [f"{name}={value!r}" for name, value in ((options or {}).get("fit") or {}).items()]
-    changed += [f"DiffMask({name}={value!r})" for name, value in ((options or {}).get("probe") or {}).items()]
+    changed = [f"{name}={value!r}" for name, value in _given(options, "fit").items()]
+    changed += [f"DiffMask({name}={value!r})" for name, value in _given(options, "probe").items()]
     return ", ".join(changed)
 
 
@@ -184,7 +189,7 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
     digits = int(config["data"]["vocab_size"])
     train, valid = encode_toy(train_data, digits), encode_toy(valid_data, digits)
     model, info = toy_lm.load_decoder(config, seed, train, valid, verbose)
-    dm = DiffMask(model, mode="input", output="last", **dict((options or {}).get("probe") or {}))
+    dm = DiffMask(model, mode="input", output="last", **_given(options, "probe"))
     with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)  # the verdicts are reported per depth
         history = dm.fit(list(train.batches(64, shuffle=True, seed=seed)), seed=seed, verbose=verbose,
@@ -216,15 +221,15 @@ def toy_encoder(seed: int, quick: bool = False, max_steps: Optional[int] = None,
 
 def _fit_options(options: Optional[Mapping[str, Mapping[str, Any]]], max_steps: Optional[int]) -> Dict[str, Any]:
     r"""The keyword arguments a part passes to fit: ``options["fit"]`` and the cap."""
-    found = dict((options or {}).get("fit") or {})
+    found = _given(options, "fit")
     return found if max_steps is None else {**found, "max_steps": max_steps}
 
 
 def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, baseline: torch.Tensor,
-                     groups: Mapping[str, torch.Tensor], seed: int, eps: Optional[float] = None) -> Dict[str, Any]:
+                     groups: Mapping[str, torch.Tensor], seed: int, eps: float) -> Dict[str, Any]:
     r"""
     DiffMask's objective answered without a probe: per-example DiffMask
-    (:meth:`PerExampleDiffMask.fit_masks` at its defaults and fit's eps, each
+    (:meth:`PerExampleDiffMask.fit_masks` at its defaults and the amortised fit's eps, each
     prompt's gates and multiplier its own) at the input, with the ground
     truth's mean embedding as the baseline; its mean keep probability by part.
     Where the objective's own optimum keeps a part at a share a check does not
@@ -238,7 +243,7 @@ def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tens
         baseline (Tensor): (H,) what replaces a closed token.
         groups (dict): ``{part: (N, T) bool}``, the parts scored.
         seed (int): the gate samples' seed (the caller's RNG is left as found).
-        eps (float, optional): the KL bound; None: fit's default. Default: None
+        eps (float): the KL bound, the amortised fit's.
 
     Returns:
         *dict* with ``steps`` and ``keep`` (per part, the mean keep probability).
@@ -246,8 +251,8 @@ def objective_answer(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tens
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         found = PerExampleDiffMask(model, output="last").fit_masks(
-            ids, additional_forward_args=(mask,), layer=0, eps=FitOptions().eps if eps is None else eps,
-            baselines=baseline, verbose=False)
+            ids, additional_forward_args=(mask,), layer=0, eps=eps, baselines=baseline,
+            verbose=False)
     return {"steps": int(found.step.max()), "keep": {name: float(found.keep[where].mean()) for name, where in groups.items()}}
 
 
@@ -469,7 +474,7 @@ def trigger_model(
     classifier, tokenizer, info = load_model(config, planted, [s for s, t in zip(shown, triggered) if not t], verbose)
     data = sst_bert.encode_sst(planted[:fit_sentences] if fit_sentences else planted, tokenizer)
     held = sst_bert.encode_sst([s for s, t in zip(shown, triggered) if t], tokenizer)
-    dm = DiffMask(classifier, mode="input", **dict((options or {}).get("probe") or {}))
+    dm = DiffMask(classifier, mode="input", **_given(options, "probe"))
     with log_lines(verbose), warnings.catch_warnings():
         warnings.simplefilter("ignore", DiffMaskConvergenceWarning)
         history = dm.fit(data.loader(32, shuffle=True, seed=None, sort_by_length=True), seed=seed, verbose=verbose,
