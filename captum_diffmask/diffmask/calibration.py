@@ -230,5 +230,17 @@ def _missed(result: EpsCalibration, eps: float, chosen: Optional[tuple]) -> str:
                                       f"agreement below {result.agreement:g} at layers {', '.join(low)}" if low else "")
                     if part)
     if chosen is None:
-        return f"no rung meets the target: the tightest, eps {eps:g}, misses it ({why}); try a tighter ladder"
-    return f"eps {chosen[0]:g} is the sparsest rung that meets the target; the next, eps {eps:g}, misses it ({why})"
+        return f"no rung meets the target: the tightest, eps {eps:g}, misses it ({why}); {_what_to_raise(low)}"
+    return (f"eps {chosen[0]:g} is the sparsest rung that meets the target; the next, eps {eps:g}, misses it "
+            f"({why})" + ("" if low else f"; {_what_to_raise(low)}"))
+
+
+def _what_to_raise(low: Sequence[str]) -> str:
+    r"""The advice for a rung that missed: a rung whose every layer kept the
+    agreement missed only because a probe had not settled, and a tighter eps
+    would not settle it sooner."""
+    if low:
+        return "try a tighter ladder"
+    return ("it keeps the agreement at every layer and missed only because its probes did not settle: give the fits "
+            "more steps (raise max_steps or epochs, or convergence's max_windows; warm rungs: warm_windows), "
+            "not a tighter ladder")

@@ -82,6 +82,23 @@ def test_no_rung_that_meets_the_target_says_so_and_unsettled_rungs_do_not_count(
     finally:
         del SCRIPT[0.5]
     assert unsettled.eps == 0.01 and "layers not settled: 0 (unsettled)" in unsettled.reason
+    assert "give the fits more steps" in unsettled.reason  # the looser rung kept the agreement
+
+
+def test_a_rung_that_keeps_the_agreement_but_has_not_settled_asks_for_steps_not_a_tighter_ladder(scripted):
+    SCRIPT[0.02] = (1.0, "unsettled")
+    try:
+        result = calibrate_eps(tiny_bert(), [], [], agreement=0.9, ladder=(0.02,))
+    finally:
+        del SCRIPT[0.02]
+    assert result.eps is None and result.reason.startswith(
+        "no rung meets the target: the tightest, eps 0.02, misses it (layers not settled: 0 (unsettled), "
+        "1 (unsettled), 2 (unsettled)); it keeps the agreement at every layer and missed only because its probes "
+        "did not settle: give the fits more steps (raise max_steps or epochs")
+    assert result.reason.endswith("not a tighter ladder")
+    # a rung that misses the agreement still asks for a tighter ladder
+    missed = calibrate_eps(tiny_bert(), [], [], agreement=0.99, ladder=(0.1, 1.0))
+    assert missed.reason.endswith("; try a tighter ladder") and "did not settle" not in missed.reason
 
 
 def test_clear_errors_name_the_argument():
