@@ -146,7 +146,7 @@ def calibrate_eps(
 
     rungs = _checked(agreement, ladder, fit_options)
     if tokenizer is not None:
-        train, held_out = text_batches(train, tokenizer), text_batches(held_out, tokenizer)
+        train, held_out = text_batches(train, tokenizer, by_length=True), text_batches(held_out, tokenizer, by_length=True)
     dm = DiffMask(model, mode=mode, **dict(explainer_options or {}))
     result = EpsCalibration(None, float(agreement))
     walk = _Walk(dm, train, held_out, result, fit_options, warm_windows)

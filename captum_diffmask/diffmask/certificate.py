@@ -215,7 +215,7 @@ def certify(
     if not explainer.is_fitted or not explainer.convergence:
         raise ValueError("certify: the explainer has no fit to certify; call fit first")
     if tokenizer is not None:
-        train, held_out = text_batches(train, tokenizer), list(text_batches(held_out, tokenizer))
+        train, held_out = text_batches(train, tokenizer, by_length=True), text_batches(held_out, tokenizer, by_length=True)
     layers = sorted(explainer.convergence)
     fit_state = None if state is None else fit_state_of(explainer, state, layers)
     options = continuation_options(explainer, chosen, seed, verbose, fit_options,

@@ -161,8 +161,10 @@ class DiffMask(GatedModel, SharedProbe):
                         with ``input_ids``/``attention_mask``; iterated once per epoch.
                         With ``tokenizer``: texts instead, one string, a list of
                         strings or a ``pathlib.Path`` of a file of them
-                        (:func:`~captum_diffmask.model.texts.text_batches`, 16 a batch;
-                        pass a DataLoader of tokenised batches for other sizes).
+                        (:func:`~captum_diffmask.model.texts.text_batches`, 16 a batch,
+                        texts of about the same length together, so that little
+                        padding is computed; pass a DataLoader of tokenised
+                        batches for other sizes).
             options (FitOptions or dict, optional): the options of the fit,
                         twelve, each documented once, in
                         :class:`~captum_diffmask.diffmask.fit.options.FitOptions`:
@@ -196,7 +198,7 @@ class DiffMask(GatedModel, SharedProbe):
         """
         chosen = fit_options(options, overrides)
         if tokenizer is not None:
-            dataloader = text_batches(dataloader, tokenizer)
+            dataloader = text_batches(dataloader, tokenizer, by_length=True)
         return run_fit(self, dataloader, chosen)
 
     def is_prepared(self, layer: Optional[int]) -> bool:

@@ -305,7 +305,7 @@ def _fit(args: argparse.Namespace) -> int:
     texts = read_texts(args.examples)
     model, tokenizer = load_model(args.model, args.head)
     explainer = DiffMask(model, mode=args.mode)
-    explainer.fit(text_batches(texts, tokenizer, args.batch_size, _max_length(args, model)), **options)
+    explainer.fit(text_batches(texts, tokenizer, args.batch_size, _max_length(args, model), by_length=True), **options)
     if args.out.endswith(".pt"):
         explainer.save(args.out)
     else:

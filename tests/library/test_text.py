@@ -198,3 +198,22 @@ def test_decoded_words_follow_wordpiece_continuations_and_keep_unknown_words(tok
     word_ids, words = decoded_words(tokenizer, ids)
     assert words == ["a", "film", "with", "lovely", "performances", "[UNK]"]
     assert word_ids == [None, 0, 1, 2, 3, 4, 4, 5, None]
+
+
+def test_batches_by_length_hold_every_text_once_with_less_padding_the_median_first(tokenizer):
+    from captum_diffmask.model.texts import text_batches
+
+    texts = [" ".join(["film"] * (1 + (7 * i) % 13)) for i in range(52)]  # 4 of each of 1 to 13 words, mixed
+    plain, by_length = text_batches(texts, tokenizer, batch_size=4), text_batches(texts, tokenizer, 4, by_length=True)
+
+    def rows(batches):
+        return sorted(tuple(ids[m.bool()].tolist()) for b in batches for ids, m in zip(b["input_ids"], b["attention_mask"]))
+
+    assert rows(by_length) == rows(plain) and len(by_length) == len(plain) == 13
+    real = sum(int(b["attention_mask"].sum()) for b in plain)
+    padded = [sum(b["input_ids"].numel() for b in batches) for batches in (plain, by_length)]
+    assert padded[1] == real < padded[0]  # 4 texts of each length: no padding at all
+    # the median batch first; the others shuffled (not ascending), the same on every call
+    widths = [b["input_ids"].shape[1] for b in by_length]
+    assert widths[0] == sorted(widths)[len(widths) // 2] and widths[1:] != sorted(widths[1:])
+    assert widths == [b["input_ids"].shape[1] for b in text_batches(texts, tokenizer, 4, by_length=True)]
