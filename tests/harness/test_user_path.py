@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.studies.user_path import readme_commands, report, run_chain, ROOT, total_seconds
+from benchmarks.studies.user_path import break_even, readme_commands, report, run_chain, ROOT, total_seconds
 
 
 def test_the_timed_commands_are_the_readmes_own():
@@ -47,13 +47,34 @@ def test_the_report_adds_the_install_to_each_parts_time():
     assert "| tests | not run |" in text and "`PIP_RETRIES=1`" in text
 
 
-def test_the_report_holds_the_default_fit_its_verdicts_and_whether_it_was_resumed():
+def test_the_report_holds_each_modes_default_fit_its_verdicts_and_whether_it_was_resumed():
     where = {"cpu": "CPU X", "cores": 2, "load_1min": 0.5, "pip_env": {}}
-    fit = {"call": "DiffMask(...).fit(...)", "sentences": 10, "model": "M", "seconds": 600.0, "install_seconds": 0.0,
-           "this_run_wall_seconds": 120.0, "epochs": 2, "steps": 40, "verdicts": {"0": "converged", "1": "collapsed"},
-           "settled": 1, "warnings": [], "started_utc": "2026-11-29T17:22:00+00:00", "machine": where}
-    text = report({"default-fit": fit})
-    assert "| default-fit | 0 | 600 | 600 |" in text
-    assert "10 minutes of fitting (2 epochs, 40 steps), 1 of 2 layers settled" in text
-    assert "several runs" in text and "took 2 minutes" in text and "| 1 | collapsed |" in text
-    assert "several runs" not in report({"default-fit": {**fit, "this_run_wall_seconds": 610.0}})
+    fit = {"call": "DiffMask(...).fit(...)", "mode": "input", "sentences": 10, "model": "M", "seconds": 600.0,
+           "install_seconds": 0.0, "l0": "mean", "this_run_wall_seconds": 120.0, "epochs": 2, "steps": 40,
+           "verdicts": {"0": "converged", "1": "collapsed"}, "verdict_steps": {"0": 30, "1": 40}, "settled": 1,
+           "warnings": [], "started_utc": "2026-11-29T17:22:00+00:00", "machine": where, "git_commit": "abc1234"}
+    text = report({"default-fit-input": fit})
+    assert "| default-fit-input | 0 | 600 | 600 |" in text and "| default-fit-hidden | not run |" in text
+    assert "(commit abc1234): 10 minutes of fitting (2 epochs, 40 steps), 1 of 2 depths settled" in text
+    assert "several runs" in text and "took 2 minutes" in text and "| 1 | collapsed | 40 |" in text
+    assert "several runs" not in report({"default-fit-input": {**fit, "this_run_wall_seconds": 610.0}})
+
+
+def test_the_break_even_is_the_fit_over_what_each_sentence_saves_and_never_when_nothing_is_saved():
+    fits = {"one depth": {"seconds": 300.0}, "every depth": {"seconds": 1200.0}}
+    per_sentence = {"DiffMask, one depth": 0.01, "DiffMask, every depth": 0.02, "Occlusion, one depth": 0.16,
+                    "Occlusion, every depth": 1.22, "IntegratedGradients, one depth": 0.005,
+                    "IntegratedGradients, every depth": 2.42}
+    even = break_even(fits, per_sentence, ["Occlusion", "IntegratedGradients"])
+    assert even["one depth"]["Occlusion"] == pytest.approx(300 / 0.15)
+    assert even["every depth"]["Occlusion"] == pytest.approx(1000.0)
+    assert even["every depth"]["IntegratedGradients"] == pytest.approx(500.0)
+    assert even["one depth"]["IntegratedGradients"] is None  # the peer is cheaper per sentence: never
+    where = {"cpu": "CPU X", "cores": 2, "load_1min": 0.5, "pip_env": {}}
+    cost = {"sentences_timed": 64, "peers": {"Occlusion": {}, "IntegratedGradients": {"n_steps": 50}}, "top_depth": 6,
+            "fits": {depth: {**fit, "verdicts": {"6": "converged"}} for depth, fit in fits.items()},
+            "per_sentence_seconds": per_sentence, "break_even": even, "fit_warnings": [], "seconds": 400.0,
+            "started_utc": "2026-12-07T10:00:00+00:00", "machine": where, "git_commit": "abc1234"}
+    text = report({"explaining-cost": cost})
+    assert "| every depth | 1200 | 6 converged | 0.0200 | 1.220 | 1,000 | 2.420 | 500 |" in text
+    assert "| one depth | 300 | 6 converged | 0.0100 | 0.160 | 2,000 | 0.005 | never |" in text
