@@ -117,6 +117,32 @@ def test_the_deployed_constraint_drives_the_multiplier_when_it_is_the_larger(mon
             assert float(after[k]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
 
+def test_the_deployed_kl_measured_every_few_steps_is_held_in_between(monkeypatch):
+    import captum_diffmask.diffmask.fit.loop as loop
+    import captum_diffmask.diffmask.fit.step as step
+
+    def fit(every):
+        dm, measured, records = _midway("hidden"), [], []
+        original_kls, original_step = step._mean_kls_with_gates, loop.training_step
+        monkeypatch.setattr(step, "_mean_kls_with_gates", lambda *a, **k: measured.append(set(a[4])) or original_kls(*a, **k))
+        monkeypatch.setattr(loop, "training_step", lambda *a, **k: records.append(original_step(*a, **k)) or records[-1])
+        dm.fit(_loader(6), max_steps=6, seed=0, verbose=False, layers=[1, 2], compute={"deployed_every": every},
+               convergence={"until_converged": False})
+        return measured, records
+
+    measured, records = fit(3)
+    assert measured == [{1}, {2}, {1}, {2}]  # steps 1 and 4 only (hidden layers: a pass each)
+    for held in (1, 2, 4, 5):  # steps 2, 3, 5, 6 hold the last measured value
+        for k in (1, 2):
+            assert records[held][k]["kl_deployed"] == records[3 * (held // 3)][k]["kl_deployed"]
+            assert records[held][k]["constraint"] == max(records[held][k]["kl"], records[held][k]["kl_deployed"])
+    assert len({records[i][1]["kl_deployed"] for i in (0, 3)}) == 2  # and the measurements differ
+    every_step, _ = fit(1)
+    assert len(every_step) == 12
+    with pytest.raises(ValueError, match="deployed_every must be an int >= 1"):
+        DiffMask(tiny_bert()).fit(_loader(1), max_steps=1, compute={"deployed_every": 0})
+
+
 @pytest.mark.parametrize("multiplier", ["ascent", "pi"])
 def test_lambda_max_is_the_multipliers_ceiling(multiplier):
     # eps 1e-6 cannot hold: the multipliers rise to the ceiling and stay there

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::captum_diffmask.DiffMaskConverg
 
 #: One fit: a shuffled DataLoader (its order drawn from torch's RNG), three
 #: epochs of four batches, one layer drawn per batch, a state written every 3
-#: steps; KILL_AT kills the process (no clean-up) in the forward pass of that step.
+#: steps, the deployed KL measured every 4 (so the step after a resume reads a
+#: value the state held); KILL_AT kills the process (no clean-up) in the
+#: forward pass of that step.
 SCRIPT = textwrap.dedent("""
     import os, sys, torch
     sys.path.insert(0, {tests!r})
@@ -39,7 +41,7 @@ SCRIPT = textwrap.dedent("""
     model.bert.embeddings.register_forward_hook(count)
     dm = DiffMask(model, mode=sys.argv[1])
     history = dm.fit(loader, epochs=3, seed=0, verbose=False, lr=0.05, checkpoint=sys.argv[2],
-                     compute={{"layers_per_batch": "one", "checkpoint_every": 3}})
+                     compute={{"layers_per_batch": "one", "checkpoint_every": 3, "deployed_every": 4}})
     torch.save({{"probe": dm.probe.state_dict(), "lambdas": dm.lambdas.state_dict(),
                 "history": [{{k: v for k, v in row.items() if k != "seconds"}} for row in history]}}, sys.argv[3])
 """)

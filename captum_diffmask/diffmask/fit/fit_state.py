@@ -83,6 +83,9 @@ class FitState:
         history (list of dict): the history rows of the epochs done.
         cooling_from (int, optional): the step the cool-down began at
                     (``Convergence.cooldown``); None before it.
+        deployed (dict): per layer, the deterministic gates' KL last measured
+                    (``compute.deployed_every``): what the constraint reads
+                    on the steps in between.
         rng_to_restore (dict, optional): torch's RNG as a state left it when it
                     was written; a resumed fit sets it once the batches of the
                     epoch it resumes in that were trained are skipped, so that
@@ -100,6 +103,7 @@ class FitState:
     sums: Dict[int, Dict[str, float]] = field(default_factory=dict)
     history: List[Dict[str, Any]] = field(default_factory=list)
     cooling_from: Optional[int] = None
+    deployed: Dict[int, float] = field(default_factory=dict)
     rng_to_restore: Optional[Dict[str, Any]] = None
 
     @property
@@ -140,6 +144,7 @@ class FitState:
         r"""A state from :meth:`state_dict`; ``rng``: torch's RNG as it was when
         the state was written (:attr:`rng_to_restore`)."""
         return cls(**{**state, "active": list(state["active"]), "sums": dict(state["sums"]),
+                      "deployed": dict(state.get("deployed", {})),
                       "history": list(state["history"]), "rng_to_restore": rng})
 
 

@@ -190,9 +190,12 @@ class FitLoop:
                     explainer.build_probe(states, call.mask, all_sum if is_distributed() else None, call)
                 pin_baselines(explainer, self.options.optimization.init_baseline)
                 self.optimizers = build_optimizers(explainer, self.options, self.constraint)
+            # the deterministic gates' KL measured every `deployed_every` steps, held in between
+            held = None if state.step % self.options.compute.deployed_every == 0 else state.deployed
             plan = StepPlan(self.options, self.constraint, *self.optimizers, state.step + 1, self.open_share,
-                            {k for k in layers if self.monitors[k].measures_closure()})
+                            {k for k in layers if self.monitors[k].measures_closure()}, held)
             records = training_step(explainer, call, states, original, layers, plan)
+            state.deployed.update({k: r["kl_deployed"] for k, r in records.items() if "kl_deployed" in r})
             for k, record in records.items():
                 acc = state.sums.setdefault(k, {"steps": 0})
                 for key in ("kl", "l0", "agreement", "kl_deployed"):

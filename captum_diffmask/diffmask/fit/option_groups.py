@@ -71,6 +71,12 @@ class Compute:
                     the same fit). Default: ``"all"``
         checkpoint_every (int): steps between two writes of the fit's state
                     (``checkpoint``). Default: 100
+        deployed_every (int): steps between two measurements of the
+                    deterministic gates' KL that the ``"deployed"`` and
+                    ``"deterministic"`` constraints hold (a pass per layer
+                    without gradients: about a third of an input-mode layer's
+                    step); in between, a layer's constraint reads its last
+                    measured value. Default: 1
     """
 
     precision: str = "float32"
@@ -78,6 +84,7 @@ class Compute:
     stack_layers: str = "same_site"
     activations: str = "all"
     checkpoint_every: int = 100
+    deployed_every: int = 1
 
     def check(self) -> None:
         r"""Validates every field (errors name it)."""
@@ -86,6 +93,7 @@ class Compute:
         check_choice(self.stack_layers, STACK_LAYERS, "stack_layers")
         check_choice(self.activations, ("all", "needed"), "activations")
         check_count(self.checkpoint_every, "checkpoint_every")
+        check_count(self.deployed_every, "deployed_every")
 
 
 @dataclass(frozen=True)

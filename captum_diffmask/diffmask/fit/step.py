@@ -50,6 +50,9 @@ class StepPlan:
                     closes the other ``1 - open_share`` of a layer's positions.
         closure_layers (set of int): the layers whose gates are all open: their
                     closure is measured.
+        deployed (dict, optional): layer -> the deterministic gates' KL to hold
+                    this step instead of measuring it (a layer not in it is
+                    measured); None: every layer measured.
     """
 
     options: FitOptions
@@ -59,6 +62,7 @@ class StepPlan:
     step: int = 1
     open_share: float = 0.95
     closure_layers: Set[int] = None  # type: ignore[assignment]
+    deployed: Optional[Mapping[int, float]] = None
 
     def __post_init__(self) -> None:
         self.closure_layers = set(self.closure_layers or ())
@@ -134,8 +138,10 @@ def lagrangian(
             records[k]["closure"] = _closure_kl(explainer, call, states, log_p, samples[k][1], k, plan.open_share,
                                                 precision)
     if plan.constraint.needs_deployed_kl:
-        deployed = _mean_kls_with_gates(
-            explainer, call, states, log_p, {k: samples[k][1].detach() > math.log(0.5) for k in layers}, precision)
+        held = {k: plan.deployed[k] for k in layers if k in (plan.deployed or {})}
+        measured = {k: samples[k][1].detach() > math.log(0.5) for k in layers if k not in held}
+        deployed = {**held, **(_mean_kls_with_gates(explainer, call, states, log_p, measured, precision)
+                               if measured else {})}
         for k in layers:
             records[k]["kl_deployed"] = deployed[k]
             records[k]["constraint"] = plan.constraint.value(records[k]["kl"], deployed[k])
