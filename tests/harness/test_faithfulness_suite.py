@@ -19,7 +19,9 @@ TINY = {
     "train_sentences": 96,
     "eval_sentences": 20,
     "model": {"source": "tiny", "epochs": 2, "batch_size": 16, "lr": 1e-3},
-    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24},
+    # a certificate of a few steps, as the sst suite's tiny run (its 500 would be 90 % of this test)
+    "diffmask": {"epochs": 2, "batch_size": 16, "validation_sentences": 24,
+                 "certificate": {"steps": 5, "closure_examples": 2}},
     "method_options": {"IntegratedGradients": {"n_steps": 4},
                        "PerSampleBottleneck": {"steps": 3, "max_batches": 2, "batch_size": 16},
                        "ReadoutBottleneck": {"max_steps": 3, "batch_size": 16}, "Guan": {"steps": 3}},
