@@ -232,13 +232,20 @@ def fit_summary(dm: Any, history: List[Dict[str, Any]]) -> Dict[str, Any]:
 def default_fit(data_dir: Optional[str], mode: str) -> Dict[str, Any]:
     r"""``DiffMask(model, mode=mode).fit(texts, tokenizer=...)`` with every
     option at its default, on the sst suite's fine-tuned MiniLM and all SST
-    train sentences. Its seconds are the fit's own clock (the epochs' seconds)."""
-    model, tokenizer, train, _, info = _sst_model(data_dir)
+    train sentences, its deterministic read-out scored on every dev sentence
+    (``evaluate``: the KL against the fit's eps, the agreement, the kept share).
+    Its seconds are the fit's own clock (the epochs' seconds)."""
+    from captum_diffmask.model.texts import text_batches
+
+    model, tokenizer, train, dev, info = _sst_model(data_dir)
     dm, history, caught, wall = fitted_by_default(model, tokenizer, [s.text for s in train], mode)
+    scored = dm.evaluate(text_batches([s.text for s in dev], tokenizer, by_length=True))
     return {"call": f"DiffMask(model, mode={mode!r}).fit(texts, tokenizer=tokenizer)", "mode": mode,
             "sentences": len(train), "model": "the sst suite's fine-tuned MiniLM (6 layers)",
             "fine_tune_cached": info["cached"], "l0": dm.l0, "install_seconds": 0.0,
-            "this_run_wall_seconds": round(wall, 1), **fit_summary(dm, history), "warnings": caught}
+            "this_run_wall_seconds": round(wall, 1), **fit_summary(dm, history), "warnings": caught,
+            "eps": dm.fit_record["options"]["eps"], "dev_sentences": len(dev),
+            "dev": {str(k): {name: round(v, 4) for name, v in row.items()} for k, row in scored.items()}}
 
 
 #: The held-out sentences the explaining-cost part times each method on (the
@@ -369,8 +376,15 @@ def _fit_details(name: str, fit: Dict[str, Any]) -> List[str]:
     lines = [f"## {name}", "", f"`{fit['call']}` on {fit['sentences']} SST train sentences, {fit['model']}, "
              f"with every option at its default (commit {fit['git_commit']}): {fit['seconds'] / 60:.0f} minutes "
              f"of fitting ({fit['epochs']} epochs, {fit['steps']} steps), {fit['settled']} of {len(fit['verdicts'])} "
-             "depths settled. " + _resumed(fit), "", "| depth | verdict | its steps |", "|---|---|---|"]
-    lines += [f"| {k} | {v} | {fit['verdict_steps'][k]} |" for k, v in fit["verdicts"].items()]
+             "depths settled. " + _resumed(fit) + _dev_scored(fit), "",
+             "| depth | verdict | its steps | dev KL | within 1.25 eps | dev agreement | kept share |",
+             "|---|---|---|---|---|---|---|"]
+    for k, verdict in fit["verdicts"].items():
+        dev = fit.get("dev", {}).get(k)
+        scores = ["-"] * 4 if dev is None else [
+            f"{dev['kl']:.4f}", "yes" if dev["kl"] <= 1.25 * fit["eps"] else "**no**", f"{dev['agreement']:.3f}",
+            f"{dev['l0']:.3f}"]
+        lines.append(f"| {k} | {verdict} | {fit['verdict_steps'][k]} | " + " | ".join(scores) + " |")
     return lines + [""] + [f"Warning: {w}" for w in fit["warnings"]] + [""]
 
 
@@ -396,6 +410,13 @@ def _cost_details(cost: Dict[str, Any]) -> List[str]:
             row += [f"{per_sentence[f'{peer}, {depth}']:.3f}", "never" if even is None else f"{even:,.0f}"]
         lines.append("| " + " | ".join(row) + " |")
     return lines + [""] + [f"Warning (the one-depth fit): {w}" for w in cost["fit_warnings"]] + [""]
+
+
+def _dev_scored(fit: Dict[str, Any]) -> str:
+    if "dev" not in fit:
+        return ""
+    return (f" The deterministic read-out (`evaluate`) on all {fit['dev_sentences']} SST dev sentences: its KL "
+            f"against eps {fit['eps']} x 1.25, the share of predictions kept, the share of tokens kept.")
 
 
 def _resumed(fit: Dict[str, Any]) -> str:

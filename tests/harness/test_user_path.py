@@ -56,8 +56,14 @@ def test_the_report_holds_each_modes_default_fit_its_verdicts_and_whether_it_was
     text = report({"default-fit-input": fit})
     assert "| default-fit-input | 0 | 600 | 600 |" in text and "| default-fit-hidden | not run |" in text
     assert "(commit abc1234): 10 minutes of fitting (2 epochs, 40 steps), 1 of 2 depths settled" in text
-    assert "several runs" in text and "took 2 minutes" in text and "| 1 | collapsed | 40 |" in text
+    assert "several runs" in text and "took 2 minutes" in text and "| 1 | collapsed | 40 | - | - | - | - |" in text
     assert "several runs" not in report({"default-fit-input": {**fit, "this_run_wall_seconds": 610.0}})
+    # the read-out on dev beside each verdict, its KL against 1.25 x the fit's eps
+    dev = {"0": {"kl": 0.12, "agreement": 0.9, "l0": 0.5}, "1": {"kl": 0.13, "agreement": 0.8, "l0": 0.0}}
+    text = report({"default-fit-input": {**fit, "eps": 0.1, "dev_sentences": 5, "dev": dev}})
+    assert "on all 5 SST dev sentences" in text
+    assert "| 0 | converged | 30 | 0.1200 | yes | 0.900 | 0.500 |" in text
+    assert "| 1 | collapsed | 40 | 0.1300 | **no** | 0.800 | 0.000 |" in text
 
 
 def test_the_break_even_is_the_fit_over_what_each_sentence_saves_and_never_when_nothing_is_saved():

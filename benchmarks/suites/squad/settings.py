@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from benchmarks.fit_presets import PAPER_FIT
+from benchmarks.fit_presets import EVERY_STEP_DEPLOYED_CHOSEN_ON, EVERY_STEP_DEPLOYED_FIT, PAPER_FIT
 
 DESCRIPTION = (
     "SQuAD v1.1 with a fine-tuned MiniLM (split by article): DiffMask input/hidden keep of question, passage, "
@@ -24,6 +24,7 @@ CHOSEN_ON: Dict[str, Dict[str, str]] = {
     "eps": {"on": "rule", "why": "the paper's QA constraint: the sum of the start and end KLs within 1 (its "
                                  "appendix table)"},
     "l0": {"on": "rule", "why": "the L0 as the share of kept positions, as the sst suite's"},
+    "deployed read-out": EVERY_STEP_DEPLOYED_CHOSEN_ON,
     "checkpoint": {"on": "rule", "why": "the fit's last probe; no epoch is selected"},
     "fit budget": {"on": "rule", "why": "fit's defaults, capped at 5 000 steps a layer"},
     "methods' options": {"on": "rule", "why": "the authors' QA settings (algorithms.md 1.10)"},
@@ -67,7 +68,7 @@ DEFAULTS: Dict[str, Any] = {
         # fit). On 2 CPU cores a step of all seven layers takes seconds, so the
         # cap decides the run's length there; on a GPU (``device``) it does not.
         "batch_size": 8, "eps": 1.0, "l0": "mean", "validation_windows": 128, "select_checkpoint": False,
-        "precision": "bfloat16", "max_steps": 5000, "input": {}, "hidden": {},
+        "precision": "bfloat16", "max_steps": 5000, **EVERY_STEP_DEPLOYED_FIT, "input": {}, "hidden": {},
     },
     # The paper's own QA recipe as a reference row (its appendix table: Lookahead
     # RMSprop at lr 3e-4, the multiplier at 0.1, batch 8, KL(start) + KL(end) < 1,

@@ -76,7 +76,7 @@ class Compute:
                     ``"deterministic"`` constraints hold (a pass per layer
                     without gradients: about a third of an input-mode layer's
                     step); in between, a layer's constraint reads its last
-                    measured value. Default: 1
+                    measured value. Default: 2
     """
 
     precision: str = "float32"
@@ -84,7 +84,7 @@ class Compute:
     stack_layers: str = "same_site"
     activations: str = "all"
     checkpoint_every: int = 100
-    deployed_every: int = 1
+    deployed_every: int = 2
 
     def check(self) -> None:
         r"""Validates every field (errors name it)."""
