@@ -44,6 +44,7 @@ from transformers import (
     BertConfig, BertForSequenceClassification, BertTokenizerFast, GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast,
 )
 
+from benchmarks.methods import AUTHORS_OPTIONS
 from benchmarks.records import cache_dir
 from captum_diffmask.evaluation.faithfulness import eraser_scores, TokenEraser, top_fraction
 from captum_diffmask.methods import IntegratedGradients
@@ -96,7 +97,8 @@ def our_side(model: BertForSequenceClassification, tokenizer: BertTokenizerFast,
     batch = tokenizer(list(texts), return_tensors="pt")
     ids, mask = batch["input_ids"], batch["attention_mask"]
     extra = (mask, batch["token_type_ids"])
-    scores = IntegratedGradients(model).attribute(ids, additional_forward_args=extra, layer=0, n_steps=20)
+    ig = IntegratedGradients(model, **AUTHORS_OPTIONS["IntegratedGradients"])
+    scores = ig.attribute(ids, additional_forward_args=extra, layer=0, n_steps=20)
     with torch.no_grad():
         targets = model(input_ids=ids, attention_mask=mask, token_type_ids=batch["token_type_ids"]).logits.argmax(-1)
     words = mask.bool() & (ids != tokenizer.cls_token_id) & (ids != tokenizer.sep_token_id)

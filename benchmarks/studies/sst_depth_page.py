@@ -68,10 +68,12 @@ def depth_page(dm: Any, model: Any, tokenizer: Any, texts: Sequence[str], ig_ste
         ``keep`` (per text, per word, per depth the keep probability: lists of
         shape (words, L + 1)), ``columns`` and ``verdicts`` (per depth).
     """
+    from benchmarks.methods import AUTHORS_OPTIONS
     from captum_diffmask import depth_view, explain, IntegratedGradients
 
     diffmask = explain(dm, list(texts), tokenizer, layer=None)
-    ig = explain(IntegratedGradients(model), list(texts), tokenizer, layer=0, n_steps=ig_steps)
+    ig = explain(IntegratedGradients(model, **AUTHORS_OPTIONS["IntegratedGradients"]), list(texts), tokenizer, layer=0,
+                 n_steps=ig_steps)
     title = "When the SST MiniLM knows which words it needs"
     return {"html": depth_view(diffmask, [ig], title=title), "words": [list(w) for w in diffmask.words],
             "keep": [scores.tolist() for scores in diffmask.word_scores], "columns": list(diffmask.columns),

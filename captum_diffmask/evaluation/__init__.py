@@ -9,11 +9,12 @@ from captum_diffmask.evaluation.bootstrap import paired_bootstrap
 from captum_diffmask.evaluation.faithfulness import (
     eraser_scores, plausibility, token_infidelity, token_sensitivity, TokenEraser,
 )
+from captum_diffmask.evaluation.perturbations import token_removal, token_substitution
 from captum_diffmask.evaluation.stability import fit_stability, seed_std, swap_test
 
 __all__ = [
     "fit_stability", "seed_std", "swap_test", "eraser_scores", "plausibility", "token_infidelity", "token_sensitivity",
-    "TokenEraser", "paired_bootstrap",
+    "TokenEraser", "paired_bootstrap", "token_removal", "token_substitution",
 ]
 
 

@@ -30,6 +30,7 @@ from captum.metrics import infidelity, sensitivity_max
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
+from captum_diffmask.evaluation.perturbations import token_substitution
 from captum_diffmask.model.arguments import ForwardFunc, PaddingMaskArg, resolve_target
 from captum_diffmask.model.attribution import SitesType
 from captum_diffmask.model.batches import to_device
@@ -296,19 +297,7 @@ def token_sensitivity(
     Returns:
         *Tensor* (B,) >= 0; lower = more stable.
     """
-    generator = torch.Generator().manual_seed(int(seed))
-    real = mask.bool()
-
-    def perturb(expanded: Tensor) -> Tensor:
-        times = expanded.shape[0] // inputs.shape[0]
-        rows = real.repeat_interleave(times, 0).cpu()
-        noise = torch.rand(rows.shape, generator=generator).masked_fill(~rows, 2.0)
-        chosen = noise.argsort(-1)[:, :substitutions]
-        replaced = expanded.clone()
-        values = torch.randint(0, vocabulary_size, chosen.shape, generator=generator).to(expanded)
-        replaced.scatter_(1, chosen.to(expanded.device), values)
-        return torch.where(rows.to(expanded.device), replaced, expanded)
-
+    perturb = token_substitution(vocabulary_size, substitutions=substitutions, seed=seed, real=mask)
     return sensitivity_max(explanation_func, inputs, perturb_func=perturb, n_perturb_samples=n_perturb_samples,
                            additional_forward_args=additional_forward_args, **explanation_kwargs).detach().cpu()
 

@@ -152,12 +152,17 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--no-check-weights", dest="check_weights", action="store_false",
                              help="use a probe fitted on other weights of the same architecture (DiffMask.load's "
                                   "check_weights=False), e.g. after fine-tuning further")
+    from captum_diffmask.methods.registry import registered_methods
+
+    names = ", ".join(registered_methods())
     commands.choices["explain"].add_argument("--method", default="DiffMask",
-                                             help="the method, by its registered name (DiffMask needs --probe)")
+                                             help=f"the method, by its registered name: {names} "
+                                                  "(DiffMask needs --probe)")
     commands.choices["explain"].add_argument("--format", choices=("terminal", "html", "json"), default="terminal",
                                              help="words with their scores on the terminal, an HTML page, or JSON")
     commands.choices["compare"].add_argument("--methods", nargs="+", required=True, metavar="NAME",
-                                             help="the methods, by their registered names (DiffMask needs --probe)")
+                                             help=f"the methods, by their registered names: {names} "
+                                                  "(DiffMask needs --probe)")
     commands.choices["compare"].add_argument("--format", choices=("table", "html", "json"), default="table",
                                              help="a table of scores, times and metrics; an HTML page; or JSON")
     commands.choices["compare"].add_argument("--metrics", nargs="+", default=[],
@@ -270,10 +275,15 @@ def read_texts(path: str) -> List[str]:
 
 
 def _texts(args: argparse.Namespace) -> List[str]:
+    from captum_diffmask.model.texts import as_texts
+
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
     if not texts:
         raise UsageError("give texts as arguments or --file")
-    return texts
+    try:
+        return as_texts(texts, "TEXT")  # before any model loads: no text of no words
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _layer(value: str) -> Optional[int]:

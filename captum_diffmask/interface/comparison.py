@@ -110,7 +110,9 @@ class Comparison:
 
     def table(self) -> str:
         r"""A Markdown table: per method its output, what it scored, time per
-        example, time over one forward pass, setup time, its top tokens in the
+        example, time over one forward pass, setup time, its verdict at the
+        layer (a fit's convergence status, or a method's check of its own
+        numbers: :mod:`~captum_diffmask.interface.verdicts`), its top tokens in the
         first example (or its error) and its metrics; a note when the methods
         score different sites."""
         caption, header, rows, note = self._summary()
@@ -123,17 +125,18 @@ class Comparison:
         a row of cells per method and the note ("" when none)."""
         caption = (f"Layer {self.layer}, {self.batch_size} examples; one forward pass: "
                    f"{self.forward_seconds * 1e3:.3g} ms for the batch.")
-        header = ["method", "scores", "of", "s / example", "x one forward pass", "setup s",
+        header = ["method", "scores", "of", "s / example", "x one forward pass", "setup s", "verdict",
                   "top tokens (example 0)"] + list(self.metrics)
         rows = []
         for name, result in self.methods.items():
             if result.scores is None:
-                rows.append([name, "failed", "", "", "", f"{result.setup_seconds:.3g}", str(result.error)]
+                rows.append([name, "failed", "", "", "", f"{result.setup_seconds:.3g}", "", str(result.error)]
                             + [""] * len(self.metrics))
                 continue
             shape = "x".join(str(n) for n in result.scores.shape)
+            verdict = result.verdicts.get(self.layer, "") if self.layer is not None else ""
             rows.append([name, shape, result.scored, f"{self.seconds_per_example(name):.3g}",
-                         f"{self.ratio_to_forward(name):.3g}", f"{result.setup_seconds:.3g}",
+                         f"{self.ratio_to_forward(name):.3g}", f"{result.setup_seconds:.3g}", verdict,
                          ", ".join(self.top_tokens(name))]
                         + [f"{result.metrics.get(metric, math.nan):.3g}" for metric in self.metrics])
         sites = {result.scored.split(" ")[0] for result in self.methods.values() if result.scores is not None}

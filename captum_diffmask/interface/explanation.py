@@ -20,6 +20,7 @@ Special tokens (``[CLS]``, ``[SEP]``) and padding belong to no word.
 from __future__ import annotations
 
 import io
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
@@ -82,13 +83,17 @@ class Explanation:
 
     def show(self, file: Optional[TextIO] = None) -> None:
         r"""Prints each text's words with their scores, a line per column (and
-        its verdict, where it has one)."""
+        its verdict, where it has one); attributions whose largest magnitude is
+        under 0.1 or from 1 000 up print in a power of ten that each header
+        states (:func:`print_unit`), so that two decimals show their order."""
         out = file if file is not None else sys.stdout
         verdicts = self.verdicts or [""] * len(self.columns)
+        unit = 1.0 if self.rule == "max" else print_unit(self.word_scores)
+        scale = "" if unit == 1.0 else f", scores in units of {unit:.0e}"
         for text, words, scores in zip(self.texts, self.words, self.word_scores):
-            print(f"{self.method} ({self.rule} over word pieces): {text}", file=out)
+            print(f"{self.method} ({self.rule} over word pieces{scale}): {text}", file=out)
             for k, column in enumerate(self.columns):
-                cells = " ".join(f"{word}({float(score[k]):.2f})" for word, score in zip(words, scores))
+                cells = " ".join(f"{word}({float(score[k]) / unit:.2f})" for word, score in zip(words, scores))
                 print(f"  {column:>9}: {cells}" + (f"  [{verdicts[k]}]" if verdicts[k] else ""), file=out)
 
     def __str__(self) -> str:
@@ -112,6 +117,77 @@ class Explanation:
         legend = legend_for([row for rows in per_text for row in rows])
         tables = [table(text, rows) for text, rows in zip(self.texts, per_text)]
         return page(self.method, f"({self.rule} over word pieces)", [legend] + tables)
+
+
+    def to_captum(self, column: int = 0, predictions: Optional[Tensor] = None,
+                  labels: Optional[Sequence[Any]] = None, target: Any = None) -> List[Any]:
+        r"""
+        The explanation as Captum's ``VisualizationDataRecord``\ s, one per text,
+        for ``captum.attr.visualization.visualize_text``: the words with their
+        scores (keep probabilities as they are, on 0..1; attributions over the
+        text's largest magnitude, on -1..1, as Captum's colours take them).
+
+        Args:
+
+            column (int, optional): the score column shown (a depth of
+                        DiffMask's ``layer=None``). Default: 0
+            predictions (Tensor, optional): (B, C) the model's logits for the
+                        texts, for Captum's "Predicted Label" column (the class
+                        and its probability); without them it reads "-" (nan).
+                        Default: None
+            labels (sequence, optional): each text's true label. Default: None
+            target (optional): the class attributed, for "Attribution Label"
+                        (explain's ``target``; None: the prediction). Default: None
+
+        Returns:
+            *list* of ``VisualizationDataRecord``; its "Attribution Score" is
+            the sum of the shown words' raw scores.
+        """
+        from captum.attr import visualization
+
+        if not 0 <= column < len(self.columns):
+            raise ValueError(f"column must be in 0..{len(self.columns) - 1} (the columns {self.columns}), got {column}")
+        if predictions is not None and (predictions.dim() != 2 or predictions.shape[0] != len(self.texts)):
+            raise ValueError(f"predictions must be (B, C) logits for the {len(self.texts)} texts, got "
+                             f"{tuple(predictions.shape)}")
+        records = []
+        for b, (words, scores) in enumerate(zip(self.words, self.word_scores)):
+            shown = scores[:, column].float()
+            peak = float(shown.abs().max()) if shown.numel() else 0.0
+            colours = shown if self.rule == "max" or peak == 0.0 else shown / peak
+            probs = None if predictions is None else predictions[b].detach().float().softmax(-1)
+            predicted = "-" if probs is None else int(probs.argmax())
+            attributed = predicted if target is None else _of_example(target, b)
+            records.append(visualization.VisualizationDataRecord(
+                colours, float("nan") if probs is None else float(probs.max()), predicted,
+                "-" if labels is None else labels[b], attributed, float(shown.sum()), list(words), float("nan")))
+        return records
+
+
+def _of_example(target: Any, b: int) -> Any:
+    r"""Example ``b``'s target from one for all (an int) or one per example."""
+    if isinstance(target, Tensor):
+        return int(target[b]) if target.dim() > 0 else int(target)
+    return target[b] if isinstance(target, (list, tuple)) else target
+
+
+def print_unit(scores: Sequence[Tensor]) -> float:
+    r"""
+    The power of ten scores print in: 1 when the largest finite magnitude
+    is in [0.1, 1000) or there is none, else ``10 ** floor(log10(largest))``.
+
+    Args:
+
+        scores (sequence of Tensor): any shapes.
+
+    Returns:
+        *float*: the unit.
+    """
+    finite = [s[s.isfinite()].abs().max() for s in scores if s.isfinite().any()]
+    largest = float(max(finite)) if finite else 0.0
+    if largest == 0.0 or 0.1 <= largest < 1000:
+        return 1.0
+    return float(10.0 ** math.floor(math.log10(largest)))
 
 
 def explain(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -106,6 +106,40 @@ class GenerationAttribution:
         word_ids = self._word_ids()
         return [min(j for j, w in enumerate(word_ids) if w == word) < self.prompt_length
                 for word in sorted({w for w in word_ids if w is not None})]
+
+    def to_captum(self, layer: Optional[int] = None) -> Any:
+        r"""
+        The attributions as Captum's ``LLMAttributionResult``, whose
+        ``plot_token_attr`` and ``plot_seq_attr`` draw them: its input tokens are
+        the source tokens (:attr:`source_tokens`), its output tokens the
+        generated ones; ``token_attr`` is :attr:`scores` with the sources after
+        each step 0, ``seq_attr`` their sum over the steps (their largest for
+        keep probabilities, which do not add up).
+
+        Args:
+
+            layer (int, optional): the layer shown when :attr:`scores` holds every
+                        layer (one of :attr:`layers`; None: the last). Default: None
+
+        Returns:
+            *captum.attr.LLMAttributionResult*: ``token_attr`` (N, S + N - 1)
+            (an encoder-decoder's (N, S)), ``seq_attr`` (S + N - 1,).
+        """
+        from captum.attr import LLMAttributionResult
+
+        scores = self.scores.float()
+        if scores.dim() == 3:
+            assert self.layers is not None
+            chosen = self.layers[-1] if layer is None else layer
+            if chosen not in self.layers:
+                raise ValueError(f"layer must be one of {self.layers}, got {layer}")
+            scores = scores[..., self.layers.index(chosen)]
+        elif layer is not None and layer != self.layer:
+            raise ValueError(f"layer: this generation holds layer {self.layer} alone, got {layer}")
+        token_attr = scores * self.defined.float()
+        seq_attr = token_attr.max(0).values if self.probabilities else token_attr.sum(0)
+        return LLMAttributionResult(input_tokens=list(self.source_tokens), output_tokens=list(self.step_tokens),
+                                    seq_attr=seq_attr, token_attr=token_attr)
 
     def _word_ids(self) -> List[Optional[int]]:
         if self.word_ids is None:

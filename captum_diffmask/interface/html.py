@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import NamedTuple, Sequence
 
-from captum_diffmask.interface.verdicts import is_settled, SETTLED_MEANINGS, UNSETTLED_MEANING
+from captum_diffmask.interface.verdicts import is_check, is_settled, SETTLED_MEANINGS, UNSETTLED_MEANING
 
 #: The shading: positive scores and keep probabilities green, negative red.
 GREEN, RED = "0,160,0", "200,0,0"
@@ -62,7 +62,7 @@ def verdict_cell(verdict: str) -> str:
     r"""A verdict, styled by whether a reader may read the row (``data-verdict``
     holds it for scripts and tests)."""
     kind = "settled" if is_settled(verdict) else "unsettled"
-    text = verdict if is_settled(verdict) else f"not converged: {verdict}"
+    text = verdict if is_settled(verdict) or is_check(verdict) else f"not converged: {verdict}"
     return f"<span class='verdict {kind}' data-verdict='{html.escape(verdict)}'>{html.escape(text)}</span>"
 
 
@@ -78,7 +78,7 @@ def table(heading: str, rows: Sequence[Row]) -> str:
     return f"<h3>{html.escape(heading)}</h3><table>{body}</table>"
 
 
-def legend(probabilities: bool, signed: bool, verdicts: bool) -> str:
+def legend(probabilities: bool, signed: bool, verdicts: bool, checks: bool = False) -> str:
     r"""
     What the page's shading and verdicts mean.
 
@@ -87,6 +87,8 @@ def legend(probabilities: bool, signed: bool, verdicts: bool) -> str:
         probabilities (bool): the page has rows of keep probabilities.
         signed (bool): the page has rows of other scores.
         verdicts (bool): the page has rows with a convergence verdict.
+        checks (bool, optional): the page has rows with a method's check of its
+                    own numbers. Default: False
 
     Returns:
         *str*: a ``<div class='legend'>``.
@@ -104,13 +106,17 @@ def legend(probabilities: bool, signed: bool, verdicts: bool) -> str:
         settled = "; ".join(f"<b>{name}</b>: {meaning}" for name, meaning in SETTLED_MEANINGS.items())
         parts.append(f"<br>Verdict: the convergence status the layer's probe ended its fit with. {settled}; "
                      f"<b class='unsettled'>not converged</b>: {html.escape(UNSETTLED_MEANING)}.")
+    if checks:
+        parts.append("<br>Checked / failed check: a method's own measure of its numbers' error on this call "
+                     "(Integrated Gradients: how far its signed attributions miss F(h) - F(b), relative to it) "
+                     "within or over the method's tolerance.")
     return f"<div class='legend'>{''.join(parts)}</div>"
 
 
 def legend_for(rows: Sequence[Row]) -> str:
     r"""The :func:`legend` of a page with these rows."""
     return legend(any(r.probabilities for r in rows), any(not r.probabilities and r.cells for r in rows),
-                  any(r.verdict for r in rows))
+                  any(r.verdict and not is_check(r.verdict) for r in rows), any(is_check(r.verdict) for r in rows))
 
 
 def page(title: str, subtitle: str, parts: Sequence[str]) -> str:

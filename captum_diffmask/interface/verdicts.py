@@ -1,13 +1,15 @@
 """What a view says of each layer's probe: the convergence status its fit ended
 with (:attr:`DiffMask.convergence`), and what each status means for a reader.
 A method without a fit of its own (gradients, occlusion, the per-example masks)
-has no verdict: its rows show none."""
+has none; Integrated Gradients gives its own verdict on its last call's numbers
+(its completeness gap: :func:`~captum_diffmask.model.attribution.check_verdict`)."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from captum_diffmask.diffmask.constrained.convergence import SETTLED
+from captum_diffmask.model.attribution import CHECKED, FAILED_CHECK
 
 #: What each status a reader may read as a result (:data:`SETTLED`) means.
 SETTLED_MEANINGS: Dict[str, str] = {
@@ -34,10 +36,14 @@ def layer_verdict(method: Any, layer: Optional[int]) -> str:
 
     Returns:
         *str*: the status (``"converged"``, ``"needed"``, ``"unsettled"``, ...),
-        :data:`NOT_RECORDED` for a fitted probe without one, or ``""`` for a
-        method without a fit of its own or ``layer=None``.
+        :data:`NOT_RECORDED` for a fitted probe without one, a method's check of
+        its last call at ``layer`` (:func:`~captum_diffmask.model.attribution.check_verdict`), or ``""`` for a
+        method with neither, or ``layer=None``.
     """
     convergence = getattr(method, "convergence", None)
+    checks = getattr(method, "last_check", None)
+    if layer is not None and not isinstance(convergence, Mapping) and isinstance(checks, Mapping):
+        return str(checks.get(layer, ""))  # a method's check of its last call's numbers
     if not isinstance(convergence, Mapping) or layer is None:
         return ""
     report = convergence.get(layer)
@@ -52,5 +58,11 @@ def layer_verdicts(method: Any, layers: Sequence[Optional[int]]) -> Dict[int, st
 
 
 def is_settled(verdict: str) -> bool:
-    r"""Whether a verdict is one a reader may read as a result."""
-    return verdict in SETTLED
+    r"""Whether a verdict is one a reader may read as a result: a settled
+    probe, or a method's own check passed (:func:`~captum_diffmask.model.attribution.check_verdict`)."""
+    return verdict in SETTLED or verdict.startswith(f"{CHECKED}:")
+
+
+def is_check(verdict: str) -> bool:
+    r"""Whether a verdict is a method's check of its own numbers, not a fit's status."""
+    return verdict.startswith((f"{CHECKED}:", f"{FAILED_CHECK}:"))

@@ -30,7 +30,7 @@ from captum_diffmask.diffmask.probes import mix_baseline
 from captum_diffmask.methods.optimization import make_optimizer, optimize, OPTIMIZERS
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import BaselineType, InputType, PreparedCall, reject_target, resolve_baseline
-from captum_diffmask.model.attribution import attribution_call, SiteAttribution
+from captum_diffmask.model.attribution import attribution_call, check_keywords, SiteAttribution
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
 from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
 from captum_diffmask.model.forward import frozen
@@ -343,6 +343,7 @@ class PerExampleMask(SiteAttribution):
         reject_target(target, self._name)
         check_choice(readout, _READOUTS, "readout")
         call = self._prepare(inputs, additional_forward_args, layer)  # for the finish: device, structure
+        check_keywords(f"{type(self).__name__}.attribute()", search_options, type(self).attribute, self.fit_masks)
         result = self.fit_masks(inputs, additional_forward_args, layer, **search_options)
         return self._finish(result.keep if readout == "keep" else result.mask, call)
 

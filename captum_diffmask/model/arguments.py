@@ -54,8 +54,12 @@ def resolve_baseline(
                     (B, T, H) tensor; None for ``default``.
         state (Tensor): (B, T, H) the site's states.
         mask (Tensor): (B, T) bool, True at real tokens.
-        default (str, optional): ``"zeros"``, or ``"mean"`` (the mean state over
-                    the batch's real tokens). Default: ``"zeros"``
+        default (str, optional): ``"zeros"``; ``"mean"``, the mean state over
+                    the batch's real tokens; or ``"example_mean"``, each
+                    example's mean over its own real tokens (a row's baseline
+                    then does not depend on the rest of the batch; zeros for a
+                    row of one real token, whose mean is its own state).
+                    Default: ``"zeros"``
         argument (str, optional): the name used in errors. Default: ``"baselines"``
 
     Returns:
@@ -63,9 +67,13 @@ def resolve_baseline(
         (padding is never moved).
     """
     if baselines is None:
-        if default == "mean":
+        if default in ("mean", "example_mean"):
             weights = mask.to(state.device).float().unsqueeze(-1)
-            mean = (state.float() * weights).sum((0, 1)) / weights.sum().clamp(min=1.0)
+            over = (1,) if default == "example_mean" else (0, 1)
+            count = weights.sum(over, keepdim=True)
+            mean = (state.float() * weights).sum(over, keepdim=True) / count.clamp(min=1.0)
+            if default == "example_mean":
+                mean = mean * (count > 1)  # one token: its mean is itself, which would attribute nothing
             full = mean.to(state.dtype).expand_as(state)
         else:
             full = torch.zeros_like(state)

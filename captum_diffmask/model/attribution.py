@@ -13,6 +13,7 @@ token embeddings), k >= 1 is ``hidden.k`` (the output of block k-1).
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
@@ -55,12 +56,58 @@ def attribution_call(method: _Method) -> _Method:
 
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
+        check_keywords(f"{type(args[0]).__name__ if args else method.__qualname__}.attribute()", kwargs, method)
         model = getattr(args[0], "model", None) if args else None
         with preserved_rng(), evaluation_mode(model if isinstance(model, nn.Module) else None):
             return logged(*args, **kwargs)
 
     call.attribution_call = True  # type: ignore[attr-defined]  # for the contract's tests
     return call  # type: ignore[return-value]
+
+
+#: The words that open a method's verdict on its own numbers, passed and failed.
+CHECKED, FAILED_CHECK = "checked", "failed check"
+
+
+def check_verdict(finding: str, passed: bool) -> str:
+    r"""
+    The verdict of a method without a fit of its own on its last call's numbers
+    (Integrated Gradients' completeness gap), which views show where a fitted
+    probe shows its convergence status.
+
+    Args:
+
+        finding (str): what was measured, e.g. ``"completeness gap 0.003 of F(h) - F(b)"``.
+        passed (bool): within the method's tolerance.
+
+    Returns:
+        *str*: ``"checked: <finding>"`` or ``"failed check: <finding>"``.
+    """
+    return f"{CHECKED if passed else FAILED_CHECK}: {finding}"
+
+
+#: Why a keyword of Captum's own methods is not taken, where the reason is not
+#: the method's docstring's alone.
+NOT_TAKEN = {"baselines": "it has no baseline argument (DiffMask replaces gated positions by the baseline its "
+                          "fit learned; IntegratedGradients and Occlusion take baselines=)"}
+
+
+def check_keywords(caller: str, given: Iterable[str], *functions: Callable[..., Any]) -> None:
+    r"""
+    Refuses a keyword that none of ``functions`` takes by name (a function with
+    ``**kwargs`` takes any), with a TypeError that names it, why where known
+    (:data:`NOT_TAKEN`), and what ``caller`` takes (Python's own error names
+    the inner function a call was passed on to, and neither of the others).
+    """
+    parameters = [inspect.signature(f).parameters for f in functions]
+    takes = [name for p in parameters for name, each in p.items()
+             if name != "self" and each.kind not in (each.VAR_POSITIONAL, each.VAR_KEYWORD)]
+    if any(each.kind is each.VAR_KEYWORD for p in parameters[-1:] for each in p.values()):
+        return
+    for name in given:
+        if name not in takes:
+            why = f": {NOT_TAKEN[name]}" if name in NOT_TAKEN else ""
+            raise TypeError(f"{caller} does not take {name}={why}; it takes {', '.join(dict.fromkeys(takes))}")
 
 
 class SiteAttribution(Attribution):
@@ -234,13 +281,16 @@ class SiteAttribution(Attribution):
     def _prepare(
         self, inputs: Any, additional_forward_args: Any, layer: Any, argument: str = "inputs"
     ) -> PreparedCall:
-        r"""Validates ``inputs`` (named ``argument`` in errors; token ids, or a
-        mapping batch such as a tokenizer's output, whose targets are dropped),
-        ``layer`` and the padding mask, and puts the tensors on the model's device."""
-        if isinstance(inputs, Mapping):
+        r"""Validates ``inputs`` (named ``argument`` in errors; token ids, a
+        batch tuple ``(ids, *additional_forward_args)`` or a mapping batch such
+        as a tokenizer's output, whose targets are dropped), ``layer`` and the
+        padding mask, and puts the tensors on the model's device. A batch
+        tuple's scores come back as one tensor (its extras are not scored)."""
+        if isinstance(inputs, Mapping) or (isinstance(inputs, (tuple, list)) and len(inputs) > 1):
             if additional_forward_args is not None:
-                raise ValueError(f"additional_forward_args must be None when {argument} is a mapping batch "
-                                 "(its attention_mask and token_type_ids are read from it)")
+                raise ValueError(f"additional_forward_args must be None when {argument} is a batch "
+                                 f"{'mapping' if isinstance(inputs, Mapping) else 'tuple'} (its attention_mask "
+                                 "and token_type_ids are read from it)")
             inputs, additional_forward_args = self.model_forward.split_batch(inputs)
         ids, was_tuple = check_token_ids(inputs, argument)
         site = self._site(layer)
@@ -253,6 +303,10 @@ class SiteAttribution(Attribution):
         length = ids.shape[1]
         ids, extra = self.model_forward.padded_to_window(ids, extra)
         mask = self.model_forward.padding_mask(ids, extra)
+        empty = (~mask).all(dim=1).nonzero().flatten().tolist()
+        if empty:  # its scores would be all 0, which reads as "nothing matters"
+            raise ValueError(f"{argument}: row {empty[0]} has no real token (its padding mask is all 0"
+                             f"{f'; {len(empty)} such rows' if len(empty) > 1 else ''}): drop it from the batch")
         return PreparedCall(ids, extra, mask, site, was_tuple, input_device=device,
                             length=length if ids.shape[1] != length else None)
 

@@ -289,6 +289,10 @@ class ModelForward:
                 f"additional_forward_args[{index}] is the padding mask and must have "
                 f"the shape of inputs {tuple(inputs.shape)}, got {shape}"
             )
+        if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
+            values = sorted({float(v) for v in mask.unique()[:6].tolist()})
+            raise ValueError(f"additional_forward_args[{index}] is the padding mask and must hold 0 (padding) and "
+                             f"1 (a real token), got the values {values}")
         return mask.bool()
 
     def _warn_if_a_mask_is_passed(self, inputs: Tensor, extra: Tuple[Any, ...]) -> None:

@@ -44,8 +44,8 @@ def check_token_ids(inputs: Any, argument: str = "inputs") -> Tuple[Tensor, bool
     if was_tuple:
         if len(inputs) != 1:
             raise ValueError(
-                f"{argument} must be one tensor of token ids (or a 1-tuple of it), "
-                f"got a tuple of {len(inputs)}"
+                f"{argument} must be one tensor of token ids, a 1-tuple of it, or a batch tuple "
+                f"(ids, *additional_forward_args), got a tuple of {len(inputs)}"
             )
         inputs = inputs[0]
     if not isinstance(inputs, Tensor):

@@ -161,13 +161,19 @@ def _json_text(path: str, number: int, line: str) -> str:
 
 def as_texts(texts: Texts, argument: str = "texts") -> List[str]:
     r"""A list of strings from one string, a sequence of strings or a file
-    (:data:`Texts`); ValueError naming ``argument`` otherwise."""
+    (:data:`Texts`); ValueError naming ``argument`` otherwise, and for a text
+    that is empty or only whitespace."""
     if isinstance(texts, os.PathLike):
         return read_texts(texts)
     texts = [texts] if isinstance(texts, str) else list(texts) if isinstance(texts, Sequence) else None
     if not texts or not all(isinstance(t, str) for t in texts):
         raise ValueError(f"{argument} must be a string, a non-empty sequence of strings or a pathlib.Path "
                          "of a file of texts")
+    blank = [i for i, text in enumerate(texts) if not text.strip()]
+    if blank:  # a text of no words would come back as a row of no scores
+        where = f"{argument}[{blank[0]}]" if len(texts) > 1 else argument
+        count = f" ({len(blank)} texts are)" if len(blank) > 1 else ""
+        raise ValueError(f"{where} is empty or only whitespace{count}: every text needs at least one word")
     return texts
 
 

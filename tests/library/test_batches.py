@@ -76,3 +76,35 @@ def test_fit_and_attribute_read_collator_dicts_and_labelled_tuples_the_same_way(
     assert torch.equal(from_dict, dm.attribute(ids, additional_forward_args=(mask,), layer=2))
     with pytest.raises(ValueError, match="additional_forward_args must be None"):
         dm.attribute({"input_ids": ids}, additional_forward_args=(mask,), layer=2)
+
+
+def test_attribute_reads_a_batch_tuple_as_it_reads_ids_and_extras():
+    from captum_diffmask.methods import IntegratedGradients, Occlusion
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+    for method in (Occlusion(model), IntegratedGradients(model)):
+        split = method.attribute(ids, additional_forward_args=(mask,), layer=1)
+        whole = method.attribute((ids, mask), layer=1)
+        assert isinstance(whole, torch.Tensor) and torch.allclose(whole, split)  # one tensor: the mask is not scored
+        assert (whole[mask == 0] == 0).all() and (whole[mask == 1] != 0).any()
+        with pytest.raises(ValueError, match="additional_forward_args must be None when inputs is a batch tuple"):
+            method.attribute((ids, mask), additional_forward_args=(mask,))
+    assert isinstance(Occlusion(model).attribute((ids,)), tuple)  # Captum's 1-tuple in, 1-tuple out
+
+
+def test_a_padding_mask_other_than_0_and_1_and_a_row_of_padding_are_refused():
+    from captum_diffmask.methods import Occlusion
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+    occlusion = Occlusion(model)
+    with pytest.raises(ValueError, match=r"additional_forward_args\[0\] is the padding mask and must hold 0 .* "
+                                         r"got the values \[0.0, 1.0, 2.0\]"):
+        occlusion.attribute(ids, additional_forward_args=(mask.masked_fill(mask == 1, 2).index_fill(1, torch.tensor([0]), 1),))
+    empty = mask.clone()
+    empty[2] = 0
+    with pytest.raises(ValueError, match="inputs: row 2 has no real token"):
+        occlusion.attribute(ids, additional_forward_args=(empty,))
+    as_bool = occlusion.attribute(ids, additional_forward_args=(mask.bool(),))
+    assert torch.allclose(as_bool, occlusion.attribute(ids, additional_forward_args=(mask,)))

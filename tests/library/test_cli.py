@@ -64,8 +64,8 @@ def test_explain_with_another_method_prints_words_on_the_terminal_or_writes_html
     assert main(["explain", str(saved / "model"), "--file", str(saved / "texts.txt"),
                  "--method", "IntegratedGradients", "--quiet"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("IntegratedGradients (sum over word pieces)") == len(TEXTS)
-    assert "performances(" in printed
+    assert printed.count("IntegratedGradients (sum over word pieces, scores in units of 1e-05)") == len(TEXTS)
+    assert "performances(" in printed and "(0.00)" not in printed  # the tiny model's ~1e-5 scores, in order
     page = saved / "ig.html"
     assert main(["explain", str(saved / "model"), "dull and slow", "--method", "Occlusion", "--format", "html",
                  "--out", str(page), "--quiet"]) == 0
@@ -90,6 +90,13 @@ def test_off_a_terminal_fit_writes_log_lines_and_leaves_the_logger_as_it_was(sav
     assert "captum-diffmask fit: warning: DiffMask.fit stopped at the cap max_steps=2" in error
     assert "means over the last 2 steps: kept share" in error and "cli.py" not in error
     assert (logger.level, list(logger.handlers), warnings.showwarning) == before
+
+
+def test_a_fit_of_one_step_epochs_logs_the_first_epoch_changes_and_the_last_not_every_step(saved, capsys, tmp_path):
+    assert main(["fit", str(saved / "model"), str(saved / "texts.txt"), "--out", str(tmp_path / "p.pt"),
+                 "--max-steps", "4", "--batch-size", "4", "--layers", "1"]) == 0
+    logged = [line for line in capsys.readouterr().err.splitlines() if "DiffMask fit epoch" in line]
+    assert [line.split("DiffMask fit epoch ")[1][:3] for line in logged] == ["1/-", "4/-"], logged
 
 
 def test_fit_writes_a_shared_directory_that_explain_reads_like_a_file(saved, probe, capsys, tmp_path):
@@ -145,6 +152,9 @@ def test_compare_sets_the_methods_side_by_side(saved, probe, capsys):
     (["explain", "{model}", "a film", "--method", "Magic"], "unknown method 'Magic'"),
     (["explain", "{model}", "a film", "--method", "Occlusion", "--layer", "two"], "--layer must be a number"),
     (["explain", "{model}"], "give texts as arguments or --file"),
+    (["explain", "{model}", "", "--method", "Occlusion"], "TEXT is empty or only whitespace"),
+    (["explain", "{model}", "   ", "--method", "Occlusion"], "TEXT is empty or only whitespace"),
+    (["compare", "{model}", "a film", "", "--methods", "Occlusion"], "TEXT[1] is empty or only whitespace"),
     (["explain", "no-such-model-here", "a film", "--method", "Occlusion"],
      "MODEL 'no-such-model-here' is neither a directory nor an installed package"),
     (["compare", "{model}", "a film", "--methods", "Occlusion", "Nope"], "unknown method 'Nope'"),
@@ -273,6 +283,11 @@ def test_every_flag_has_help_and_fit_has_the_librarys_defaults_and_modes():
     assert fit.batch_size == inspect.signature(text_batches).parameters["batch_size"].default
     mode = next(a for a in verbs["fit"]._actions if a.dest == "mode")
     assert set(mode.choices) == {"input", "hidden", "heads", "units"}
+    from captum_diffmask.methods.registry import registered_methods
+
+    for verb, flag in (("explain", "method"), ("compare", "methods")):
+        shown = next(a for a in verbs[verb]._actions if a.dest == flag).help
+        assert all(name in shown for name in registered_methods()) and "IntegratedGradients" in shown, shown
 
 
 def test_fit_takes_any_option_and_refuses_a_bad_one_in_one_line(saved, capsys, tmp_path):

@@ -80,6 +80,23 @@ def test_diffmask_every_layer_plot_and_html(tmp_path):
     assert page.count("<table") == 3 and "<script" not in page and "http" not in page
 
 
+def test_to_captum_gives_the_llm_attribution_result_captum_plots():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    model = tiny_causal_lm("gpt2")
+    result = attribute_generation(model, Occlusion(model), PROMPT, max_new_tokens=3)
+    captum_result = result.to_captum()
+    assert captum_result.input_tokens == result.source_tokens and captum_result.output_tokens == result.step_tokens
+    token_attr = torch.as_tensor(captum_result.token_attr)
+    assert token_attr.shape == (3, len(PROMPT) + 2) and torch.equal(token_attr, result.scores)  # 0 after each step
+    assert torch.allclose(torch.as_tensor(captum_result.seq_attr), result.scores.sum(0))
+    figure, _ = captum_result.plot_token_attr(show=False)
+    assert len(figure.axes) >= 1
+    with pytest.raises(ValueError, match="layer: this generation holds layer 0 alone, got 2"):
+        result.to_captum(layer=2)
+
+
 def test_random_and_errors_name_the_argument():
     model = tiny_causal_lm("gpt2")
     result = attribute_generation(model, RandomAttribution(model), PROMPT, max_new_tokens=2)

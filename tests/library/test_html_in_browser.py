@@ -76,6 +76,7 @@ def test_a_comparison_page_renders_every_method_and_token(tmp_path):
     methods = {"DiffMask": MethodResult("DiffMask", torch.zeros(1, len(WORDS)), probabilities=True),
                "IntegratedGradients": MethodResult("IntegratedGradients", torch.linspace(-1, 1, len(WORDS))[None])}
     methods["DiffMask"].verdicts = {0: "needed"}
+    methods["IntegratedGradients"].verdicts = {0: "failed check: completeness gap 0.43"}
     methods["DiffMask"].seconds, methods["IntegratedGradients"].seconds = 0.25, 0.5
     page = Comparison(methods, [WORDS], mask, 0, 1.0, metrics=[]).to_html()
     dom = _chromium(tmp_path, page, "--dump-dom").stdout
@@ -86,6 +87,10 @@ def test_a_comparison_page_renders_every_method_and_token(tmp_path):
     legend = _legend(dom)
     assert "keep probability" in legend and "red negative" in legend and "<b>needed</b>" in legend
     assert 'data-verdict="needed">needed<' in dom
+    # Integrated Gradients' check of its own numbers: in the summary and on its row, as measured, not "not converged"
+    assert "<th>verdict</th>" in summary and "<td>failed check: completeness gap 0.43</td>" in summary
+    assert 'data-verdict="failed check: completeness gap 0.43">failed check: completeness gap 0.43<' in dom
+    assert "Checked / failed check: a method's own measure" in legend
 
 
 def test_a_generation_page_shows_its_legend_and_each_layers_verdict(tmp_path):

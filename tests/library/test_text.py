@@ -88,8 +88,45 @@ def test_the_views_show_every_word_and_round_trip_as_json(model, tokenizer):
     assert "performances(" in text and "IntegratedGradients" in text
     page = result.to_html()
     assert page.startswith("<!DOCTYPE html>") and page.count("class='w'") == 5
-    assert result.verdicts == [""] and "data-verdict" not in page  # no fit of its own: no verdict
+    # no fit of its own: its check of its completeness gap in the verdict's place
+    assert result.verdicts[0].startswith("checked: completeness gap") and "data-verdict='checked: " in page
     assert "attribution over the row's largest magnitude" in page and "keep probability" not in page
+
+
+def test_small_and_large_attributions_print_in_a_stated_power_of_ten():
+    from captum_diffmask.interface.explanation import Explanation, print_unit
+
+    assert print_unit([torch.tensor([[3e-5], [-1.2e-5]])]) == pytest.approx(1e-5)
+    assert print_unit([torch.tensor([[2.6e5], [float("nan")]])]) == pytest.approx(1e5)
+    assert print_unit([torch.tensor([[0.5], [-0.02]])]) == 1.0 and print_unit([torch.zeros(2, 1)]) == 1.0
+    tiny = Explanation("IntegratedGradients", ["a b"], ["score"], "sum", words=[["a", "b"]],
+                       word_scores=[torch.tensor([[3.2e-5], [-1.1e-5]])])
+    text = str(tiny)
+    assert "scores in units of 1e-05" in text and "a(3.20) b(-1.10)" in text  # not a(0.00) b(-0.00)
+    kept = Explanation("DiffMask", ["a b"], ["layer 0"], "max", words=[["a", "b"]],
+                       word_scores=[torch.tensor([[0.01], [0.0]])])
+    assert "units" not in str(kept) and "a(0.01) b(0.00)" in str(kept)  # probabilities: on their own 0..1 scale
+
+
+def test_to_captum_gives_records_that_captums_visualize_text_renders(model, tokenizer):
+    from captum.attr import visualization
+
+    result = explain(IntegratedGradients(model), TEXTS, tokenizer, n_steps=4)
+    logits = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0]])
+    records = result.to_captum(predictions=logits, labels=["pos", "neg"])
+    assert [r.raw_input_ids for r in records] == result.words and records[0].pred_class == 1
+    assert records[0].pred_prob == pytest.approx(float(logits[0].softmax(-1)[1]))
+    assert records[1].attr_class == 0 and records[1].true_class == "neg"
+    for record, scores in zip(records, result.word_scores):
+        assert float(record.word_attributions.abs().max()) == pytest.approx(1.0)  # Captum's colours take -1..1
+        assert record.attr_score == pytest.approx(float(scores[:, 0].sum()))
+    page = visualization.visualize_text(records).data
+    assert page.count("<mark") == sum(len(w) for w in result.words) and "performances" in page and "pos" in page
+    assert result.to_captum()[0].pred_class == "-"
+    with pytest.raises(ValueError, match=r"column must be in 0..0"):
+        result.to_captum(column=1)
+    with pytest.raises(ValueError, match=r"predictions must be \(B, C\) logits for the 2 texts"):
+        result.to_captum(predictions=logits[:1])
 
 
 def test_an_all_dropped_diffmask_row_is_drawn_empty_not_scaled_up():
@@ -106,6 +143,11 @@ def test_clear_errors_for_texts_and_tokenizers(model, tokenizer):
         explain(ig, [], tokenizer)
     with pytest.raises(ValueError, match="texts must be a string"):
         explain(ig, [1, 2], tokenizer)
+
+    with pytest.raises(ValueError, match=r"^texts is empty or only whitespace"):
+        explain(ig, "", tokenizer)
+    with pytest.raises(ValueError, match=r"^texts\[1\] is empty or only whitespace \(2 texts are\)"):
+        explain(ig, ["a film", "  \t", ""], tokenizer)
 
     class Slow:
         is_fast = False

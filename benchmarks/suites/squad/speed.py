@@ -13,6 +13,7 @@ from torch import Tensor
 from captum_diffmask.model.forward import model_device
 from captum_diffmask.methods import IntegratedGradients
 
+from benchmarks.methods import AUTHORS_OPTIONS
 from benchmarks.progress import bar
 from benchmarks.records import median_seconds, synchronize
 from benchmarks.common.minilm.fitting import OnDevice
@@ -43,7 +44,7 @@ def measure_speed(config: Mapping[str, Any], bench: Bench, explainers: Mapping[s
     device = model_device(bench.model)
     batches = list(OnDevice(bench.windows.subset(list(range(n))).loader(int(options.get("batch_size", 8))), device))
     ig_steps = int(options.get("ig_steps", 50))
-    ig = IntegratedGradients(bench.model)
+    ig = IntegratedGradients(bench.model, **AUTHORS_OPTIONS["IntegratedGradients"])
     timed: Dict[str, Callable[[Tensor, Tensor, Tensor], Any]] = {
         f"DiffMask {mode}": (lambda ids, mask, types, e=e: e.attribute(ids, additional_forward_args=(mask, types), layer=None))
         for mode, e in explainers.items()}

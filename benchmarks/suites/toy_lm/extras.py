@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 
-from benchmarks.methods import PreparedMethod
+from benchmarks.methods import AUTHORS_OPTIONS, PreparedMethod
 from benchmarks.progress import log
 from benchmarks.tasks.toy_lm import token_text, ToyText
 from captum_diffmask import DiffMask, DiffMaskConvergenceWarning
@@ -83,7 +83,7 @@ def _speed_methods(config: Mapping[str, Any], model: Any, prepared: Mapping[str,
         if name == "DiffMask" and "DiffMask" in prepared:
             methods[name] = (prepared["DiffMask"].explainer, dict(options))
         elif name == "IntegratedGradients":
-            methods[name] = (IntegratedGradients(model), dict(options))
+            methods[name] = (IntegratedGradients(model, **AUTHORS_OPTIONS[name]), dict(options))
         elif name == "Occlusion":
             methods[name] = (Occlusion(model), dict(options))
     return methods

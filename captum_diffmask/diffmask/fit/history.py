@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 from captum_diffmask.diffmask.constrained.convergence import LayerMonitor, SETTLED
@@ -79,8 +80,33 @@ def epoch_rows(
 
 
 
+class EpochLog:
+    r"""
+    A fit's INFO lines (``verbose``): one per layer of an epoch's rows, for an
+    epoch that ends :data:`EVERY_SECONDS` or more after the last logged one,
+    changes a layer's status, or ends the fit. Epochs of a few steps (a small
+    data set) would otherwise log a line per layer and step.
+    """
+
+    #: The most seconds between two epochs' lines while nothing changes.
+    EVERY_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self.logged_at: Optional[float] = None
+        self.statuses: Dict[int, str] = {}
+
+    def epoch(self, epoch: int, epochs: Optional[int], rows: List[Dict[str, Any]], last: bool) -> None:
+        r"""Logs ``rows`` (one epoch's, :func:`epoch_rows`) when due; ``last``: the fit ends with it."""
+        now = time.perf_counter()
+        changed = any(self.statuses.get(int(row["layer"])) != row["status"] for row in rows)
+        if last or changed or self.logged_at is None or now - self.logged_at >= self.EVERY_SECONDS:
+            log_epoch(epoch, epochs, rows)
+            self.logged_at = now
+            self.statuses.update({int(row["layer"]): row["status"] for row in rows})
+
+
 def log_epoch(epoch: int, epochs: Optional[int], rows: List[Dict[str, Any]]) -> None:
-    r"""One INFO line per layer of an epoch's ``rows`` (``verbose``)."""
+    r"""One INFO line per layer of an epoch's ``rows``."""
     for row in rows:
         LOGGER.info(
             "DiffMask fit epoch %d/%s, layer %d: KL %.4g, kept share %.3f, lambda %.3g, agreement %.3f, %d steps, %s",

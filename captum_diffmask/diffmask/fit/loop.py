@@ -36,7 +36,7 @@ from captum_diffmask.diffmask.fit.distributed import (
 )
 from captum_diffmask.diffmask.fit.fit_state import FitCheckpoint, FitState, rng_states, set_rng_states
 from captum_diffmask.diffmask.fit.fittable import Fittable
-from captum_diffmask.diffmask.fit.history import epoch_rows, log_epoch
+from captum_diffmask.diffmask.fit.history import epoch_rows, EpochLog
 from captum_diffmask.diffmask.fit.options import FitOptions
 from captum_diffmask.diffmask.fit.record import data_size, fit_record
 from captum_diffmask.diffmask.fit.selection import CheckpointSelection
@@ -119,6 +119,7 @@ class FitLoop:
         self.state = FitState(active=list(self.trained))
         self.data: Dict[str, Any] = {}  # the data's size, for the fit's record
         self.began = time.perf_counter()  # the current epoch's start, less a resumed epoch's earlier part
+        self.log = EpochLog()
 
     # ------------------------------------------------------------- the epochs
     def train(self, dataloader: Iterable[Batch]) -> None:
@@ -140,7 +141,7 @@ class FitLoop:
                 self.selection.after_epoch(self.explainer, epoch, rows)
             state.history.extend(rows)
             if options.verbose and rank == 0:
-                log_epoch(epoch, options.epochs, rows)
+                self.log.epoch(epoch, options.epochs, rows, last=state.ended is not None or epoch == options.epochs)
             if state.ended is not None:
                 return  # the sums stay: a fit reopened with a larger cap goes on in this epoch
             state.sums = {}

@@ -58,8 +58,10 @@ def test_names_and_fitted_explainers_side_by_side(tmp_path):
     for name, scores in result.scores.items():  # the terminal's rows, on the page
         row = f"<td>{name}</td><td>{'x'.join(map(str, scores.shape))}</td><td>{result.methods[name].scored}</td>"
         assert row in page and f"<td>{result.seconds_per_example(name):.3g}</td>" in page
-    # DiffMask's row at layer 1 and its three per-layer rows, on every example
-    assert page.count("data-verdict=") == 4 * ids.shape[0]
+    # DiffMask's row at layer 1 and its three per-layer rows, and IG's check of its gap, on every example
+    assert page.count("data-verdict=") == 5 * ids.shape[0]
+    check = result.methods["IntegratedGradients"].verdicts[1]
+    assert check.startswith("checked: completeness gap") and f"<td>{check}</td>" in page and f"| {check} |" in table
 
 
 def test_a_named_diffmask_is_fitted_within_the_stated_budget():

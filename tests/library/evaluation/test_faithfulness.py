@@ -184,3 +184,38 @@ def test_token_sensitivity_is_captums_definition_computed_by_hand():
     by_hand = change.view(-1, n).max(-1).values
     assert torch.allclose(ours, by_hand, atol=1e-6, rtol=1e-4)
     assert by_hand.min() > 1e-3  # a substituted token moves the scores
+
+
+def test_captums_own_infidelity_and_sensitivity_run_on_token_ids_in_one_call():
+    from captum.metrics import infidelity, sensitivity_max
+
+    from captum_diffmask.evaluation import token_removal, token_substitution
+    from captum_diffmask.methods import Occlusion, RandomAttribution
+    from tiny_models import tiny_bert, token_batch, VOCAB
+
+    model = tiny_bert()
+    ids, mask = token_batch()
+
+    def forward(ids, mask):
+        return model(input_ids=ids, attention_mask=mask).logits.softmax(-1)
+
+    target = forward(ids, mask).argmax(-1)
+    occlusion = Occlusion(model, baselines=0.0)
+    scores = {"occlusion": occlusion.attribute(ids, additional_forward_args=(mask,), layer=0),
+              "random": RandomAttribution(model).attribute(ids, additional_forward_args=(mask,))}
+    gaps = {name: infidelity(forward, token_removal(4, pad_id=0, share=0.3, seed=1), ids, s,
+                             additional_forward_args=(mask,), target=target, n_perturb_samples=30, normalize=True)
+            for name, s in scores.items()}
+    assert gaps["occlusion"].shape == (4,) and (gaps["occlusion"] >= -1e-6).all()
+    assert gaps["occlusion"].mean() < gaps["random"].mean()  # the faithful scores explain the drops better
+    perturb = token_removal(4, pad_id=0, share=0.5, seed=0)
+    removed, perturbed = perturb(ids)
+    assert (removed[mask == 0] == 0).all() and (perturbed[removed == 1] == 4).all()
+    assert torch.equal(perturbed[removed == 0], ids[removed == 0]) and removed.sum() > 0
+    change = sensitivity_max(occlusion.attribute, ids, token_substitution(VOCAB, pad_id=0, seed=2),
+                             perturb_radius=0.3, additional_forward_args=(mask,), n_perturb_samples=3)
+    assert change.shape == (4,) and (change > 0).all()
+    substituted = token_substitution(VOCAB, pad_id=0, seed=2)(ids, 0.5)
+    assert torch.equal(substituted[mask == 0], ids[mask == 0]) and (substituted != ids).any()
+    with pytest.raises(ValueError, match=r"share must be in \(0, 1\]"):
+        token_removal(4, share=0.0)

@@ -65,6 +65,8 @@ def test_bad_input_errors_name_the_argument(name):
         method.attribute(ids.float(), additional_forward_args=(mask,), layer=0, **options)
     with pytest.raises(ValueError, match="inputs"):
         method.attribute(ids[0], additional_forward_args=(mask[0],), layer=0, **options)
+    with pytest.raises(TypeError, match=rf"^{name}.attribute\(\) does not take colour=; it takes inputs, target, "):
+        method.attribute(ids, additional_forward_args=(mask,), layer=0, colour="red", **options)
 
 
 @pytest.mark.parametrize("name", sorted(set(METHODS) - {"RandomAttribution"}) + ["DiffMask"])  # Random runs no pass
@@ -314,3 +316,10 @@ def test_a_model_left_in_train_mode_is_attributed_in_eval_mode_and_left_in_its_m
     got = method.attribute(ids, additional_forward_args=(mask,), layer=2, **options)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert model.training and model.bert.training and not model.classifier.training
+
+
+def test_captums_baselines_keyword_is_refused_with_the_reason_where_a_method_has_none():
+    ids, mask = token_batch()
+    with pytest.raises(TypeError, match=r"^DiffMask.attribute\(\) does not take baselines=: it has no baseline "
+                                        r"argument \(DiffMask replaces gated positions by the baseline its fit"):
+        DiffMask(tiny_bert(), mode="input").attribute(ids, additional_forward_args=(mask,), baselines=0.0)

@@ -8,7 +8,7 @@ from captum_diffmask.methods.gradients import IntegratedGradients, Occlusion
 from captum_diffmask.model.sites import SiteLocator
 from captum_diffmask.evaluation.toy_task import toy_sites
 
-from tiny_models import tiny_bert, token_batch, VOCAB
+from tiny_models import tiny_bert, tiny_causal_lm, tiny_seq2seq, token_batch, VOCAB
 
 
 def wide_bert(seed: int = 0):
@@ -49,7 +49,7 @@ def test_ig_completeness_against_independent_outputs(layer, site):
     assert difference.abs().min() > 0.05  # a non-trivial check
 
     for method in ("riemann_trapezoid", "gausslegendre"):
-        ig = IntegratedGradients(model, n_steps=50, method=method, reduction="sum")
+        ig = IntegratedGradients(model, n_steps=50, method=method, reduction="sum", baselines=0.0)
         scores, delta = ig.attribute(ids, additional_forward_args=(mask,), layer=layer,
                                      return_convergence_delta=True)
         signed_sum = scores.sum(1)
@@ -125,8 +125,59 @@ def test_ig_vector_baseline_equals_full_baseline():
     b = IntegratedGradients(model, baselines=vector.expand(*ids.shape, 32).clone(), n_steps=8).attribute(
         ids, additional_forward_args=(mask,))
     assert torch.allclose(a, b)
-    zero = IntegratedGradients(model, n_steps=8).attribute(ids, additional_forward_args=(mask,))
+    zero = IntegratedGradients(model, n_steps=8, baselines=0.0).attribute(ids, additional_forward_args=(mask,))
     assert not torch.allclose(a, zero)
+
+
+FAMILIES = {"bert": lambda: (tiny_bert(), None), "gpt2": lambda: (tiny_causal_lm("gpt2"), None),
+            "llama": lambda: (tiny_causal_lm("llama"), None), "t5": lambda: (tiny_seq2seq("t5"), "seq2seq"),
+            "bart": lambda: (tiny_seq2seq("bart"), "seq2seq")}
+
+
+def _family_batch(model, kind):
+    if kind is None:
+        ids, mask = token_batch()
+        return ids, (mask,)
+    ids, mask = token_batch()
+    ids[mask == 0] = model.config.pad_token_id
+    prefix = torch.tensor([[model.config.decoder_start_token_id, 7, 11]] * len(ids))
+    return ids, (mask, prefix, torch.ones_like(prefix))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_at_the_defaults_the_signed_attributions_sum_to_the_output_difference_at_every_depth(family):
+    import warnings
+
+    model, kind = FAMILIES[family]()
+    ids, extra = _family_batch(model, kind)
+    ig = IntegratedGradients(model, reduction="sum")
+    depths = ig.num_layers + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no gap warning at the defaults
+        for layer in range(depths):
+            scores, delta = ig.attribute(ids, additional_forward_args=extra, layer=layer,
+                                         return_convergence_delta=True)
+            difference = scores.sum(1) - delta  # F(h) - F(b), the mean state as b
+            assert difference.abs().max() > 1e-5  # a non-trivial check (BART's outputs barely move)
+            shown = scores.abs().sum(1)
+            bound = IntegratedGradients.GAP_TOLERANCE * torch.maximum(difference.abs(), shown)
+            assert (delta.abs() <= bound + 1e-6).all(), (layer, delta, difference, shown)
+            assert ig.last_check[layer].startswith("checked: completeness gap")
+    assert sorted(ig.last_check) == list(range(depths))
+
+
+def test_the_authors_settings_on_a_normalised_hidden_site_warn_with_the_gap_and_the_fix():
+    model = tiny_bert()  # config-built: bias-free maps into LayerNorm at hidden.1
+    ids, mask = token_batch()
+    authors = IntegratedGradients(model, method="riemann_trapezoid", baselines=0.0, reduction="sum")
+    with pytest.warns(UserWarning, match=r"IntegratedGradients at hidden.1: the signed attributions miss F\(h\) - "
+                                         r"F\(b\) .* raise n_steps \(internal_batch_size bounds the memory\), use "
+                                         r"method='gausslegendre', or a baseline nearer the states"):
+        scores, delta = authors.attribute(ids, additional_forward_args=(mask,), layer=1, return_convergence_delta=True)
+    assert delta.abs().max() > 1e4 and authors.last_check[1].startswith("failed check: completeness gap")
+    from captum_diffmask.interface.verdicts import layer_verdict
+
+    assert layer_verdict(authors, 1) == authors.last_check[1] and layer_verdict(authors, 0) == ""
 
 
 def test_ig_on_the_toy_model_at_the_ffnn_output(toy_setup):
@@ -138,7 +189,10 @@ def test_ig_on_the_toy_model_at_the_ffnn_output(toy_setup):
     assert scores.shape == ids.shape
     assert torch.isfinite(scores).all() and torch.isfinite(delta).all()
     assert (scores[~mask] == 0).all()
-    assert (scores.sum(1) > 0).all()
+    # the toy's states at this site depend on the digit alone: a row of one digit repeated is its own mean
+    # state (nothing in it differs from the baseline); every other row has scores (one digit alone: from zeros)
+    uniform = torch.tensor([len(set(row[m].tolist())) == 1 and int(m.sum()) > 1 for row, m in zip(ids, mask)])
+    assert (scores.sum(1) > 0).tolist() == (~uniform).tolist() and (~uniform).sum() > 60
     with pytest.raises(ValueError, match="target"):  # one binary logit: no target
         ig.attribute(ids, target=0, additional_forward_args=(query, mask), layer=1)
 
@@ -163,6 +217,30 @@ def test_occlusion_equals_a_manual_leave_one_out_loop():
             assert scores.shape == ids.shape
             assert torch.allclose(scores, expected, atol=1e-5), (layer, scores, expected)
         assert expected.abs().max() > 1e-3  # the check is not vacuous
+
+
+def test_occlusion_takes_captums_window_and_stride_in_tokens():
+    model = wide_bert()
+    ids, mask = token_batch(batch=2, length=6, seed=3)
+    mask[:] = 1
+    logits, state = site_output(model, "input", ids, mask)
+    target, rows = logits.argmax(-1), torch.arange(len(ids))
+    drops = {}  # window of 2 at stride 2: tokens (0, 1), (2, 3), (4, 5) replaced together
+    for start in (0, 2, 4):
+        occluded = state.clone()
+        occluded[:, start:start + 2] = 0.0
+        out, _ = site_output(model, "input", ids, mask, occluded)
+        drops[start] = logits[rows, target] - out[rows, target]
+    expected = torch.stack([drops[t - t % 2] for t in range(6)], dim=1)
+    occlusion = Occlusion(model)
+    for window, stride in ((2, 2), ((2,), (2,)), ((2, 32), (2, 32))):
+        scores = occlusion.attribute(ids, additional_forward_args=(mask,), sliding_window_shapes=window, strides=stride)
+        assert torch.allclose(scores, expected, atol=1e-5), (window, scores, expected)
+    assert not torch.allclose(occlusion.attribute(ids, additional_forward_args=(mask,)), expected, atol=1e-3)
+    for bad in (0, (2, 5), (1, 2, 3)):
+        with pytest.raises(ValueError, match=r"sliding_window_shapes must be a number of tokens w >= 1, \(w,\) "
+                                             r"or \(w, 32\)"):
+            occlusion.attribute(ids, additional_forward_args=(mask,), sliding_window_shapes=bad)
 
 
 def test_occlusion_on_the_toy_model(toy_setup):

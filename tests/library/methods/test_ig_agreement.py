@@ -30,7 +30,7 @@ def test_the_same_as_captums_layer_integrated_gradients_at_the_word_embeddings()
     ids, mask = token_batch()
     embeddings = model.bert.embeddings.word_embeddings
     assert bool((embeddings.weight[0] == 0).all())  # the padding row: baseline ids 0 are a zero baseline
-    ours = _ours(model, ids, mask, n_steps=16, method="gausslegendre")
+    ours = _ours(model, ids, mask, n_steps=16, baselines=0.0)  # the default rule, Gauss-Legendre
 
     def logits(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return model(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -46,7 +46,7 @@ def test_the_same_as_captums_layer_integrated_gradients_at_the_word_embeddings()
 def test_the_composite_trapezoid_rule_computed_by_hand(n_steps: int) -> None:
     model = tiny_bert()
     ids, mask = token_batch()
-    ours = _ours(model, ids, mask, n_steps=n_steps)  # the default rule, "riemann_trapezoid"
+    ours = _ours(model, ids, mask, n_steps=n_steps, method="riemann_trapezoid", baselines=0.0)  # the authors' rule
     words = model.bert.embeddings.word_embeddings(ids).detach()
     weights = torch.full((n_steps,), 1.0 / (n_steps - 1))
     weights[0] = weights[-1] = 0.5 / (n_steps - 1)  # the composite trapezoid rule on [0, 1]
