@@ -17,8 +17,9 @@ input, hindsight included; DiffMask's probe must decide from the model's states.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ from captum_diffmask.diffmask.probes import mix_baseline
 from captum_diffmask.methods.optimization import make_optimizer, optimize, OPTIMIZERS
 from captum_diffmask.methods.registry import register_method
 from captum_diffmask.model.arguments import BaselineType, InputType, PreparedCall, reject_target, resolve_baseline
-from captum_diffmask.model.attribution import attribution_call, check_keywords, SiteAttribution
+from captum_diffmask.model.attribution import attribution_call, check_keywords, check_verdict, SiteAttribution
 from captum_diffmask.model.checks import check_choice, check_non_negative, check_positive_int
 from captum_diffmask.model.divergences import example_kl, log_probs, same_prediction
 from captum_diffmask.model.forward import frozen
@@ -184,6 +185,13 @@ class PerExampleMask(SiteAttribution):
     uses_target = False
     scores_are_probabilities = True
     uses_baselines = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: layer -> the verdict of the last ``attribute`` there: how many of the
+        #: batch's deterministic masks meet the constraint
+        #: (:func:`~captum_diffmask.model.attribution.check_verdict`)
+        self.last_check: Dict[int, str] = {}
 
     def _masked_log_q(self, search: MaskSearch, gates: Tensor) -> Tensor:
         call = search.call
@@ -345,6 +353,10 @@ class PerExampleMask(SiteAttribution):
         call = self._prepare(inputs, additional_forward_args, layer)  # for the finish: device, structure
         check_keywords(f"{type(self).__name__}.attribute()", search_options, type(self).attribute, self.fit_masks)
         result = self.fit_masks(inputs, additional_forward_args, layer, **search_options)
+        eps = float(search_options.get("eps", inspect.signature(self.fit_masks).parameters["eps"].default))
+        met = int((result.kl <= eps).sum())
+        self.last_check[int(layer)] = check_verdict(f"{met} of {len(result.kl)} masks within eps {eps:g}",
+                                                    met == len(result.kl))
         return self._finish(result.keep if readout == "keep" else result.mask, call)
 
 

@@ -282,3 +282,21 @@ def test_bad_input_errors_name_the_argument(cls):
         explainer.attribute(ids.reshape(-1), additional_forward_args=(mask,), layer=1, steps=1, verbose=False)
     with pytest.raises(ValueError, match="additional_forward_args"):
         explainer.attribute(ids, additional_forward_args=(mask[:, :3],), layer=1, steps=1, verbose=False)
+
+
+@pytest.mark.parametrize("cls", [PerExampleDiffMask, REINFORCE])
+def test_each_call_says_how_many_of_its_masks_meet_the_constraint(toy_setup, cls):
+    import re
+
+    from captum_diffmask.interface.verdicts import is_settled, layer_verdict
+
+    model, _, _, valid = toy_setup
+    method = cls(model, sites=toy_sites(model), padding_mask_arg=1)
+    extra = (valid.query[:8], valid.mask[:8])
+    result = method.fit_masks(valid.ids[:8], extra, layer=0, steps=60, eps=0.05, verbose=False)
+    method.attribute(valid.ids[:8], additional_forward_args=extra, layer=0, steps=60, eps=0.05, verbose=False)
+    found = re.fullmatch(r"(checked|failed check): (\d) of 8 masks within eps 0.05", method.last_check[0])
+    assert found, method.last_check
+    met = int(found.group(2))
+    assert (found.group(1) == "checked") == (met == 8) and abs(met - int((result.kl <= 0.05).sum())) <= 2
+    assert layer_verdict(method, 0) == method.last_check[0] and is_settled(layer_verdict(method, 0)) == (met == 8)
