@@ -86,3 +86,14 @@ def test_the_guides_default_fit_time_and_verdicts_are_the_committed_benchmarks()
     steps = f"{fit['steps']:,}".replace(",", " ")
     assert f"at commit {fit['git_commit']}'s defaults, {steps} steps" in guide
     assert fit["machine"]["cores"] == 2
+    hidden = parts["default-fit-hidden"]
+    within = sum(row["kl"] <= 1.25 * hidden["eps"] for row in hidden["dev"].values())
+    for page in ("docs/guide/diffmask.md", "README.md"):
+        text = " ".join((README.parent / page).read_text().split())
+        minutes = re.search(r"hidden mode .{0,40}?(?:took|ran) (\d+) minutes", text)
+        assert minutes and _near(float(minutes.group(1)) * 60, totals["default-fit-hidden"]), (page, minutes)
+        assert f"settled {hidden['settled']} of {len(hidden['verdicts'])} depths" in text, page
+        assert within == len(hidden["verdicts"]) and "within 1.25 eps" in text  # every depth, as the pages say
+    steps = f"{hidden['steps']:,}".replace(",", " ")
+    assert f"took {round(totals['default-fit-hidden'] / 60)} minutes ({steps} steps) at commit " \
+           f"{hidden['git_commit']}'s defaults" in guide
