@@ -186,12 +186,12 @@ class PerExampleMask(SiteAttribution):
     scores_are_probabilities = True
     uses_baselines = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: layer -> the verdict of the last ``attribute`` there: how many of the
-        #: batch's deterministic masks meet the constraint
-        #: (:func:`~captum_diffmask.model.attribution.check_verdict`)
-        self.last_check: Dict[int, str] = {}
+    #: layer -> the verdict of the last ``attribute`` there: how many of the
+    #: batch's deterministic masks meet the constraint
+    #: (:func:`~captum_diffmask.model.attribution.check_verdict`); each call
+    #: sets a new dict on the instance (no constructor: its arguments are the
+    #: site machinery's, which ``prepare_method`` routes options by)
+    last_check: Dict[int, str] = {}
 
     def _masked_log_q(self, search: MaskSearch, gates: Tensor) -> Tensor:
         call = search.call
@@ -355,8 +355,8 @@ class PerExampleMask(SiteAttribution):
         result = self.fit_masks(inputs, additional_forward_args, layer, **search_options)
         eps = float(search_options.get("eps", inspect.signature(self.fit_masks).parameters["eps"].default))
         met = int((result.kl <= eps).sum())
-        self.last_check[int(layer)] = check_verdict(f"{met} of {len(result.kl)} masks within eps {eps:g}",
-                                                    met == len(result.kl))
+        verdict = check_verdict(f"{met} of {len(result.kl)} masks within eps {eps:g}", met == len(result.kl))
+        self.last_check = {**self.last_check, int(layer): verdict}
         return self._finish(result.keep if readout == "keep" else result.mask, call)
 
 
